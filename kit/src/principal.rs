@@ -1,0 +1,313 @@
+//! The principal assertion (DESIGN §5): who a call is made for, signed by the
+//! caller with the deployment's internal key and verified by every service.
+//!
+//! Wire form, in the `x-ithaca-principal` gRPC metadata entry:
+//! `v1.<base64url(claims JSON)>.<base64url(HMAC-SHA256(key, "v1." + claims))>`.
+//! The claims carry the tenant, key id, agent id, scopes, actor, optional
+//! session and an expiry in Unix seconds. An assertion is short-lived: callers
+//! mint a fresh one per call.
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use hmac::{Hmac, Mac};
+use serde::{Deserialize, Serialize};
+use sha2::Sha256;
+use std::sync::Arc;
+use tonic::metadata::{AsciiMetadataValue, MetadataMap};
+use tonic::{Request, Status};
+
+/// The metadata key that carries the assertion.
+pub const METADATA_KEY: &str = "x-ithaca-principal";
+
+/// How long a minted assertion stays valid.
+pub const DEFAULT_TTL_SECS: i64 = 60;
+
+/// Longer assertions are refused before any decoding work is done.
+const MAX_ASSERTION_LEN: usize = 8 * 1024;
+
+/// Who acts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Actor {
+    /// A person with a human key.
+    Human,
+    /// An AI agent with an agent key (or over stdio).
+    Agent,
+    /// Ithaca itself: the edge verifying keys, the admin CLI, the local stack.
+    System,
+}
+
+impl Actor {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Actor::Human => "human",
+            Actor::Agent => "agent",
+            Actor::System => "system",
+        }
+    }
+}
+
+/// The identity a service acts for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Principal {
+    /// The tenant every query is filtered by; empty only for system callers
+    /// that work across tenants (tenant administration).
+    pub tenant_id: String,
+    /// The API key the caller authenticated with; empty for system and stdio.
+    #[serde(default)]
+    pub key_id: String,
+    /// The agent whose current session applies: the key id over HTTP, a
+    /// per-process id over stdio.
+    #[serde(default)]
+    pub agent_id: String,
+    /// Granted scopes, as seed 000 names them (`data:read`, …).
+    #[serde(default)]
+    pub scopes: Vec<String>,
+    pub actor: Actor,
+    /// The research session the call belongs to, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+}
+
+impl Principal {
+    /// A system principal, optionally acting inside one tenant.
+    pub fn system(tenant_id: impl Into<String>) -> Self {
+        Principal {
+            tenant_id: tenant_id.into(),
+            key_id: String::new(),
+            agent_id: "system".to_owned(),
+            scopes: Vec::new(),
+            actor: Actor::System,
+            session_id: None,
+        }
+    }
+
+    pub fn has_scope(&self, scope: &str) -> bool {
+        self.scopes.iter().any(|s| s == scope)
+    }
+
+    /// The agent id, falling back to the key id.
+    pub fn agent(&self) -> &str {
+        if self.agent_id.is_empty() {
+            &self.key_id
+        } else {
+            &self.agent_id
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct Claims {
+    #[serde(flatten)]
+    principal: Principal,
+    exp: i64,
+}
+
+/// Why an assertion was refused. Callers see one UNAUTHENTICATED message; the
+/// variant is for logs and tests.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum AssertionError {
+    #[error("principal assertion missing")]
+    Missing,
+    #[error("principal assertion malformed")]
+    Malformed,
+    #[error("principal assertion signature invalid")]
+    BadSignature,
+    #[error("principal assertion expired")]
+    Expired,
+}
+
+/// The internal key that signs and verifies assertions. Cheap to clone.
+#[derive(Clone)]
+pub struct InternalKey(Arc<Vec<u8>>);
+
+impl std::fmt::Debug for InternalKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("InternalKey(..)")
+    }
+}
+
+/// The internal key is too weak to sign with.
+#[derive(Debug, thiserror::Error)]
+#[error("internal key must be at least 32 bytes (got {0})")]
+pub struct WeakKey(usize);
+
+impl InternalKey {
+    /// Use the given secret. At least 32 bytes, so it cannot be guessed.
+    pub fn new(secret: impl Into<Vec<u8>>) -> Result<Self, WeakKey> {
+        let secret = secret.into();
+        if secret.len() < 32 {
+            return Err(WeakKey(secret.len()));
+        }
+        Ok(InternalKey(Arc::new(secret)))
+    }
+
+    /// A fresh random key, rendered as 64 hex digits.
+    pub fn generate_hex() -> String {
+        let bytes: [u8; 32] = rand::random();
+        hex::encode(bytes)
+    }
+
+    fn mac(&self) -> Hmac<Sha256> {
+        // HMAC accepts keys of any length, so this cannot fail.
+        <Hmac<Sha256> as Mac>::new_from_slice(&self.0).expect("hmac takes any key length")
+    }
+
+    /// Sign `principal`, valid for `ttl_secs` from now.
+    pub fn mint(&self, principal: &Principal, ttl_secs: i64) -> String {
+        let claims = Claims {
+            principal: principal.clone(),
+            exp: now_secs() + ttl_secs,
+        };
+        let body = serde_json::to_vec(&claims).expect("claims serialize to JSON");
+        let signed = format!("v1.{}", URL_SAFE_NO_PAD.encode(body));
+        let mut mac = self.mac();
+        mac.update(signed.as_bytes());
+        let tag = mac.finalize().into_bytes();
+        format!("{signed}.{}", URL_SAFE_NO_PAD.encode(tag))
+    }
+
+    /// Check the signature and the expiry, then return the principal.
+    pub fn verify(&self, assertion: &str) -> Result<Principal, AssertionError> {
+        if assertion.len() > MAX_ASSERTION_LEN {
+            return Err(AssertionError::Malformed);
+        }
+        let (signed, tag) = assertion
+            .rsplit_once('.')
+            .ok_or(AssertionError::Malformed)?;
+        let body = signed.strip_prefix("v1.").ok_or(AssertionError::Malformed)?;
+        let tag = URL_SAFE_NO_PAD
+            .decode(tag)
+            .map_err(|_| AssertionError::Malformed)?;
+        let mut mac = self.mac();
+        mac.update(signed.as_bytes());
+        // verify_slice compares in constant time.
+        mac.verify_slice(&tag)
+            .map_err(|_| AssertionError::BadSignature)?;
+        let body = URL_SAFE_NO_PAD
+            .decode(body)
+            .map_err(|_| AssertionError::Malformed)?;
+        let claims: Claims = serde_json::from_slice(&body).map_err(|_| AssertionError::Malformed)?;
+        if claims.exp < now_secs() {
+            return Err(AssertionError::Expired);
+        }
+        Ok(claims.principal)
+    }
+
+    /// Put a freshly minted assertion for `principal` into `metadata`.
+    pub fn attach(&self, metadata: &mut MetadataMap, principal: &Principal) {
+        let token = self.mint(principal, DEFAULT_TTL_SECS);
+        let value = AsciiMetadataValue::try_from(token)
+            .expect("base64url and dots are valid metadata characters");
+        metadata.insert(METADATA_KEY, value);
+    }
+}
+
+fn now_secs() -> i64 {
+    crate::clock::now_ms() / 1000
+}
+
+/// Server-side interceptor: verifies the assertion and puts the [`Principal`]
+/// into the request's extensions; refuses the call with UNAUTHENTICATED
+/// otherwise.
+#[derive(Clone, Debug)]
+pub struct Verifier {
+    key: InternalKey,
+}
+
+impl Verifier {
+    pub fn new(key: InternalKey) -> Self {
+        Verifier { key }
+    }
+}
+
+impl tonic::service::Interceptor for Verifier {
+    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
+        let verified = match request.metadata().get(METADATA_KEY) {
+            None => Err(AssertionError::Missing),
+            Some(v) => v
+                .to_str()
+                .map_err(|_| AssertionError::Malformed)
+                .and_then(|s| self.key.verify(s)),
+        };
+        match verified {
+            Ok(principal) => {
+                request.extensions_mut().insert(principal);
+                Ok(request)
+            }
+            Err(err) => {
+                tracing::debug!(error = %err, "refused call");
+                Err(Status::unauthenticated(err.to_string()))
+            }
+        }
+    }
+}
+
+/// The verified principal of a request that passed [`Verifier`].
+pub fn of<T>(request: &Request<T>) -> Result<Principal, Status> {
+    request
+        .extensions()
+        .get::<Principal>()
+        .cloned()
+        .ok_or_else(|| Status::unauthenticated("principal assertion missing"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(byte: u8) -> InternalKey {
+        InternalKey::new(vec![byte; 32]).expect("32 bytes is enough")
+    }
+
+    fn alice() -> Principal {
+        Principal {
+            tenant_id: "t1".into(),
+            key_id: "k1".into(),
+            agent_id: "k1".into(),
+            scopes: vec!["data:read".into()],
+            actor: Actor::Agent,
+            session_id: None,
+        }
+    }
+
+    #[test]
+    fn round_trips() {
+        let k = key(1);
+        let token = k.mint(&alice(), 60);
+        assert_eq!(k.verify(&token), Ok(alice()));
+    }
+
+    #[test]
+    fn refuses_other_keys_tampering_and_expiry() {
+        let token = key(1).mint(&alice(), 60);
+        assert_eq!(key(2).verify(&token), Err(AssertionError::BadSignature));
+
+        // Swap the claims for another tenant's but keep the old signature.
+        let mut other = alice();
+        other.tenant_id = "t2".into();
+        let forged_body = key(2).mint(&other, 60);
+        let (_, tag) = token.rsplit_once('.').expect("has a tag");
+        let (signed, _) = forged_body.rsplit_once('.').expect("has a tag");
+        assert_eq!(
+            key(1).verify(&format!("{signed}.{tag}")),
+            Err(AssertionError::BadSignature)
+        );
+
+        let expired = key(1).mint(&alice(), -5);
+        assert_eq!(key(1).verify(&expired), Err(AssertionError::Expired));
+    }
+
+    #[test]
+    fn refuses_garbage_without_panicking() {
+        let k = key(1);
+        for junk in ["", ".", "v1.", "v1..", "v2.abc.def", "v1.!!!.???", &"a".repeat(10_000)] {
+            assert!(k.verify(junk).is_err(), "{junk:?} must be refused");
+        }
+    }
+
+    #[test]
+    fn weak_keys_are_refused() {
+        assert!(InternalKey::new(b"short".to_vec()).is_err());
+    }
+}

@@ -1,0 +1,75 @@
+//! Serving gRPC: a service's routes plus the standard health service and
+//! server reflection, on a listener the caller bound (so tests can bind port
+//! 0), until the shutdown token is cancelled.
+
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
+use tonic::service::Routes;
+use tonic::transport::Server;
+use tonic_health::ServingStatus;
+
+/// How long in-flight calls may take to finish after shutdown begins.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What one gRPC server runs.
+pub struct ServeOptions {
+    /// Fully qualified names of the services in `routes`, reported by the
+    /// health service as SERVING while the server runs.
+    pub service_names: Vec<&'static str>,
+    /// The services themselves (already wrapped in the principal verifier).
+    pub routes: Routes,
+}
+
+/// The server failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("grpc transport: {0}")]
+    Transport(#[from] tonic::transport::Error),
+    #[error("reflection: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
+}
+
+/// Serve until `shutdown` is cancelled, then let in-flight calls finish for
+/// at most [`DRAIN_TIMEOUT`].
+pub async fn serve(
+    listener: TcpListener,
+    options: ServeOptions,
+    shutdown: CancellationToken,
+) -> Result<(), ServeError> {
+    let (reporter, health) = tonic_health::server::health_reporter();
+    for name in &options.service_names {
+        reporter
+            .set_service_status(*name, ServingStatus::Serving)
+            .await;
+    }
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(ithaca_proto::FILE_DESCRIPTOR_SET)
+        .build_v1()?;
+    let routes = options.routes.add_service(health).add_service(reflection);
+
+    let stopping = shutdown.clone();
+    let names = options.service_names.clone();
+    let signal = async move {
+        stopping.cancelled().await;
+        // Tell load balancers and probes first, then stop accepting.
+        for name in names {
+            reporter
+                .set_service_status(name, ServingStatus::NotServing)
+                .await;
+        }
+    };
+    let server = Server::builder()
+        .trace_fn(crate::propagation::server_span)
+        .add_routes(routes)
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), signal);
+    tokio::pin!(server);
+    tokio::select! {
+        result = &mut server => Ok(result?),
+        _ = async { shutdown.cancelled().await; tokio::time::sleep(DRAIN_TIMEOUT).await } => {
+            tracing::warn!(timeout_s = DRAIN_TIMEOUT.as_secs(), "in-flight calls did not finish in time; stopping anyway");
+            Ok(())
+        }
+    }
+}

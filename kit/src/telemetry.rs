@@ -1,0 +1,84 @@
+//! Logging and tracing for a process.
+//!
+//! Logs go to stderr through `tracing-subscriber`, as JSON lines or human
+//! text. Spans always get OpenTelemetry ids (so trace ids exist to store on
+//! trace events and propagate across gRPC); they are exported over OTLP/gRPC
+//! only when `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
+
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+
+/// How log lines look.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Keeps the tracer provider alive; flushes pending spans when dropped.
+pub struct Guard {
+    provider: SdkTracerProvider,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if let Err(err) = self.provider.shutdown() {
+            eprintln!("ithaca: flushing spans failed: {err}");
+        }
+    }
+}
+
+/// Telemetry could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum TelemetryError {
+    #[error("otlp exporter: {0}")]
+    Exporter(#[from] opentelemetry_otlp::ExporterBuildError),
+    #[error("a global subscriber is already installed")]
+    AlreadyInstalled,
+}
+
+/// Install the global subscriber and propagator for `service_name`.
+///
+/// The filter comes from `RUST_LOG` (default `info`).
+pub fn init(service_name: &str, format: LogFormat) -> Result<Guard, TelemetryError> {
+    let mut builder = SdkTracerProvider::builder().with_resource(
+        Resource::builder()
+            .with_service_name(service_name.to_owned())
+            .build(),
+    );
+    if std::env::var_os("OTEL_EXPORTER_OTLP_ENDPOINT").is_some() {
+        let exporter = opentelemetry_otlp::SpanExporter::builder()
+            .with_tonic()
+            .build()?;
+        builder = builder.with_batch_exporter(exporter);
+    }
+    let provider = builder.build();
+    install(provider.clone(), format)?;
+    Ok(Guard { provider })
+}
+
+/// Install the global subscriber with a given provider (tests pass one with
+/// an in-memory exporter).
+pub fn install(provider: SdkTracerProvider, format: LogFormat) -> Result<(), TelemetryError> {
+    opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
+    opentelemetry::global::set_tracer_provider(provider.clone());
+    let otel = tracing_opentelemetry::layer().with_tracer(provider.tracer("ithaca"));
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let registry = tracing_subscriber::registry().with(filter).with(otel);
+    let result = match format {
+        LogFormat::Json => registry
+            .with(tracing_subscriber::fmt::layer().json().with_writer(std::io::stderr))
+            .try_init(),
+        LogFormat::Text => registry
+            .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+            .try_init(),
+    };
+    result.map_err(|_| TelemetryError::AlreadyInstalled)
+}

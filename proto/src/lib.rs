@@ -1,0 +1,41 @@
+//! Ithaca's gRPC contract.
+//!
+//! Generated prost messages and tonic clients/servers for every service
+//! package, plus [`FILE_DESCRIPTOR_SET`]: the encoded descriptor set of all
+//! `.proto` files (imports and source info included). The MCP edge reflects on
+//! it to turn annotated RPCs into tools, and every service serves it through
+//! gRPC server reflection.
+//!
+//! This crate depends on nothing of Ithaca's; every other crate may depend on it.
+
+#![allow(clippy::all, missing_docs)]
+
+/// The encoded `google.protobuf.FileDescriptorSet` of every Ithaca proto file,
+/// with source info (comments) and imported well-known types.
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/ithaca_descriptor.bin"));
+
+pub mod mcp {
+    pub mod v1 {
+        include!(concat!(env!("OUT_DIR"), "/ithaca.mcp.v1.rs"));
+    }
+}
+
+pub mod auth {
+    pub mod v1 {
+        include!(concat!(env!("OUT_DIR"), "/ithaca.auth.v1.rs"));
+    }
+}
+
+pub mod session {
+    pub mod v1 {
+        include!(concat!(env!("OUT_DIR"), "/ithaca.session.v1.rs"));
+    }
+}
+
+/// Fully qualified names of the gRPC services, as health checks and
+/// reflection name them.
+pub mod service_names {
+    pub const AUTH: &str = "ithaca.auth.v1.AuthService";
+    pub const SESSION: &str = "ithaca.session.v1.SessionService";
+}

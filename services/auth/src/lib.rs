@@ -1,0 +1,47 @@
+//! The auth service: tenants and their API keys.
+//!
+//! - [`model`]: scopes, actors and the `dmbg_<env>_<keyid>_<secret>` format.
+//! - [`service`]: who may do what; minting and verifying tokens.
+//! - [`store`]: the `tenants` and `api_keys` tables (SQLite and PostgreSQL).
+//! - [`grpc`]: the `ithaca.auth.v1.AuthService` adapter.
+//!
+//! Secrets are never stored, logged or returned: only `sha256(salt + secret)`
+//! is kept, and the token exists in memory only while it is created or
+//! verified. This crate depends on the kit and the proto crate, never on
+//! another service.
+
+#![forbid(unsafe_code)]
+
+pub mod grpc;
+pub mod model;
+pub mod service;
+pub mod store;
+
+use ithaca_kit::db::{Db, DbError};
+use ithaca_kit::principal::{InternalKey, Verifier};
+use ithaca_kit::server::ServeOptions;
+use ithaca_proto::auth::v1::auth_service_server::AuthServiceServer;
+use tonic::service::Routes;
+
+/// The PostgreSQL schema this service owns.
+pub const SCHEMA: &str = "ithaca_auth";
+
+/// Open (and migrate) the auth database at `url`.
+pub async fn open_db(url: &str, schema: &str) -> Result<Db, DbError> {
+    Db::open(url, schema, store::MIGRATIONS).await
+}
+
+/// The domain service over `db`.
+pub fn service(db: Db) -> service::AuthService {
+    service::AuthService::new(store::Store::new(db))
+}
+
+/// The gRPC routes of the auth service, behind the principal verifier.
+pub fn serve_options(db: Db, key: InternalKey) -> ServeOptions {
+    let grpc = grpc::Grpc { service: service(db) };
+    let server = AuthServiceServer::with_interceptor(grpc, Verifier::new(key));
+    ServeOptions {
+        service_names: vec![ithaca_proto::service_names::AUTH],
+        routes: Routes::new(server),
+    }
+}

@@ -1,0 +1,241 @@
+//! The auth domain: who may do what with tenants and keys, how tokens are
+//! minted and verified.
+
+use crate::model::{self, KeyActor, Scope, TokenParts};
+use crate::store::{KeyRow, Store, TenantRow};
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use ithaca_kit::clock;
+use ithaca_kit::error::{Code, ServiceError};
+use ithaca_kit::principal::{Actor, Principal};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+/// How often a key's last-used time is rewritten at most.
+const LAST_USED_INTERVAL_MS: i64 = 10_000;
+
+/// The one answer for every token that does not verify, whatever the reason.
+pub const INVALID_KEY: &str = "invalid api key";
+
+/// A newly created key with its one-time token.
+#[derive(Debug)]
+pub struct NewKey {
+    pub row: KeyRow,
+    pub token: String,
+}
+
+/// What a verified token stands for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verified {
+    pub tenant_id: String,
+    pub key_id: String,
+    pub scopes: Vec<String>,
+    pub actor: KeyActor,
+}
+
+/// What CreateKey needs.
+#[derive(Debug, Default, Clone)]
+pub struct KeySpec {
+    pub tenant_id: String,
+    pub scopes: Vec<String>,
+    pub actor: Option<KeyActor>,
+    pub label: String,
+    pub env: String,
+}
+
+/// Tenants and keys.
+#[derive(Clone, Debug)]
+pub struct AuthService {
+    store: Store,
+}
+
+impl AuthService {
+    pub fn new(store: Store) -> Self {
+        AuthService { store }
+    }
+
+    pub async fn create_tenant(
+        &self,
+        caller: &Principal,
+        name: &str,
+    ) -> Result<TenantRow, ServiceError> {
+        require_system(caller)?;
+        let name = name.trim();
+        if name.is_empty() || name.len() > 200 {
+            return Err(ServiceError::invalid("name: must be 1 to 200 characters"));
+        }
+        let row = TenantRow {
+            tenant_id: uuid::Uuid::new_v4().to_string(),
+            name: name.to_owned(),
+            created_at_ms: clock::now_ms(),
+        };
+        self.store.insert_tenant(&row).await?;
+        tracing::info!(tenant_id = %row.tenant_id, "tenant created");
+        Ok(row)
+    }
+
+    pub async fn list_tenants(&self, caller: &Principal) -> Result<Vec<TenantRow>, ServiceError> {
+        require_system(caller)?;
+        Ok(self.store.list_tenants().await?)
+    }
+
+    pub async fn create_key(
+        &self,
+        caller: &Principal,
+        spec: KeySpec,
+    ) -> Result<NewKey, ServiceError> {
+        let tenant_id = self.target_tenant(caller, &spec.tenant_id).await?;
+        let actor = spec
+            .actor
+            .ok_or_else(|| ServiceError::invalid("actor: must be human or agent"))?;
+        if spec.scopes.is_empty() {
+            return Err(ServiceError::invalid("scopes: at least one scope is required"));
+        }
+        let mut scopes = Vec::new();
+        for name in &spec.scopes {
+            let scope = Scope::parse(name.trim()).map_err(|e| ServiceError::invalid(format!("scopes: {e}")))?;
+            if !scopes.contains(&scope) {
+                scopes.push(scope);
+            }
+        }
+        scopes.sort();
+        if scopes.contains(&Scope::ApprovalsDecide) && actor != KeyActor::Human {
+            return Err(ServiceError::invalid(
+                "scopes: approvals:decide can only be granted to a human key",
+            ));
+        }
+        let env = if spec.env.is_empty() { "test" } else { spec.env.as_str() };
+        let env = model::parse_env(env).map_err(|e| ServiceError::invalid(format!("env: {e}")))?;
+        if spec.label.len() > 200 {
+            return Err(ServiceError::invalid("label: at most 200 characters"));
+        }
+
+        let key_id = uuid::Uuid::new_v4().simple().to_string();
+        let secret = URL_SAFE_NO_PAD.encode(rand::random::<[u8; 32]>());
+        let salt = hex::encode(rand::random::<[u8; 16]>());
+        let row = KeyRow {
+            key_id: key_id.clone(),
+            tenant_id,
+            env: env.to_owned(),
+            secret_hash: hash_secret(&salt, &secret),
+            salt,
+            scopes: scopes.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(" "),
+            actor: actor.as_str().to_owned(),
+            label: spec.label.trim().to_owned(),
+            created_at_ms: clock::now_ms(),
+            revoked_at_ms: None,
+            last_used_at_ms: None,
+        };
+        self.store.insert_key(&row).await?;
+        tracing::info!(tenant_id = %row.tenant_id, key_id = %row.key_id, actor = %row.actor, "api key created");
+        let token = format!("{}_{env}_{key_id}_{secret}", model::TOKEN_PREFIX);
+        Ok(NewKey { row, token })
+    }
+
+    pub async fn list_keys(
+        &self,
+        caller: &Principal,
+        tenant_id: &str,
+        include_revoked: bool,
+    ) -> Result<Vec<KeyRow>, ServiceError> {
+        let tenant_id = self.target_tenant(caller, tenant_id).await?;
+        Ok(self.store.list_keys(&tenant_id, include_revoked).await?)
+    }
+
+    pub async fn revoke_key(
+        &self,
+        caller: &Principal,
+        tenant_id: &str,
+        key_id: &str,
+    ) -> Result<KeyRow, ServiceError> {
+        let tenant_id = self.target_tenant(caller, tenant_id).await?;
+        if !model::is_key_id(key_id) {
+            return Err(ServiceError::invalid("key_id: must be 32 lowercase hex digits"));
+        }
+        let row = self
+            .store
+            .revoke_key(&tenant_id, key_id, clock::now_ms())
+            .await?
+            .ok_or_else(|| ServiceError::not_found(format!("key_id: no key {key_id}")))?;
+        tracing::info!(tenant_id = %row.tenant_id, key_id = %row.key_id, "api key revoked");
+        Ok(row)
+    }
+
+    /// Seed 000's verification: split, look up, refuse revoked, compare
+    /// `sha256(salt + secret)` in constant time.
+    pub async fn verify(&self, caller: &Principal, token: &str) -> Result<Verified, ServiceError> {
+        require_system(caller)?;
+        let unauthenticated = || ServiceError::new(Code::Unauthenticated, INVALID_KEY);
+        let Some(TokenParts { env, key_id, secret }) = model::parse_token(token) else {
+            return Err(unauthenticated());
+        };
+        let Some(row) = self.store.find_key(key_id).await? else {
+            // Hash anyway so an unknown id costs what a known one does.
+            let _ = hash_secret("0000000000000000", secret);
+            return Err(unauthenticated());
+        };
+        let computed = hash_secret(&row.salt, secret);
+        let matches: bool = computed.as_bytes().ct_eq(row.secret_hash.as_bytes()).into();
+        if !matches || row.revoked_at_ms.is_some() || row.env != env {
+            return Err(unauthenticated());
+        }
+        let actor = KeyActor::parse(&row.actor).ok_or_else(unauthenticated)?;
+        if let Err(err) = self
+            .store
+            .touch_last_used(&row.key_id, clock::now_ms(), LAST_USED_INTERVAL_MS)
+            .await
+        {
+            // Losing a last-used update must not fail a valid request.
+            tracing::warn!(error = %err, key_id = %row.key_id, "recording last use failed");
+        }
+        Ok(Verified {
+            tenant_id: row.tenant_id,
+            key_id: row.key_id,
+            scopes: row.scopes.split_whitespace().map(str::to_owned).collect(),
+            actor,
+        })
+    }
+
+    /// The tenant a key-administration call acts on. System callers name it;
+    /// humans act on their own tenant only; agents may not administer keys.
+    async fn target_tenant(
+        &self,
+        caller: &Principal,
+        requested: &str,
+    ) -> Result<String, ServiceError> {
+        let tenant_id = match caller.actor {
+            Actor::System if requested.is_empty() => {
+                return Err(ServiceError::invalid("tenant_id: required"));
+            }
+            Actor::System => requested.to_owned(),
+            Actor::Human if requested.is_empty() || requested == caller.tenant_id => {
+                caller.tenant_id.clone()
+            }
+            // Another tenant is indistinguishable from a missing one.
+            Actor::Human => return Err(ServiceError::not_found("tenant_id: no such tenant")),
+            Actor::Agent => {
+                return Err(ServiceError::denied("agent keys cannot administer keys"));
+            }
+        };
+        if !self.store.tenant_exists(&tenant_id).await? {
+            return Err(ServiceError::not_found("tenant_id: no such tenant"));
+        }
+        Ok(tenant_id)
+    }
+}
+
+fn require_system(caller: &Principal) -> Result<(), ServiceError> {
+    if caller.actor == Actor::System {
+        Ok(())
+    } else {
+        Err(ServiceError::denied("only system callers may do this"))
+    }
+}
+
+/// `hex(sha256(salt + secret))`, the only form in which a secret is stored.
+fn hash_secret(salt: &str, secret: &str) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(salt.as_bytes());
+    hasher.update(secret.as_bytes());
+    hex::encode(hasher.finalize())
+}

@@ -1,0 +1,174 @@
+//! The auth service's SQL. Each query is written once and runs on SQLite and
+//! PostgreSQL alike (see `ithaca_kit::db`).
+
+use ithaca_kit::db::{Db, Migrations};
+use ithaca_kit::with_pool;
+use sqlx::migrate::Migrator;
+
+static SQLITE: Migrator = sqlx::migrate!("./migrations/sqlite");
+static POSTGRES: Migrator = sqlx::migrate!("./migrations/postgres");
+
+/// This service's migrations.
+pub const MIGRATIONS: Migrations = Migrations {
+    sqlite: &SQLITE,
+    postgres: &POSTGRES,
+};
+
+/// A tenant row.
+#[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
+pub struct TenantRow {
+    pub tenant_id: String,
+    pub name: String,
+    pub created_at_ms: i64,
+}
+
+/// A key row. `salt` and `secret_hash` stay inside this crate.
+#[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
+pub struct KeyRow {
+    pub key_id: String,
+    pub tenant_id: String,
+    pub env: String,
+    pub salt: String,
+    pub secret_hash: String,
+    /// Space-separated scope names.
+    pub scopes: String,
+    pub actor: String,
+    pub label: String,
+    pub created_at_ms: i64,
+    pub revoked_at_ms: Option<i64>,
+    pub last_used_at_ms: Option<i64>,
+}
+
+const KEY_COLUMNS: &str = "key_id, tenant_id, env, salt, secret_hash, scopes, actor, label, \
+     created_at_ms, revoked_at_ms, last_used_at_ms";
+
+/// The auth tables.
+#[derive(Clone, Debug)]
+pub struct Store {
+    db: Db,
+}
+
+impl Store {
+    pub fn new(db: Db) -> Self {
+        Store { db }
+    }
+
+    pub async fn insert_tenant(&self, row: &TenantRow) -> Result<(), sqlx::Error> {
+        let _gate = self.db.write_gate().await;
+        let sql = "INSERT INTO tenants (tenant_id, name, created_at_ms) VALUES ($1, $2, $3)";
+        with_pool!(self.db, pool => sqlx::query(sql)
+            .bind(&row.tenant_id)
+            .bind(&row.name)
+            .bind(row.created_at_ms)
+            .execute(pool)
+            .await
+            .map(|r| r.rows_affected()))?;
+        Ok(())
+    }
+
+    pub async fn list_tenants(&self) -> Result<Vec<TenantRow>, sqlx::Error> {
+        let sql = "SELECT tenant_id, name, created_at_ms FROM tenants ORDER BY created_at_ms, tenant_id";
+        with_pool!(self.db, pool => sqlx::query_as::<_, TenantRow>(sql).fetch_all(pool).await)
+    }
+
+    pub async fn tenant_exists(&self, tenant_id: &str) -> Result<bool, sqlx::Error> {
+        let sql = "SELECT COUNT(*) FROM tenants WHERE tenant_id = $1";
+        let n: i64 = with_pool!(self.db, pool => sqlx::query_scalar(sql).bind(tenant_id).fetch_one(pool).await)?;
+        Ok(n > 0)
+    }
+
+    pub async fn insert_key(&self, row: &KeyRow) -> Result<(), sqlx::Error> {
+        let _gate = self.db.write_gate().await;
+        let sql = format!(
+            "INSERT INTO api_keys ({KEY_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+        );
+        with_pool!(self.db, pool => sqlx::query(&sql)
+            .bind(&row.key_id)
+            .bind(&row.tenant_id)
+            .bind(&row.env)
+            .bind(&row.salt)
+            .bind(&row.secret_hash)
+            .bind(&row.scopes)
+            .bind(&row.actor)
+            .bind(&row.label)
+            .bind(row.created_at_ms)
+            .bind(row.revoked_at_ms)
+            .bind(row.last_used_at_ms)
+            .execute(pool)
+            .await
+            .map(|r| r.rows_affected()))?;
+        Ok(())
+    }
+
+    /// A tenant's keys, oldest first.
+    pub async fn list_keys(
+        &self,
+        tenant_id: &str,
+        include_revoked: bool,
+    ) -> Result<Vec<KeyRow>, sqlx::Error> {
+        let sql = format!(
+            "SELECT {KEY_COLUMNS} FROM api_keys WHERE tenant_id = $1 \
+             AND ($2 OR revoked_at_ms IS NULL) ORDER BY created_at_ms, key_id"
+        );
+        with_pool!(self.db, pool => sqlx::query_as::<_, KeyRow>(&sql)
+            .bind(tenant_id)
+            .bind(include_revoked)
+            .fetch_all(pool)
+            .await)
+    }
+
+    /// Look a key up by id alone, for verification.
+    pub async fn find_key(&self, key_id: &str) -> Result<Option<KeyRow>, sqlx::Error> {
+        let sql = format!("SELECT {KEY_COLUMNS} FROM api_keys WHERE key_id = $1");
+        with_pool!(self.db, pool => sqlx::query_as::<_, KeyRow>(&sql)
+            .bind(key_id)
+            .fetch_optional(pool)
+            .await)
+    }
+
+    /// Revoke a tenant's key; `None` when the tenant has no such key. Revoking
+    /// twice keeps the first revocation time.
+    pub async fn revoke_key(
+        &self,
+        tenant_id: &str,
+        key_id: &str,
+        now_ms: i64,
+    ) -> Result<Option<KeyRow>, sqlx::Error> {
+        {
+            let _gate = self.db.write_gate().await;
+            let sql = "UPDATE api_keys SET revoked_at_ms = COALESCE(revoked_at_ms, $3) \
+                       WHERE tenant_id = $1 AND key_id = $2";
+            with_pool!(self.db, pool => sqlx::query(sql)
+                .bind(tenant_id)
+                .bind(key_id)
+                .bind(now_ms)
+                .execute(pool)
+                .await
+                .map(|r| r.rows_affected()))?;
+        }
+        let key = self.find_key(key_id).await?;
+        Ok(key.filter(|k| k.tenant_id == tenant_id))
+    }
+
+    /// Record a successful verification. Written at most once per
+    /// `min_interval_ms` per key, so a busy key does not turn every request
+    /// into a write.
+    pub async fn touch_last_used(
+        &self,
+        key_id: &str,
+        now_ms: i64,
+        min_interval_ms: i64,
+    ) -> Result<(), sqlx::Error> {
+        let _gate = self.db.write_gate().await;
+        let sql = "UPDATE api_keys SET last_used_at_ms = $2 WHERE key_id = $1 \
+                   AND (last_used_at_ms IS NULL OR last_used_at_ms <= $3)";
+        with_pool!(self.db, pool => sqlx::query(sql)
+            .bind(key_id)
+            .bind(now_ms)
+            .bind(now_ms - min_interval_ms)
+            .execute(pool)
+            .await
+            .map(|r| r.rows_affected()))?;
+        Ok(())
+    }
+}
