@@ -1,1 +1,79 @@
-fn main(){}
+//! `ithaca`: one binary for every Ithaca process.
+//!
+//! - `ithaca up` runs the local stack (every service in one process, each on
+//!   its own loopback port, real gRPC between them, SQLite files).
+//! - `ithaca serve <service>` runs one service, as a Kubernetes pod does.
+//! - `ithaca keys …` / `ithaca tenants …` administer a running auth service
+//!   over gRPC, so they work against a laptop and a cluster alike.
+//!
+//! Layout: [`services`] names the services, [`stack`] the data directory and
+//! the stack file, [`up`] and [`serve`] run services, [`admin`] is the
+//! administration commands.
+
+#![forbid(unsafe_code)]
+
+mod admin;
+mod serve;
+mod services;
+mod stack;
+mod up;
+
+use clap::{Parser, Subcommand};
+use ithaca_kit::config::CommonArgs;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "ithaca", version, about = "One MCP endpoint into a research platform of gRPC services")]
+struct Cli {
+    #[command(flatten)]
+    common: CommonArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the local stack: every service in one process, each on its own
+    /// loopback port, SQLite under the data directory.
+    Up(up::UpArgs),
+    /// Run one service (edge, auth, session, skills, broker, approvals).
+    Serve(serve::ServeArgs),
+    /// Create, list, revoke and verify API keys on a running auth service.
+    #[command(subcommand)]
+    Keys(admin::KeysCommand),
+    /// Create and list tenants on a running auth service.
+    #[command(subcommand)]
+    Tenants(admin::TenantsCommand),
+    /// Speak MCP over stdio. Arrives with the MCP edge.
+    Mcp,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(err) => {
+            eprintln!("ithaca: cannot start the async runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async move {
+        match cli.command {
+            Command::Up(args) => up::run(&cli.common, args).await,
+            Command::Serve(args) => serve::run(&cli.common, args).await,
+            Command::Keys(cmd) => admin::keys(&cli.common, cmd).await,
+            Command::Tenants(cmd) => admin::tenants(&cli.common, cmd).await,
+            Command::Mcp => Err(anyhow::anyhow!(
+                "the MCP edge is not built yet; it arrives with the edge issue"
+            )),
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            // The full cause chain, once, where the error leaves the process.
+            eprintln!("ithaca: error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,168 @@
+//! The tonic adapter: protobuf in, domain call, protobuf out. No logic here.
+
+use crate::service::SessionService;
+use crate::store::{EventRow, SessionRow};
+use ithaca_kit::error::ServiceError;
+use ithaca_kit::{clock, json, principal};
+use ithaca_proto::session::v1 as pb;
+use ithaca_proto::session::v1::session_service_server::SessionService as Rpc;
+use std::pin::Pin;
+use tokio_stream::{Stream, StreamExt};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+
+/// The gRPC face of [`SessionService`].
+#[derive(Clone, Debug)]
+pub struct Grpc {
+    pub service: SessionService,
+}
+
+impl Grpc {
+    fn descriptor(&self, row: SessionRow) -> pb::SessionDescriptor {
+        pb::SessionDescriptor {
+            trace_stream: self.service.trace_stream(&row.session_id),
+            session_id: row.session_id,
+            tenant_id: row.tenant_id,
+            title: row.title,
+            created_at: clock::rfc3339(row.created_at_ms),
+            status: row.status,
+        }
+    }
+}
+
+fn event(row: EventRow) -> pb::TraceEvent {
+    let payload = serde_json::from_str(&row.payload).unwrap_or(serde_json::Value::Null);
+    pb::TraceEvent {
+        session_id: row.session_id,
+        seq: row.seq,
+        r#type: row.event_type,
+        payload: Some(json::to_struct(payload)),
+        created_at: clock::rfc3339(row.created_at_ms),
+        trace_id: row.trace_id,
+    }
+}
+
+type EventStream = Pin<Box<dyn Stream<Item = Result<pb::TraceEvent, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Rpc for Grpc {
+    async fn session_context(
+        &self,
+        request: Request<pb::SessionContextRequest>,
+    ) -> Result<Response<pb::SessionDescriptor>, Status> {
+        let caller = principal::of(&request)?;
+        let req = request.get_ref();
+        let row = self
+            .service
+            .session_context(&caller, &req.prompt, req.title.as_deref(), req.session_id.as_deref())
+            .await?;
+        Ok(Response::new(self.descriptor(row)))
+    }
+
+    async fn close_session(
+        &self,
+        request: Request<pb::CloseSessionRequest>,
+    ) -> Result<Response<pb::SessionDescriptor>, Status> {
+        let caller = principal::of(&request)?;
+        let row = self
+            .service
+            .close(&caller, request.get_ref().session_id.as_deref())
+            .await?;
+        Ok(Response::new(self.descriptor(row)))
+    }
+
+    async fn get_current_session(
+        &self,
+        request: Request<pb::GetCurrentSessionRequest>,
+    ) -> Result<Response<pb::SessionDescriptor>, Status> {
+        let caller = principal::of(&request)?;
+        let row = self.service.current(&caller).await?;
+        Ok(Response::new(self.descriptor(row)))
+    }
+
+    async fn get_session(
+        &self,
+        request: Request<pb::GetSessionRequest>,
+    ) -> Result<Response<pb::SessionDescriptor>, Status> {
+        let caller = principal::of(&request)?;
+        let row = self.service.get(&caller, &request.get_ref().session_id).await?;
+        Ok(Response::new(self.descriptor(row)))
+    }
+
+    async fn archive_session(
+        &self,
+        request: Request<pb::ArchiveSessionRequest>,
+    ) -> Result<Response<pb::SessionDescriptor>, Status> {
+        let caller = principal::of(&request)?;
+        let row = self.service.archive(&caller, &request.get_ref().session_id).await?;
+        Ok(Response::new(self.descriptor(row)))
+    }
+
+    async fn list_prompts(
+        &self,
+        request: Request<pb::ListPromptsRequest>,
+    ) -> Result<Response<pb::ListPromptsResponse>, Status> {
+        let caller = principal::of(&request)?;
+        let rows = self.service.prompts(&caller, &request.get_ref().session_id).await?;
+        Ok(Response::new(pb::ListPromptsResponse {
+            prompts: rows
+                .into_iter()
+                .map(|p| pb::Prompt {
+                    position: p.position,
+                    text: p.text,
+                    created_at: clock::rfc3339(p.created_at_ms),
+                })
+                .collect(),
+        }))
+    }
+
+    async fn append_event(
+        &self,
+        request: Request<pb::AppendEventRequest>,
+    ) -> Result<Response<pb::TraceEvent>, Status> {
+        let caller = principal::of(&request)?;
+        let req = request.into_inner();
+        let event_type = pb::EventType::try_from(req.r#type)
+            .map_err(|_| ServiceError::invalid(format!("type: unknown event type {}", req.r#type)))?;
+        let payload = req
+            .payload
+            .map_or_else(|| serde_json::json!({}), json::from_struct);
+        let row = self
+            .service
+            .append(&caller, &req.session_id, event_type, payload)
+            .await?;
+        Ok(Response::new(event(row)))
+    }
+
+    async fn read_events(
+        &self,
+        request: Request<pb::ReadEventsRequest>,
+    ) -> Result<Response<pb::ReadEventsResponse>, Status> {
+        let caller = principal::of(&request)?;
+        let req = request.get_ref();
+        let (rows, last_seq) = self
+            .service
+            .read(&caller, &req.session_id, req.after_seq, req.limit)
+            .await?;
+        Ok(Response::new(pb::ReadEventsResponse {
+            events: rows.into_iter().map(event).collect(),
+            last_seq,
+        }))
+    }
+
+    type TailEventsStream = EventStream;
+
+    async fn tail_events(
+        &self,
+        request: Request<pb::TailEventsRequest>,
+    ) -> Result<Response<Self::TailEventsStream>, Status> {
+        let caller = principal::of(&request)?;
+        let req = request.get_ref();
+        let rx = self
+            .service
+            .tail(&caller, &req.session_id, req.after_seq)
+            .await?;
+        let stream = ReceiverStream::new(rx).map(|item| item.map(event).map_err(Status::from));
+        Ok(Response::new(Box::pin(stream)))
+    }
+}

@@ -1,0 +1,138 @@
+//! Session domain types: statuses, event kinds, ids and titles.
+
+use ithaca_kit::error::ServiceError;
+use ithaca_proto::session::v1::EventType;
+
+/// Longest prompt accepted, in bytes.
+pub const MAX_PROMPT_BYTES: usize = 100_000;
+/// Longest explicit title accepted, in characters.
+pub const MAX_TITLE_CHARS: usize = 200;
+/// Derived titles are cut to this many characters.
+pub const DERIVED_TITLE_CHARS: usize = 80;
+/// Largest event payload accepted, as JSON bytes.
+pub const MAX_PAYLOAD_BYTES: usize = 1 << 20;
+
+/// Where a session is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    Open,
+    Closed,
+    Archived,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Open => "open",
+            Status::Closed => "closed",
+            Status::Archived => "archived",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Status> {
+        match s {
+            "open" => Some(Status::Open),
+            "closed" => Some(Status::Closed),
+            "archived" => Some(Status::Archived),
+            _ => None,
+        }
+    }
+}
+
+/// The snake_case name of an event type, as stored and shown.
+pub fn event_name(t: EventType) -> Option<&'static str> {
+    Some(match t {
+        EventType::Unspecified => return None,
+        EventType::SessionOpen => "session_open",
+        EventType::Reasoning => "reasoning",
+        EventType::ToolCall => "tool_call",
+        EventType::ToolResult => "tool_result",
+        EventType::StrategyProposed => "strategy_proposed",
+        EventType::RunTransition => "run_transition",
+        EventType::Denial => "denial",
+        EventType::Error => "error",
+    })
+}
+
+/// Events that complete work already under way. A closed session still
+/// accepts them for a short grace period, so a tool call that was running
+/// when the session closed can record how it ended.
+pub fn completes_in_flight(t: EventType) -> bool {
+    matches!(
+        t,
+        EventType::ToolResult | EventType::RunTransition | EventType::Error
+    )
+}
+
+/// Check a session id's shape (a UUID) and return it in canonical form.
+pub fn parse_session_id(s: &str) -> Result<String, ServiceError> {
+    uuid::Uuid::parse_str(s.trim())
+        .map(|u| u.hyphenated().to_string())
+        .map_err(|_| ServiceError::invalid("session_id: not a session id (expected a UUID)"))
+}
+
+/// The title to store: the given one, or the prompt's first non-empty line.
+pub fn resolve_title(title: Option<&str>, prompt: &str) -> Result<String, ServiceError> {
+    if let Some(title) = title.map(str::trim).filter(|t| !t.is_empty()) {
+        if title.chars().count() > MAX_TITLE_CHARS {
+            return Err(ServiceError::invalid(format!(
+                "title: at most {MAX_TITLE_CHARS} characters"
+            )));
+        }
+        return Ok(title.to_owned());
+    }
+    let line = prompt
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("Untitled session");
+    if line.chars().count() <= DERIVED_TITLE_CHARS {
+        return Ok(line.to_owned());
+    }
+    let cut: String = line.chars().take(DERIVED_TITLE_CHARS - 1).collect();
+    Ok(format!("{}…", cut.trim_end()))
+}
+
+/// Check a prompt: present, not blank, not huge.
+pub fn check_prompt(prompt: &str) -> Result<(), ServiceError> {
+    if prompt.trim().is_empty() {
+        return Err(ServiceError::invalid("prompt: required and must not be blank"));
+    }
+    if prompt.len() > MAX_PROMPT_BYTES {
+        return Err(ServiceError::invalid(format!(
+            "prompt: at most {MAX_PROMPT_BYTES} bytes"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn title_comes_from_the_first_non_empty_line() {
+        let t = resolve_title(None, "\n  Research NVDA momentum  \nthen backtest").expect("valid");
+        assert_eq!(t, "Research NVDA momentum");
+        let t = resolve_title(Some("  NVDA  "), "whatever").expect("valid");
+        assert_eq!(t, "NVDA");
+        let t = resolve_title(Some("   "), "fallback line").expect("valid");
+        assert_eq!(t, "fallback line");
+    }
+
+    #[test]
+    fn long_first_lines_are_cut_on_a_character_boundary() {
+        let prompt = "é".repeat(300);
+        let t = resolve_title(None, &prompt).expect("valid");
+        assert_eq!(t.chars().count(), DERIVED_TITLE_CHARS);
+        assert!(t.ends_with('…'));
+    }
+
+    #[test]
+    fn rejects_blank_prompts_and_bad_ids() {
+        assert!(check_prompt(" \n ").is_err());
+        assert!(check_prompt("ok").is_ok());
+        assert!(parse_session_id("sess_123").is_err());
+        assert!(parse_session_id("9b2f7c1e-8d4a-4c3b-9f0e-1a2b3c4d5e6f").is_ok());
+    }
+}

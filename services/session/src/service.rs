@@ -1,0 +1,396 @@
+//! The session domain: `session_context` semantics (seed 002), statuses, the
+//! current session per (tenant, agent), appends, reads and live tails.
+
+use crate::model::{self, Status};
+use crate::store::{AppendScope, EventRow, NewEvent, PromptRow, Refusal, SessionRow, Store};
+use crate::tail::Notifier;
+use ithaca_kit::clock;
+use ithaca_kit::error::ServiceError;
+use ithaca_kit::principal::Principal;
+use ithaca_kit::propagation;
+use ithaca_proto::session::v1::EventType;
+use serde_json::json;
+use std::time::Duration;
+use tokio::sync::{broadcast, mpsc};
+use tokio_util::sync::CancellationToken;
+
+/// Default and largest page of a read.
+pub const DEFAULT_READ_LIMIT: i64 = 100;
+pub const MAX_READ_LIMIT: i64 = 1000;
+
+/// The domain code agents see when they skip `session_context`.
+pub const NO_ACTIVE_SESSION: &str = "NO_ACTIVE_SESSION";
+
+/// How a session service behaves.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The public base URL of the edge, for `trace_stream` links.
+    pub public_url: String,
+    /// How long after closing a session still accepts the results of calls
+    /// that were in flight.
+    pub closed_grace: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            public_url: "http://127.0.0.1:8080".to_owned(),
+            closed_grace: Duration::from_secs(300),
+        }
+    }
+}
+
+/// Sessions and their traces.
+#[derive(Clone, Debug)]
+pub struct SessionService {
+    store: Store,
+    notifier: Notifier,
+    config: Config,
+    /// Ends live tails when the server shuts down, so draining can finish.
+    shutdown: CancellationToken,
+}
+
+impl SessionService {
+    pub fn new(store: Store, config: Config, shutdown: CancellationToken) -> Self {
+        let notifier = Notifier::default();
+        crate::tail::spawn_listener(store.db(), notifier.clone(), shutdown.clone());
+        SessionService {
+            store,
+            notifier,
+            config,
+            shutdown,
+        }
+    }
+
+    /// The SSE URL of a session's trace.
+    pub fn trace_stream(&self, session_id: &str) -> String {
+        format!(
+            "{}/api/sessions/{session_id}/events/stream",
+            self.config.public_url.trim_end_matches('/')
+        )
+    }
+
+    /// Create a session, or resume `session_id`; see seed 002.
+    pub async fn session_context(
+        &self,
+        caller: &Principal,
+        prompt: &str,
+        title: Option<&str>,
+        session_id: Option<&str>,
+    ) -> Result<SessionRow, ServiceError> {
+        let tenant_id = tenant(caller)?;
+        let agent_id = agent(caller)?;
+        model::check_prompt(prompt)?;
+        let now = clock::now_ms();
+        let trace_id = propagation::current_trace_id();
+        let reasoning = NewEvent {
+            event_type: "reasoning",
+            payload: json!({"source": "session_context", "prompt": prompt}).to_string(),
+            trace_id: trace_id.clone(),
+        };
+
+        if let Some(session_id) = session_id.filter(|s| !s.trim().is_empty()) {
+            let session_id = model::parse_session_id(session_id)?;
+            let scope = AppendScope {
+                tenant_id,
+                session_id: &session_id,
+                now_ms: now,
+                closed_since_ms: None,
+            };
+            let events = self
+                .store
+                .resume(&scope, agent_id, prompt, std::slice::from_ref(&reasoning))
+                .await?
+                .map_err(|r| refusal(r, &session_id))?;
+            self.publish(&events);
+            tracing::info!(%session_id, %tenant_id, %agent_id, "session resumed");
+            return self.get(caller, &session_id).await;
+        }
+
+        let row = SessionRow {
+            session_id: uuid::Uuid::new_v4().hyphenated().to_string(),
+            tenant_id: tenant_id.to_owned(),
+            agent_id: agent_id.to_owned(),
+            title: model::resolve_title(title, prompt)?,
+            status: Status::Open.as_str().to_owned(),
+            created_at_ms: now,
+            updated_at_ms: now,
+            closed_at_ms: None,
+            last_seq: 0,
+            prompt_count: 1,
+        };
+        let open = NewEvent {
+            event_type: "session_open",
+            payload: json!({"title": row.title, "agent_id": agent_id, "actor": caller.actor.as_str()})
+                .to_string(),
+            trace_id,
+        };
+        let events = self.store.create(&row, prompt, &[open, reasoning]).await?;
+        self.publish(&events);
+        tracing::info!(session_id = %row.session_id, %tenant_id, %agent_id, "session opened");
+        Ok(SessionRow {
+            last_seq: events.last().map_or(0, |e| e.seq),
+            ..row
+        })
+    }
+
+    /// The caller's current open session, or NO_ACTIVE_SESSION.
+    pub async fn current(&self, caller: &Principal) -> Result<SessionRow, ServiceError> {
+        let tenant_id = tenant(caller)?;
+        let agent_id = agent(caller)?;
+        match self.store.current(tenant_id, agent_id).await? {
+            Some(row) if row.status == Status::Open.as_str() => Ok(row),
+            _ => Err(no_active_session()),
+        }
+    }
+
+    pub async fn get(&self, caller: &Principal, session_id: &str) -> Result<SessionRow, ServiceError> {
+        let tenant_id = tenant(caller)?;
+        let session_id = model::parse_session_id(session_id)?;
+        self.store
+            .get(tenant_id, &session_id)
+            .await?
+            .ok_or_else(|| not_found(&session_id))
+    }
+
+    /// Close a session (the current one when `session_id` is absent).
+    pub async fn close(
+        &self,
+        caller: &Principal,
+        session_id: Option<&str>,
+    ) -> Result<SessionRow, ServiceError> {
+        let tenant_id = tenant(caller)?;
+        let session_id = match session_id.filter(|s| !s.trim().is_empty()) {
+            Some(id) => model::parse_session_id(id)?,
+            None => self.current(caller).await?.session_id,
+        };
+        let closed = self
+            .store
+            .transition(tenant_id, &session_id, "open", "closed", clock::now_ms())
+            .await?;
+        let row = self.get(caller, &session_id).await?;
+        if !closed && row.status != Status::Closed.as_str() {
+            return Err(ServiceError::precondition(format!(
+                "session_id: session {session_id} is {}",
+                row.status
+            ))
+            .with_domain("SESSION_NOT_OPEN"));
+        }
+        self.store.clear_current(tenant_id, &session_id).await?;
+        tracing::info!(%session_id, %tenant_id, "session closed");
+        Ok(row)
+    }
+
+    /// Archive a closed session.
+    pub async fn archive(&self, caller: &Principal, session_id: &str) -> Result<SessionRow, ServiceError> {
+        let tenant_id = tenant(caller)?;
+        let session_id = model::parse_session_id(session_id)?;
+        let changed = self
+            .store
+            .transition(tenant_id, &session_id, "closed", "archived", clock::now_ms())
+            .await?;
+        let row = self.get(caller, &session_id).await?;
+        if !changed && row.status != Status::Archived.as_str() {
+            return Err(ServiceError::precondition(format!(
+                "session_id: only a closed session can be archived; {session_id} is {}",
+                row.status
+            )));
+        }
+        Ok(row)
+    }
+
+    pub async fn prompts(&self, caller: &Principal, session_id: &str) -> Result<Vec<PromptRow>, ServiceError> {
+        let row = self.get(caller, session_id).await?;
+        Ok(self.store.prompts(&row.session_id).await?)
+    }
+
+    /// Append one event with the current trace id.
+    pub async fn append(
+        &self,
+        caller: &Principal,
+        session_id: &str,
+        event_type: EventType,
+        payload: serde_json::Value,
+    ) -> Result<EventRow, ServiceError> {
+        let tenant_id = tenant(caller)?;
+        let session_id = model::parse_session_id(session_id)?;
+        let name = model::event_name(event_type)
+            .ok_or_else(|| ServiceError::invalid("type: an event type is required"))?;
+        let payload = payload.to_string();
+        if payload.len() > model::MAX_PAYLOAD_BYTES {
+            return Err(ServiceError::invalid(format!(
+                "payload: at most {} bytes of JSON",
+                model::MAX_PAYLOAD_BYTES
+            )));
+        }
+        let now = clock::now_ms();
+        let grace_ms = i64::try_from(self.config.closed_grace.as_millis()).unwrap_or(i64::MAX);
+        let scope = AppendScope {
+            tenant_id,
+            session_id: &session_id,
+            now_ms: now,
+            closed_since_ms: model::completes_in_flight(event_type).then_some(now - grace_ms),
+        };
+        let event = NewEvent {
+            event_type: name,
+            payload,
+            trace_id: propagation::current_trace_id(),
+        };
+        let row = self
+            .store
+            .append(&scope, &event)
+            .await?
+            .map_err(|r| refusal(r, &session_id))?;
+        self.notifier.publish(&row.session_id, row.seq);
+        Ok(row)
+    }
+
+    /// Events after `after_seq`, and the session's last seq.
+    pub async fn read(
+        &self,
+        caller: &Principal,
+        session_id: &str,
+        after_seq: i64,
+        limit: i32,
+    ) -> Result<(Vec<EventRow>, i64), ServiceError> {
+        if after_seq < 0 {
+            return Err(ServiceError::invalid("after_seq: must not be negative"));
+        }
+        let limit = match i64::from(limit) {
+            0 => DEFAULT_READ_LIMIT,
+            n if n < 0 => return Err(ServiceError::invalid("limit: must not be negative")),
+            n => n.min(MAX_READ_LIMIT),
+        };
+        let row = self.get(caller, session_id).await?;
+        let events = self.store.read(&row.session_id, after_seq, limit).await?;
+        Ok((events, row.last_seq))
+    }
+
+    /// Replay events after `after_seq`, then follow new ones. The receiver
+    /// ends when the caller drops it or the service shuts down.
+    pub async fn tail(
+        &self,
+        caller: &Principal,
+        session_id: &str,
+        after_seq: i64,
+    ) -> Result<mpsc::Receiver<Result<EventRow, ServiceError>>, ServiceError> {
+        if after_seq < 0 {
+            return Err(ServiceError::invalid("after_seq: must not be negative"));
+        }
+        let row = self.get(caller, session_id).await?;
+        // Subscribe before the first read, so nothing appended in between is
+        // missed.
+        let notifications = self.notifier.subscribe();
+        let (tx, rx) = mpsc::channel(256);
+        let follower = Follower {
+            store: self.store.clone(),
+            session_id: row.session_id,
+            last_sent: after_seq,
+            shutdown: self.shutdown.clone(),
+            poll_every: if self.store.db().is_postgres() {
+                // Bounds the delay if a NOTIFY is lost while the listener reconnects.
+                Duration::from_secs(2)
+            } else {
+                Duration::from_secs(30)
+            },
+        };
+        tokio::spawn(follower.run(notifications, tx));
+        Ok(rx)
+    }
+
+    fn publish(&self, events: &[EventRow]) {
+        if let Some(last) = events.last() {
+            self.notifier.publish(&last.session_id, last.seq);
+        }
+    }
+}
+
+/// One live tail.
+struct Follower {
+    store: Store,
+    session_id: String,
+    last_sent: i64,
+    shutdown: CancellationToken,
+    poll_every: Duration,
+}
+
+impl Follower {
+    const PAGE: i64 = 500;
+
+    async fn run(
+        mut self,
+        mut notifications: broadcast::Receiver<(std::sync::Arc<str>, i64)>,
+        tx: mpsc::Sender<Result<EventRow, ServiceError>>,
+    ) {
+        loop {
+            // Catch up from the database.
+            loop {
+                let page = match self.store.read(&self.session_id, self.last_sent, Self::PAGE).await {
+                    Ok(page) => page,
+                    Err(err) => {
+                        let _ = tx.send(Err(err.into())).await;
+                        return;
+                    }
+                };
+                let full = page.len() as i64 == Self::PAGE;
+                for event in page {
+                    self.last_sent = event.seq;
+                    if tx.send(Ok(event)).await.is_err() {
+                        return; // the caller hung up
+                    }
+                }
+                if !full {
+                    break;
+                }
+            }
+            // Wait until there is something newer than what was sent.
+            loop {
+                tokio::select! {
+                    _ = self.shutdown.cancelled() => return,
+                    _ = tx.closed() => return,
+                    _ = tokio::time::sleep(self.poll_every) => break,
+                    received = notifications.recv() => match received {
+                        Ok((sid, seq)) if *sid == *self.session_id && seq > self.last_sent => break,
+                        Ok(_) => continue,
+                        Err(broadcast::error::RecvError::Lagged(_)) => break,
+                        Err(broadcast::error::RecvError::Closed) => return,
+                    },
+                }
+            }
+        }
+    }
+}
+
+fn tenant(caller: &Principal) -> Result<&str, ServiceError> {
+    if caller.tenant_id.is_empty() {
+        return Err(ServiceError::denied("the caller has no tenant"));
+    }
+    Ok(&caller.tenant_id)
+}
+
+fn agent(caller: &Principal) -> Result<&str, ServiceError> {
+    let agent = caller.agent();
+    if agent.is_empty() {
+        return Err(ServiceError::invalid("the caller has no agent id"));
+    }
+    Ok(agent)
+}
+
+fn not_found(session_id: &str) -> ServiceError {
+    ServiceError::not_found(format!("session_id: no session {session_id}"))
+}
+
+fn no_active_session() -> ServiceError {
+    ServiceError::precondition("Call session_context before calling any other tool.")
+        .with_domain(NO_ACTIVE_SESSION)
+}
+
+fn refusal(refusal: Refusal, session_id: &str) -> ServiceError {
+    match refusal {
+        Refusal::NotFound => not_found(session_id),
+        Refusal::NotOpen(status) => ServiceError::precondition(format!(
+            "session_id: session {session_id} is {status} and accepts no new events"
+        ))
+        .with_domain("SESSION_NOT_OPEN"),
+    }
+}

@@ -1,0 +1,444 @@
+//! The session service's SQL, one text for SQLite and PostgreSQL.
+//!
+//! The gap-free `seq`: every append increments `sessions.last_seq` and
+//! inserts the event in one transaction. The increment locks the session row
+//! (PostgreSQL) or the database (SQLite), so appenders to one session commit
+//! one after another in `seq` order, and a rolled-back append returns its
+//! number. Readers therefore never see `seq` N+1 before N.
+
+use ithaca_kit::db::{Db, Migrations};
+use ithaca_kit::with_pool;
+use sqlx::migrate::Migrator;
+
+static SQLITE: Migrator = sqlx::migrate!("./migrations/sqlite");
+static POSTGRES: Migrator = sqlx::migrate!("./migrations/postgres");
+
+/// This service's migrations.
+pub const MIGRATIONS: Migrations = Migrations {
+    sqlite: &SQLITE,
+    postgres: &POSTGRES,
+};
+
+/// A session row.
+#[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
+pub struct SessionRow {
+    pub session_id: String,
+    pub tenant_id: String,
+    pub agent_id: String,
+    pub title: String,
+    pub status: String,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+    pub closed_at_ms: Option<i64>,
+    pub last_seq: i64,
+    pub prompt_count: i64,
+}
+
+const SESSION_COLUMNS: &str = "session_id, tenant_id, agent_id, title, status, created_at_ms, \
+     updated_at_ms, closed_at_ms, last_seq, prompt_count";
+
+/// A prompt row.
+#[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
+pub struct PromptRow {
+    pub position: i64,
+    pub text: String,
+    pub created_at_ms: i64,
+}
+
+/// A stored trace event.
+#[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
+pub struct EventRow {
+    pub session_id: String,
+    pub seq: i64,
+    pub event_type: String,
+    /// JSON object text.
+    pub payload: String,
+    pub created_at_ms: i64,
+    pub trace_id: String,
+}
+
+/// An event to append; the store assigns `seq`.
+#[derive(Clone, Debug)]
+pub struct NewEvent {
+    pub event_type: &'static str,
+    pub payload: String,
+    pub trace_id: String,
+}
+
+/// Why an append or resume touched no row.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// No such session in this tenant.
+    NotFound,
+    /// The session exists but is not open (its status).
+    NotOpen(String),
+}
+
+/// Who is appending and under what rules.
+#[derive(Clone, Copy, Debug)]
+pub struct AppendScope<'a> {
+    pub tenant_id: &'a str,
+    pub session_id: &'a str,
+    pub now_ms: i64,
+    /// Accept the append into a session closed at or after this time (the
+    /// in-flight grace); `None` accepts open sessions only.
+    pub closed_since_ms: Option<i64>,
+}
+
+/// Allocate the next seq of a session and insert one event, inside `$tx`.
+/// Evaluates to `Ok(Some(seq))`, or `Ok(None)` when the session is not
+/// appendable.
+macro_rules! append_in_tx {
+    ($tx:expr, $scope:expr, $event:expr) => {{
+        let scope: &AppendScope<'_> = $scope;
+        let event: &NewEvent = $event;
+        let seq: Option<i64> = sqlx::query_scalar(
+            "UPDATE sessions SET last_seq = last_seq + 1, updated_at_ms = $3 \
+             WHERE session_id = $1 AND tenant_id = $2 \
+             AND (status = 'open' OR (status = 'closed' AND closed_at_ms >= $4)) \
+             RETURNING last_seq",
+        )
+        .bind(scope.session_id)
+        .bind(scope.tenant_id)
+        .bind(scope.now_ms)
+        .bind(scope.closed_since_ms.unwrap_or(i64::MAX))
+        .fetch_optional(&mut *$tx)
+        .await?;
+        if let Some(seq) = seq {
+            sqlx::query(
+                "INSERT INTO trace_events (session_id, seq, event_type, payload, created_at_ms, trace_id) \
+                 VALUES ($1, $2, $3, $4, $5, $6)",
+            )
+            .bind(scope.session_id)
+            .bind(seq)
+            .bind(event.event_type)
+            .bind(&event.payload)
+            .bind(scope.now_ms)
+            .bind(&event.trace_id)
+            .execute(&mut *$tx)
+            .await?;
+        }
+        Ok::<Option<i64>, sqlx::Error>(seq)
+    }};
+}
+
+/// Upsert the (tenant, agent) → session mapping inside `$tx`.
+macro_rules! set_current_in_tx {
+    ($tx:expr, $tenant:expr, $agent:expr, $session:expr, $now:expr) => {
+        sqlx::query(
+            "INSERT INTO current_sessions (tenant_id, agent_id, session_id, updated_at_ms) \
+             VALUES ($1, $2, $3, $4) ON CONFLICT (tenant_id, agent_id) \
+             DO UPDATE SET session_id = excluded.session_id, updated_at_ms = excluded.updated_at_ms",
+        )
+        .bind($tenant)
+        .bind($agent)
+        .bind($session)
+        .bind($now)
+        .execute(&mut *$tx)
+        .await
+    };
+}
+
+/// The session tables.
+#[derive(Clone, Debug)]
+pub struct Store {
+    db: Db,
+}
+
+impl Store {
+    pub fn new(db: Db) -> Self {
+        Store { db }
+    }
+
+    pub fn db(&self) -> &Db {
+        &self.db
+    }
+
+    /// Create a session with its first prompt and opening events, and make
+    /// it the agent's current session. Returns the events with their seqs.
+    pub async fn create(
+        &self,
+        row: &SessionRow,
+        prompt: &str,
+        events: &[NewEvent],
+    ) -> Result<Vec<EventRow>, sqlx::Error> {
+        let _gate = self.db.write_gate().await;
+        let scope = AppendScope {
+            tenant_id: &row.tenant_id,
+            session_id: &row.session_id,
+            now_ms: row.created_at_ms,
+            closed_since_ms: None,
+        };
+        let insert_session = format!(
+            "INSERT INTO sessions ({SESSION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0, 1)"
+        );
+        let seqs = with_pool!(self.db, pool => {
+            let mut tx = pool.begin().await?;
+            sqlx::query(&insert_session)
+                .bind(&row.session_id)
+                .bind(&row.tenant_id)
+                .bind(&row.agent_id)
+                .bind(&row.title)
+                .bind(&row.status)
+                .bind(row.created_at_ms)
+                .bind(row.updated_at_ms)
+                .bind(row.closed_at_ms)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query("INSERT INTO prompts (session_id, position, text, created_at_ms) VALUES ($1, 1, $2, $3)")
+                .bind(&row.session_id)
+                .bind(prompt)
+                .bind(row.created_at_ms)
+                .execute(&mut *tx)
+                .await?;
+            set_current_in_tx!(tx, &row.tenant_id, &row.agent_id, &row.session_id, row.created_at_ms)?;
+            let mut seqs = Vec::with_capacity(events.len());
+            for event in events {
+                seqs.push(append_in_tx!(tx, &scope, event)?);
+            }
+            if let Some(Some(last)) = seqs.last() {
+                notify_in_tx(&self.db, &mut tx, &row.session_id, *last).await?;
+            }
+            tx.commit().await?;
+            seqs
+        });
+        Ok(stored(&scope, events, &seqs))
+    }
+
+    /// Resume an open session: append the prompt to its history, record the
+    /// events and make it the agent's current session.
+    pub async fn resume(
+        &self,
+        scope: &AppendScope<'_>,
+        agent_id: &str,
+        prompt: &str,
+        events: &[NewEvent],
+    ) -> Result<Result<Vec<EventRow>, Refusal>, sqlx::Error> {
+        let outcome = {
+            let _gate = self.db.write_gate().await;
+            with_pool!(self.db, pool => {
+                let mut tx = pool.begin().await?;
+                let position: Option<i64> = sqlx::query_scalar(
+                    "UPDATE sessions SET prompt_count = prompt_count + 1, updated_at_ms = $3 \
+                     WHERE session_id = $1 AND tenant_id = $2 AND status = 'open' RETURNING prompt_count",
+                )
+                .bind(scope.session_id)
+                .bind(scope.tenant_id)
+                .bind(scope.now_ms)
+                .fetch_optional(&mut *tx)
+                .await?;
+                match position {
+                    None => None,
+                    Some(position) => {
+                        sqlx::query("INSERT INTO prompts (session_id, position, text, created_at_ms) VALUES ($1, $2, $3, $4)")
+                            .bind(scope.session_id)
+                            .bind(position)
+                            .bind(prompt)
+                            .bind(scope.now_ms)
+                            .execute(&mut *tx)
+                            .await?;
+                        set_current_in_tx!(tx, scope.tenant_id, agent_id, scope.session_id, scope.now_ms)?;
+                        let mut seqs = Vec::with_capacity(events.len());
+                        for event in events {
+                            seqs.push(append_in_tx!(tx, scope, event)?);
+                        }
+                        if let Some(Some(last)) = seqs.last() {
+                            notify_in_tx(&self.db, &mut tx, scope.session_id, *last).await?;
+                        }
+                        tx.commit().await?;
+                        Some(seqs)
+                    }
+                }
+            })
+        };
+        match outcome {
+            Some(seqs) => Ok(Ok(stored(scope, events, &seqs))),
+            None => Ok(Err(self.refusal(scope.tenant_id, scope.session_id).await?)),
+        }
+    }
+
+    /// Append one event. `Err(Refusal)` when the session is missing or does
+    /// not accept events.
+    pub async fn append(
+        &self,
+        scope: &AppendScope<'_>,
+        event: &NewEvent,
+    ) -> Result<Result<EventRow, Refusal>, sqlx::Error> {
+        let seq = {
+            let _gate = self.db.write_gate().await;
+            with_pool!(self.db, pool => {
+                let mut tx = pool.begin().await?;
+                let seq = append_in_tx!(tx, scope, event)?;
+                if let Some(seq) = seq {
+                    notify_in_tx(&self.db, &mut tx, scope.session_id, seq).await?;
+                    tx.commit().await?;
+                }
+                seq
+            })
+        };
+        match seq {
+            Some(seq) => Ok(Ok(event_row(scope, event, seq))),
+            None => Ok(Err(self.refusal(scope.tenant_id, scope.session_id).await?)),
+        }
+    }
+
+    async fn refusal(&self, tenant_id: &str, session_id: &str) -> Result<Refusal, sqlx::Error> {
+        Ok(match self.get(tenant_id, session_id).await? {
+            None => Refusal::NotFound,
+            Some(row) => Refusal::NotOpen(row.status),
+        })
+    }
+
+    pub async fn get(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+    ) -> Result<Option<SessionRow>, sqlx::Error> {
+        let sql = format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE session_id = $1 AND tenant_id = $2");
+        with_pool!(self.db, pool => sqlx::query_as::<_, SessionRow>(&sql)
+            .bind(session_id)
+            .bind(tenant_id)
+            .fetch_optional(pool)
+            .await)
+    }
+
+    /// The agent's current session, whatever its status.
+    pub async fn current(
+        &self,
+        tenant_id: &str,
+        agent_id: &str,
+    ) -> Result<Option<SessionRow>, sqlx::Error> {
+        let sql = format!(
+            "SELECT {} FROM sessions s JOIN current_sessions c ON c.session_id = s.session_id \
+             WHERE c.tenant_id = $1 AND c.agent_id = $2 AND s.tenant_id = $1",
+            SESSION_COLUMNS
+                .split(", ")
+                .map(|c| format!("s.{c}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        with_pool!(self.db, pool => sqlx::query_as::<_, SessionRow>(&sql)
+            .bind(tenant_id)
+            .bind(agent_id)
+            .fetch_optional(pool)
+            .await)
+    }
+
+    /// Move a session from `from` to `to`. Returns whether a row changed.
+    /// On PostgreSQL the update waits for appends holding the row, so
+    /// in-flight appends finish before the status changes.
+    pub async fn transition(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        from: &str,
+        to: &str,
+        now_ms: i64,
+    ) -> Result<bool, sqlx::Error> {
+        let _gate = self.db.write_gate().await;
+        let sql = "UPDATE sessions SET status = $4, updated_at_ms = $5, \
+                   closed_at_ms = CASE WHEN $4 = 'closed' THEN $5 ELSE closed_at_ms END \
+                   WHERE session_id = $1 AND tenant_id = $2 AND status = $3";
+        let n = with_pool!(self.db, pool => sqlx::query(sql)
+            .bind(session_id)
+            .bind(tenant_id)
+            .bind(from)
+            .bind(to)
+            .bind(now_ms)
+            .execute(pool)
+            .await
+            .map(|r| r.rows_affected()))?;
+        Ok(n > 0)
+    }
+
+    /// Forget the agent's current session if it is `session_id`.
+    pub async fn clear_current(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+    ) -> Result<(), sqlx::Error> {
+        let _gate = self.db.write_gate().await;
+        let sql = "DELETE FROM current_sessions WHERE tenant_id = $1 AND session_id = $2";
+        with_pool!(self.db, pool => sqlx::query(sql)
+            .bind(tenant_id)
+            .bind(session_id)
+            .execute(pool)
+            .await
+            .map(|r| r.rows_affected()))?;
+        Ok(())
+    }
+
+    pub async fn prompts(&self, session_id: &str) -> Result<Vec<PromptRow>, sqlx::Error> {
+        let sql = "SELECT position, text, created_at_ms FROM prompts WHERE session_id = $1 ORDER BY position";
+        with_pool!(self.db, pool => sqlx::query_as::<_, PromptRow>(sql)
+            .bind(session_id)
+            .fetch_all(pool)
+            .await)
+    }
+
+    /// Events with `seq > after_seq`, oldest first, at most `limit`. The
+    /// caller has checked that the session belongs to its tenant.
+    pub async fn read(
+        &self,
+        session_id: &str,
+        after_seq: i64,
+        limit: i64,
+    ) -> Result<Vec<EventRow>, sqlx::Error> {
+        let sql = "SELECT session_id, seq, event_type, payload, created_at_ms, trace_id \
+                   FROM trace_events WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3";
+        with_pool!(self.db, pool => sqlx::query_as::<_, EventRow>(sql)
+            .bind(session_id)
+            .bind(after_seq)
+            .bind(limit)
+            .fetch_all(pool)
+            .await)
+    }
+}
+
+/// On PostgreSQL, announce the new last seq to every replica; delivered at
+/// commit, so listeners never hear of an uncommitted event.
+async fn notify_in_tx<DB: sqlx::Database>(
+    db: &Db,
+    tx: &mut sqlx::Transaction<'_, DB>,
+    session_id: &str,
+    seq: i64,
+) -> Result<(), sqlx::Error>
+where
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    for<'q> <DB as sqlx::Database>::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
+    for<'q> String: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
+    if !db.is_postgres() {
+        return Ok(());
+    }
+    sqlx::query("SELECT pg_notify($1, $2)")
+        .bind(notify_channel(db.schema()))
+        .bind(format!("{session_id} {seq}"))
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+/// The LISTEN/NOTIFY channel of a schema's trace appends.
+pub fn notify_channel(schema: &str) -> String {
+    format!("{schema}_trace_events")
+}
+
+fn event_row(scope: &AppendScope<'_>, event: &NewEvent, seq: i64) -> EventRow {
+    EventRow {
+        session_id: scope.session_id.to_owned(),
+        seq,
+        event_type: event.event_type.to_owned(),
+        payload: event.payload.clone(),
+        created_at_ms: scope.now_ms,
+        trace_id: event.trace_id.clone(),
+    }
+}
+
+fn stored(scope: &AppendScope<'_>, events: &[NewEvent], seqs: &[Option<i64>]) -> Vec<EventRow> {
+    events
+        .iter()
+        .zip(seqs)
+        .filter_map(|(e, seq)| seq.map(|s| event_row(scope, e, s)))
+        .collect()
+}

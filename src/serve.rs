@@ -1,0 +1,115 @@
+//! `ithaca serve <service>`: one service in its own process (a pod).
+
+use crate::services::Service;
+use anyhow::{Context, bail};
+use ithaca_kit::config::CommonArgs;
+use ithaca_kit::principal::InternalKey;
+use ithaca_kit::shutdown::{self, CancellationToken};
+use ithaca_kit::telemetry;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// The service to run: edge, auth, session, skills, broker or approvals.
+    pub service: Service,
+    /// Address to listen on (default: all interfaces, the service's port).
+    #[arg(long, env = "ITHACA_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// A PostgreSQL URL or a SQLite file path (falls back to DOOMBERG_DB).
+    #[arg(long, env = "ITHACA_DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+    /// The PostgreSQL schema (default: ithaca_<service>).
+    #[arg(long, env = "ITHACA_DB_SCHEMA")]
+    pub db_schema: Option<String>,
+    /// Public base URL of the edge, used in links such as `trace_stream`.
+    #[arg(long, env = "ITHACA_PUBLIC_URL", default_value = "http://127.0.0.1:8080")]
+    pub public_url: String,
+}
+
+/// Everything needed to start one service on a bound listener.
+pub struct Spec {
+    pub service: Service,
+    pub listener: TcpListener,
+    pub database_url: String,
+    pub schema: String,
+    pub key: InternalKey,
+    pub public_url: String,
+    pub shutdown: CancellationToken,
+}
+
+/// Open the service's database, then serve it in a background task.
+pub async fn start(spec: Spec) -> anyhow::Result<JoinHandle<anyhow::Result<()>>> {
+    let Spec {
+        service,
+        listener,
+        database_url,
+        schema,
+        key,
+        public_url,
+        shutdown,
+    } = spec;
+    let options = match service {
+        Service::Auth => {
+            let db = ithaca_auth::open_db(&database_url, &schema)
+                .await
+                .with_context(|| format!("opening the {service} database"))?;
+            ithaca_auth::serve_options(db, key)
+        }
+        Service::Session => {
+            let db = ithaca_session::open_db(&database_url, &schema)
+                .await
+                .with_context(|| format!("opening the {service} database"))?;
+            let config = ithaca_session::Config {
+                public_url,
+                ..Default::default()
+            };
+            ithaca_session::serve_options(db, config, key, shutdown.clone())
+        }
+        other => bail!("the {other} service is not built yet; it arrives with its own issue"),
+    };
+    Ok(tokio::spawn(async move {
+        ithaca_kit::server::serve(listener, options, shutdown)
+            .await
+            .with_context(|| format!("{service} server"))
+    }))
+}
+
+pub async fn run(common: &CommonArgs, args: ServeArgs) -> anyhow::Result<()> {
+    let _telemetry = telemetry::init(&format!("ithaca-{}", args.service), common.log_format)?;
+    let key = common.internal_key(&crate::stack::key_file(Path::new(crate::stack::DEFAULT_DATA_DIR)))?;
+    let database_url = args
+        .database_url
+        .or_else(|| std::env::var("DOOMBERG_DB").ok())
+        .with_context(|| "no database: pass --database-url or set ITHACA_DATABASE_URL or DOOMBERG_DB")?;
+    let listen = args
+        .listen
+        .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], args.service.default_port())));
+    let listener = TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("binding {listen}"))?;
+    let addr = listener.local_addr()?;
+    let shutdown = shutdown::on_signals();
+    let task = start(Spec {
+        service: args.service,
+        listener,
+        database_url,
+        schema: args
+            .db_schema
+            .unwrap_or_else(|| format!("ithaca_{}", args.service)),
+        key,
+        public_url: args.public_url,
+        shutdown: shutdown.clone(),
+    })
+    .await?;
+    tracing::info!(service = %args.service, %addr, "serving");
+    // A machine-readable line for scripts and tests that bind port 0.
+    println!("ithaca: {} listening on {addr}", args.service);
+    let result = task.await.context("server task")?;
+    // Give background tasks a moment to see the cancellation.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    result
+}
