@@ -10,6 +10,8 @@
 
 #![allow(clippy::all, missing_docs)]
 
+pub mod annotations;
+
 /// The encoded `google.protobuf.FileDescriptorSet` of every Ithaca proto file,
 /// with source info (comments) and imported well-known types.
 pub const FILE_DESCRIPTOR_SET: &[u8] =

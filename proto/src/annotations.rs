@@ -1,0 +1,98 @@
+//! Reading the MCP annotations (`ithaca.mcp.v1` method options) and the
+//! comments out of a descriptor pool.
+//!
+//! The pool is usually [`pool()`], the embedded set, but any pool works: the
+//! edge can also reflect on a backend's descriptors fetched at run time.
+
+use crate::mcp::v1::{PromptOptions, ResourceOptions, ToolOptions};
+use prost_reflect::{DescriptorPool, MethodDescriptor, Value};
+use std::sync::LazyLock;
+
+/// Extension names, as declared in `ithaca/mcp/v1/options.proto`.
+pub const TOOL_EXTENSION: &str = "ithaca.mcp.v1.tool";
+pub const RESOURCE_EXTENSION: &str = "ithaca.mcp.v1.resource";
+pub const PROMPT_EXTENSION: &str = "ithaca.mcp.v1.prompt";
+
+static POOL: LazyLock<DescriptorPool> = LazyLock::new(|| {
+    DescriptorPool::decode(crate::FILE_DESCRIPTOR_SET)
+        .expect("the descriptor set embedded at build time decodes")
+});
+
+/// The embedded descriptor pool.
+pub fn pool() -> &'static DescriptorPool {
+    &POOL
+}
+
+/// An RPC with one kind of annotation.
+#[derive(Clone, Debug)]
+pub struct Annotated<T> {
+    pub method: MethodDescriptor,
+    pub options: T,
+    /// The RPC's leading comment, whitespace-trimmed per line.
+    pub description: String,
+}
+
+/// Every RPC annotated as an MCP tool.
+pub fn tools(pool: &DescriptorPool) -> Vec<Annotated<ToolOptions>> {
+    annotated(pool, TOOL_EXTENSION)
+}
+
+/// Every RPC annotated as an MCP resource.
+pub fn resources(pool: &DescriptorPool) -> Vec<Annotated<ResourceOptions>> {
+    annotated(pool, RESOURCE_EXTENSION)
+}
+
+/// Every RPC annotated as an MCP prompt.
+pub fn prompts(pool: &DescriptorPool) -> Vec<Annotated<PromptOptions>> {
+    annotated(pool, PROMPT_EXTENSION)
+}
+
+fn annotated<T: prost::Message + Default>(pool: &DescriptorPool, extension: &str) -> Vec<Annotated<T>> {
+    let Some(ext) = pool.get_extension_by_name(extension) else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for service in pool.services() {
+        for method in service.methods() {
+            let options = method.options();
+            if !options.has_extension(&ext) {
+                continue;
+            }
+            let Value::Message(message) = options.get_extension(&ext).into_owned() else {
+                continue;
+            };
+            // A malformed option is skipped rather than trusted.
+            let Ok(options) = message.transcode_to::<T>() else {
+                continue;
+            };
+            let description = leading_comment(&method).unwrap_or_default();
+            found.push(Annotated {
+                method,
+                options,
+                description,
+            });
+        }
+    }
+    found
+}
+
+/// The leading comment of a method, from the file's source info.
+pub fn leading_comment(method: &MethodDescriptor) -> Option<String> {
+    comment_at(&method.parent_file().file_descriptor_proto().source_code_info, method.path())
+}
+
+/// The leading comment of a message field.
+pub fn field_comment(field: &prost_reflect::FieldDescriptor) -> Option<String> {
+    comment_at(
+        &field.parent_file().file_descriptor_proto().source_code_info,
+        field.path(),
+    )
+}
+
+fn comment_at(info: &Option<prost_types::SourceCodeInfo>, path: &[i32]) -> Option<String> {
+    let location = info.as_ref()?.location.iter().find(|l| l.path == path)?;
+    let text = location.leading_comments.as_deref()?;
+    let lines: Vec<&str> = text.lines().map(str::trim).collect();
+    let joined = lines.join("\n").trim().to_owned();
+    (!joined.is_empty()).then_some(joined)
+}

@@ -1,0 +1,273 @@
+//! The auth and session stores, driven through their domain services, run
+//! as one suite against SQLite and against PostgreSQL.
+
+mod common;
+
+use ithaca_auth::model::KeyActor;
+use ithaca_auth::service::KeySpec;
+use ithaca_kit::db::Db;
+use ithaca_kit::error::Code;
+use ithaca_kit::principal::{Actor, Principal};
+use ithaca_kit::shutdown::CancellationToken;
+use ithaca_proto::session::v1::EventType;
+use serde_json::json;
+
+fn human(tenant: &str) -> Principal {
+    Principal {
+        actor: Actor::Human,
+        ..common::agent(tenant, "person")
+    }
+}
+
+async fn auth_suite(db: Db) {
+    let svc = ithaca_auth::service(db.clone());
+    let store = ithaca_auth::store::Store::new(db);
+    let system = Principal::system("");
+
+    let one = svc.create_tenant(&system, "one").await.expect("tenant one");
+    let two = svc.create_tenant(&system, "two").await.expect("tenant two");
+    let tenants = svc.list_tenants(&system).await.expect("list tenants");
+    assert_eq!(tenants.len(), 2);
+
+    let spec = |tenant: &str, scopes: &[&str], actor| KeySpec {
+        tenant_id: tenant.to_owned(),
+        scopes: scopes.iter().map(|s| s.to_string()).collect(),
+        actor: Some(actor),
+        label: "bot".to_owned(),
+        env: String::new(),
+    };
+    let created = svc
+        .create_key(&system, spec(&one.tenant_id, &["runs:write", "data:read"], KeyActor::Agent))
+        .await
+        .expect("create key");
+    let key_id = created.row.key_id.clone();
+    let prefix = format!("dmbg_test_{key_id}_");
+    assert!(created.token.starts_with(&prefix), "{}", created.token);
+    let secret = &created.token[prefix.len()..];
+    assert!(secret.len() >= 43, "high-entropy secret");
+    assert_eq!(key_id.len(), 32);
+
+    // Only the salted hash is persisted.
+    let row = store.find_key(&key_id).await.expect("read").expect("row exists");
+    assert_eq!(row.secret_hash.len(), 64);
+    assert!(!row.secret_hash.contains(secret) && !row.salt.contains(secret));
+    assert_eq!(row.scopes, "data:read runs:write");
+
+    let verified = svc.verify(&system, &created.token).await.expect("verifies");
+    assert_eq!(verified.tenant_id, one.tenant_id);
+    assert_eq!(verified.key_id, key_id);
+    assert_eq!(verified.scopes, vec!["data:read", "runs:write"]);
+    let row = store.find_key(&key_id).await.expect("read").expect("row");
+    assert!(row.last_used_at_ms.is_some(), "verification records last use");
+
+    // Tenants do not see each other's keys.
+    let listed = svc.list_keys(&system, &one.tenant_id, false).await.expect("list");
+    assert_eq!(listed.len(), 1);
+    assert!(svc.list_keys(&system, &two.tenant_id, false).await.expect("list").is_empty());
+    let err = svc
+        .revoke_key(&human(&two.tenant_id), &one.tenant_id, &key_id)
+        .await
+        .expect_err("other tenant");
+    assert_eq!(err.code, Code::NotFound);
+    let err = svc
+        .revoke_key(&human(&two.tenant_id), "", &key_id)
+        .await
+        .expect_err("key of another tenant");
+    assert_eq!(err.code, Code::NotFound);
+    let err = svc
+        .list_keys(&common::agent(&one.tenant_id, "a"), "", false)
+        .await
+        .expect_err("agents cannot administer keys");
+    assert_eq!(err.code, Code::PermissionDenied);
+    let err = svc
+        .verify(&human(&one.tenant_id), &created.token)
+        .await
+        .expect_err("only the system verifies");
+    assert_eq!(err.code, Code::PermissionDenied);
+
+    // A human manages keys of its own tenant.
+    let own = svc
+        .create_key(&human(&one.tenant_id), spec("", &["data:read"], KeyActor::Human))
+        .await
+        .expect("human creates a key in its tenant");
+    assert_eq!(own.row.tenant_id, one.tenant_id);
+
+    // Revocation.
+    let revoked = svc.revoke_key(&system, &one.tenant_id, &key_id).await.expect("revoke");
+    assert!(revoked.revoked_at_ms.is_some());
+    let err = svc.verify(&system, &created.token).await.expect_err("revoked");
+    assert_eq!(err.code, Code::Unauthenticated);
+    let active = svc.list_keys(&system, &one.tenant_id, false).await.expect("list");
+    assert!(active.iter().all(|k| k.key_id != key_id));
+    let all = svc.list_keys(&system, &one.tenant_id, true).await.expect("list");
+    assert!(all.iter().any(|k| k.key_id == key_id && k.revoked_at_ms.is_some()));
+
+    // Bad input names the field.
+    for (bad, field) in [
+        (spec(&one.tenant_id, &["root"], KeyActor::Agent), "scopes"),
+        (spec(&one.tenant_id, &[], KeyActor::Agent), "scopes"),
+        (spec(&one.tenant_id, &["approvals:decide"], KeyActor::Agent), "scopes"),
+        (KeySpec { env: "moon".into(), ..spec(&one.tenant_id, &["data:read"], KeyActor::Agent) }, "env"),
+        (KeySpec { actor: None, ..spec(&one.tenant_id, &["data:read"], KeyActor::Agent) }, "actor"),
+        (spec("", &["data:read"], KeyActor::Agent), "tenant_id"),
+    ] {
+        let err = svc.create_key(&system, bad).await.expect_err("bad input");
+        assert_eq!(err.code, Code::InvalidArgument, "{}", err.message);
+        assert!(err.message.starts_with(field), "{} names {field}", err.message);
+    }
+    let err = svc
+        .create_key(&system, spec("no-such-tenant", &["data:read"], KeyActor::Agent))
+        .await
+        .expect_err("unknown tenant");
+    assert_eq!(err.code, Code::NotFound);
+}
+
+async fn session_suite(db: Db) {
+    let svc = ithaca_session::service(db, ithaca_session::Config::default(), CancellationToken::new());
+    let alice = common::agent("tenant-a", "agent-a");
+    let other_agent = common::agent("tenant-a", "agent-b");
+    let bob = common::agent("tenant-b", "agent-a");
+
+    let err = svc.current(&alice).await.expect_err("no session yet");
+    assert_eq!(err.domain, Some("NO_ACTIVE_SESSION"));
+
+    let prompt = "Research NVDA momentum\n\nPull prices, then backtest.";
+    let s = svc
+        .session_context(&alice, prompt, None, None)
+        .await
+        .expect("open a session");
+    assert_eq!(s.title, "Research NVDA momentum");
+    assert_eq!(s.status, "open");
+    assert_eq!(s.tenant_id, "tenant-a");
+    assert!(uuid::Uuid::parse_str(&s.session_id).is_ok());
+    let (events, last) = svc.read(&alice, &s.session_id, 0, 0).await.expect("read");
+    assert_eq!(last, 2);
+    let kinds: Vec<_> = events.iter().map(|e| (e.seq, e.event_type.as_str())).collect();
+    assert_eq!(kinds, vec![(1, "session_open"), (2, "reasoning")]);
+    let payload: serde_json::Value = serde_json::from_str(&events[1].payload).expect("json");
+    assert_eq!(payload["prompt"], prompt, "the prompt is stored verbatim");
+
+    // The current session belongs to (tenant, agent).
+    assert_eq!(svc.current(&alice).await.expect("current").session_id, s.session_id);
+    assert!(svc.current(&other_agent).await.is_err());
+    assert!(svc.current(&bob).await.is_err());
+
+    // Resume appends to the prompt history and continues the trace.
+    let titled = svc
+        .session_context(&other_agent, "Now compare with AMD.", Some("ignored on resume"), Some(&s.session_id))
+        .await
+        .expect("resume");
+    assert_eq!(titled.session_id, s.session_id);
+    assert_eq!(titled.title, "Research NVDA momentum");
+    assert_eq!(svc.current(&other_agent).await.expect("joined").session_id, s.session_id);
+    let prompts = svc.prompts(&alice, &s.session_id).await.expect("prompts");
+    let texts: Vec<_> = prompts.iter().map(|p| (p.position, p.text.as_str())).collect();
+    assert_eq!(texts, vec![(1, prompt), (2, "Now compare with AMD.")]);
+
+    let e = svc
+        .append(&alice, &s.session_id, EventType::ToolCall, json!({"name": "get_price_history"}))
+        .await
+        .expect("append");
+    assert_eq!(e.seq, 4);
+    let (page, _) = svc.read(&alice, &s.session_id, 1, 2).await.expect("page");
+    assert_eq!(page.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![2, 3]);
+
+    // Another tenant sees nothing.
+    for result in [
+        svc.get(&bob, &s.session_id).await.map(|_| ()),
+        svc.read(&bob, &s.session_id, 0, 10).await.map(|_| ()),
+        svc.append(&bob, &s.session_id, EventType::ToolCall, json!({})).await.map(|_| ()),
+        svc.session_context(&bob, "hi", None, Some(&s.session_id)).await.map(|_| ()),
+        svc.close(&bob, Some(&s.session_id)).await.map(|_| ()),
+        svc.prompts(&bob, &s.session_id).await.map(|_| ()),
+    ] {
+        assert_eq!(result.expect_err("hidden").code, Code::NotFound);
+    }
+    assert!(svc.tail(&bob, &s.session_id, 0).await.is_err());
+
+    // Closing: no new tool calls, in-flight results still land (grace).
+    let closed = svc.close(&alice, None).await.expect("close current");
+    assert_eq!(closed.status, "closed");
+    assert!(svc.current(&alice).await.is_err());
+    let err = svc
+        .append(&alice, &s.session_id, EventType::ToolCall, json!({}))
+        .await
+        .expect_err("closed");
+    assert_eq!((err.code, err.domain), (Code::FailedPrecondition, Some("SESSION_NOT_OPEN")));
+    let late = svc
+        .append(&alice, &s.session_id, EventType::ToolResult, json!({"outcome": "ok"}))
+        .await
+        .expect("an in-flight result still lands");
+    assert_eq!(late.seq, 5);
+    let err = svc
+        .session_context(&alice, "again", None, Some(&s.session_id))
+        .await
+        .expect_err("closed sessions are not resumed");
+    assert_eq!(err.code, Code::FailedPrecondition);
+
+    let archived = svc.archive(&alice, &s.session_id).await.expect("archive");
+    assert_eq!(archived.status, "archived");
+    assert!(svc
+        .append(&alice, &s.session_id, EventType::ToolResult, json!({}))
+        .await
+        .is_err());
+    let (all, last) = svc.read(&alice, &s.session_id, 0, 1000).await.expect("still readable");
+    assert_eq!((all.len(), last), (5, 5));
+
+    // Bad input.
+    let err = svc.session_context(&alice, "  \n", None, None).await.expect_err("blank");
+    assert!(err.message.starts_with("prompt"));
+    let err = svc.get(&alice, "sess_01HQ").await.expect_err("not a uuid");
+    assert!(err.message.starts_with("session_id"));
+    let err = svc
+        .append(&alice, &s.session_id, EventType::Unspecified, json!({}))
+        .await
+        .expect_err("no type");
+    assert!(err.message.starts_with("type"));
+    let err = svc.read(&alice, &s.session_id, -1, 10).await.expect_err("negative");
+    assert!(err.message.starts_with("after_seq"));
+}
+
+#[tokio::test]
+async fn auth_store_sqlite() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = ithaca_auth::open_db(&common::sqlite_path(&dir, "auth"), "unused").await.expect("open");
+    auth_suite(db).await;
+}
+
+#[tokio::test]
+async fn auth_store_postgres() {
+    let Some(url) = common::postgres("auth_store_postgres") else { return };
+    let schema = common::unique_schema("auth");
+    let db = ithaca_auth::open_db(&url, &schema).await.expect("open");
+    auth_suite(db.clone()).await;
+    db.close().await;
+    common::drop_schema(&url, &schema).await;
+}
+
+#[tokio::test]
+async fn session_store_sqlite() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = ithaca_session::open_db(&common::sqlite_path(&dir, "session"), "unused").await.expect("open");
+    session_suite(db).await;
+}
+
+#[tokio::test]
+async fn session_store_postgres() {
+    let Some(url) = common::postgres("session_store_postgres") else { return };
+    let schema = common::unique_schema("session");
+    let db = ithaca_session::open_db(&url, &schema).await.expect("open");
+    session_suite(db.clone()).await;
+    db.close().await;
+    common::drop_schema(&url, &schema).await;
+}
+
+#[tokio::test]
+async fn migrations_are_idempotent_on_reopen() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = common::sqlite_path(&dir, "session");
+    for _ in 0..2 {
+        let db = ithaca_session::open_db(&path, "unused").await.expect("open twice");
+        db.close().await;
+    }
+}
