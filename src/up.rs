@@ -87,6 +87,8 @@ pub async fn run(common: &CommonArgs, args: UpArgs) -> anyhow::Result<()> {
         Outbound::new(key.clone(), Principal::system("")),
     );
     let tenant_id = bootstrap(&mut auth, &args).await?;
+    // An open client connection would hold the server's graceful shutdown.
+    drop(auth);
     StackInfo {
         auth_url: Some(auth_url.clone()),
         session_url: Some(url_of(Service::Session)),
