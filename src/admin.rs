@@ -110,7 +110,11 @@ impl Target {
     }
 
     async fn tenant(&self, auth: &mut AuthClient) -> anyhow::Result<String> {
-        if let Some(t) = self.tenant.clone().or(StackInfo::read(&self.data_dir).tenant_id) {
+        if let Some(t) = self
+            .tenant
+            .clone()
+            .or(StackInfo::read(&self.data_dir).tenant_id)
+        {
             return Ok(t);
         }
         let tenants = auth
@@ -173,7 +177,11 @@ pub async fn keys(common: &CommonArgs, cmd: KeysCommand) -> anyhow::Result<()> {
                 .into_inner()
                 .keys;
             for k in &keys {
-                let actor = if k.actor == pb::Actor::Human as i32 { "human" } else { "agent" };
+                let actor = if k.actor == pb::Actor::Human as i32 {
+                    "human"
+                } else {
+                    "agent"
+                };
                 if json {
                     let line = serde_json::json!({
                         "key_id": k.key_id, "env": k.env, "actor": actor, "scopes": k.scopes,
@@ -182,8 +190,16 @@ pub async fn keys(common: &CommonArgs, cmd: KeysCommand) -> anyhow::Result<()> {
                     });
                     println!("{line}");
                 } else {
-                    let state = if k.revoked_at.is_empty() { "active" } else { "revoked" };
-                    let used = if k.last_used_at.is_empty() { "never" } else { &k.last_used_at };
+                    let state = if k.revoked_at.is_empty() {
+                        "active"
+                    } else {
+                        "revoked"
+                    };
+                    let used = if k.last_used_at.is_empty() {
+                        "never"
+                    } else {
+                        &k.last_used_at
+                    };
                     println!(
                         "{}  {actor:<5}  {state:<7}  last used {used}  {}  [{}]",
                         k.key_id,

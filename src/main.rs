@@ -23,7 +23,11 @@ use ithaca_kit::config::CommonArgs;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "ithaca", version, about = "One MCP endpoint into a research platform of gRPC services")]
+#[command(
+    name = "ithaca",
+    version,
+    about = "One MCP endpoint into a research platform of gRPC services"
+)]
 struct Cli {
     #[command(flatten)]
     common: CommonArgs,
@@ -50,7 +54,10 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(err) => {
             eprintln!("ithaca: cannot start the async runtime: {err}");

@@ -26,7 +26,11 @@ pub struct ServeArgs {
     #[arg(long, env = "ITHACA_DB_SCHEMA")]
     pub db_schema: Option<String>,
     /// Public base URL of the edge, used in links such as `trace_stream`.
-    #[arg(long, env = "ITHACA_PUBLIC_URL", default_value = "http://127.0.0.1:8080")]
+    #[arg(
+        long,
+        env = "ITHACA_PUBLIC_URL",
+        default_value = "http://127.0.0.1:8080"
+    )]
     pub public_url: String,
 }
 
@@ -80,11 +84,15 @@ pub async fn start(spec: Spec) -> anyhow::Result<JoinHandle<anyhow::Result<()>>>
 
 pub async fn run(common: &CommonArgs, args: ServeArgs) -> anyhow::Result<()> {
     let _telemetry = telemetry::init(&format!("ithaca-{}", args.service), common.log_format)?;
-    let key = common.internal_key(&crate::stack::key_file(Path::new(crate::stack::DEFAULT_DATA_DIR)))?;
+    let key = common.internal_key(&crate::stack::key_file(Path::new(
+        crate::stack::DEFAULT_DATA_DIR,
+    )))?;
     let database_url = args
         .database_url
         .or_else(|| std::env::var("DOOMBERG_DB").ok())
-        .with_context(|| "no database: pass --database-url or set ITHACA_DATABASE_URL or DOOMBERG_DB")?;
+        .with_context(
+            || "no database: pass --database-url or set ITHACA_DATABASE_URL or DOOMBERG_DB",
+        )?;
     let listen = args
         .listen
         .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], args.service.default_port())));

@@ -69,7 +69,10 @@ impl FromStr for Service {
             .find(|svc| svc.as_str() == s)
             .ok_or_else(|| {
                 let names: Vec<_> = Service::ALL.iter().map(|s| s.as_str()).collect();
-                format!("unknown service {s:?}; valid services: {}", names.join(", "))
+                format!(
+                    "unknown service {s:?}; valid services: {}",
+                    names.join(", ")
+                )
             })
     }
 }

@@ -37,7 +37,9 @@ pub fn database_url(doomberg_db: Option<&str>, data_dir: &Path, service: &str) -
                 .unwrap_or(path);
             let p = Path::new(path);
             let stem = p.file_stem().and_then(|s| s.to_str()).unwrap_or("ithaca");
-            p.with_file_name(format!("{stem}.{service}.db")).display().to_string()
+            p.with_file_name(format!("{stem}.{service}.db"))
+                .display()
+                .to_string()
         }
         None => data_dir.join(format!("{service}.db")).display().to_string(),
     }

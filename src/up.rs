@@ -31,7 +31,11 @@ pub struct UpArgs {
     #[arg(long, env = "ITHACA_PORT_BASE", default_value_t = 50051)]
     pub port_base: u16,
     /// Public base URL of the edge, used in links such as `trace_stream`.
-    #[arg(long, env = "ITHACA_PUBLIC_URL", default_value = "http://127.0.0.1:8080")]
+    #[arg(
+        long,
+        env = "ITHACA_PUBLIC_URL",
+        default_value = "http://127.0.0.1:8080"
+    )]
     pub public_url: String,
 }
 
@@ -56,14 +60,18 @@ pub async fn run(common: &CommonArgs, args: UpArgs) -> anyhow::Result<()> {
                 .context("--port-base is too high")?,
         };
         let listen = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-        let listener = TcpListener::bind(listen)
-            .await
-            .with_context(|| format!("binding {listen} for {service} (is another stack running?)"))?;
+        let listener = TcpListener::bind(listen).await.with_context(|| {
+            format!("binding {listen} for {service} (is another stack running?)")
+        })?;
         let url = format!("http://{}", listener.local_addr()?);
         let task = serve::start(Spec {
             service,
             listener,
-            database_url: stack::database_url(doomberg_db.as_deref(), &args.data_dir, service.as_str()),
+            database_url: stack::database_url(
+                doomberg_db.as_deref(),
+                &args.data_dir,
+                service.as_str(),
+            ),
             schema: format!("ithaca_{service}"),
             key: key.clone(),
             public_url: args.public_url.clone(),
@@ -121,10 +129,7 @@ pub async fn run(common: &CommonArgs, args: UpArgs) -> anyhow::Result<()> {
 
 /// On first start, create the tenant and two keys and print them; later
 /// starts keep everything and say how to issue new keys.
-async fn bootstrap(
-    auth: &mut AuthClient,
-    args: &UpArgs,
-) -> anyhow::Result<String> {
+async fn bootstrap(auth: &mut AuthClient, args: &UpArgs) -> anyhow::Result<String> {
     let tenants = auth
         .list_tenants(auth::ListTenantsRequest {})
         .await
@@ -136,7 +141,9 @@ async fn bootstrap(
         println!("  tenant   {} ({})", tenant.tenant_id, tenant.name);
         println!("  keys are shown only when created; issue new ones with");
         println!("    ithaca keys create --actor agent --scope data:read --label my-agent");
-        println!("  and list or revoke them with `ithaca keys list` / `ithaca keys revoke <key-id>`");
+        println!(
+            "  and list or revoke them with `ithaca keys list` / `ithaca keys revoke <key-id>`"
+        );
         return Ok(tenant.tenant_id.clone());
     }
     let tenant = auth
@@ -160,7 +167,14 @@ async fn bootstrap(
         .filter(|s| **s != "approvals:decide")
         .map(|s| s.to_string())
         .collect();
-    let agent = create_key(auth, &tenant.tenant_id, agent_scopes, auth::Actor::Agent, "local agent").await?;
+    let agent = create_key(
+        auth,
+        &tenant.tenant_id,
+        agent_scopes,
+        auth::Actor::Agent,
+        "local agent",
+    )
+    .await?;
     let human = create_key(
         auth,
         &tenant.tenant_id,

@@ -45,7 +45,9 @@ fn up(data_dir: &Path) -> common::Process {
     common::Process::spawn(cmd)
 }
 
-#[tokio::test]
+// Multi-threaded so the health clients' connections are driven (and closed)
+// while the test blocks on child processes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn up_keys_and_restart() {
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().join("stack");
@@ -60,18 +62,45 @@ async fn up_keys_and_restart() {
     let session_url = value_after(&lines, "session").to_owned();
     assert!(data.join("auth.db").exists() && data.join("session.db").exists());
 
-    assert_eq!(serving(&auth_url, ithaca_proto::service_names::AUTH).await, ServingStatus::Serving as i32);
-    assert_eq!(serving(&session_url, ithaca_proto::service_names::SESSION).await, ServingStatus::Serving as i32);
+    assert_eq!(
+        serving(&auth_url, ithaca_proto::service_names::AUTH).await,
+        ServingStatus::Serving as i32
+    );
+    assert_eq!(
+        serving(&session_url, ithaca_proto::service_names::SESSION).await,
+        ServingStatus::Serving as i32
+    );
 
     // The printed keys verify.
     for key in [&agent_key, &human_key] {
         let out = keys(&data, &["verify", key]);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     // Create, verify, revoke, verify again.
-    let out = keys(&data, &["create", "--actor", "agent", "--scope", "data:read", "--scope", "runs:write", "--label", "ci"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = keys(
+        &data,
+        &[
+            "create",
+            "--actor",
+            "agent",
+            "--scope",
+            "data:read",
+            "--scope",
+            "runs:write",
+            "--label",
+            "ci",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     let created: Vec<String> = stdout.lines().map(str::to_owned).collect();
     let token = value_after(&created, "token").to_owned();
@@ -81,16 +110,26 @@ async fn up_keys_and_restart() {
     let listed = keys(&data, &["list", "--json"]);
     let listed = String::from_utf8_lossy(&listed.stdout).to_string();
     assert_eq!(listed.lines().count(), 3, "{listed}");
-    assert!(!listed.contains(&token[token.len() - 20..]), "no secret in the listing");
+    assert!(
+        !listed.contains(&token[token.len() - 20..]),
+        "no secret in the listing"
+    );
 
     let out = keys(&data, &["revoke", &key_id]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let out = keys(&data, &["verify", &token]);
     assert!(!out.status.success(), "a revoked key fails");
     assert!(String::from_utf8_lossy(&out.stderr).contains("invalid api key"));
 
     // Bad input is named.
-    let out = keys(&data, &["create", "--actor", "robot", "--scope", "data:read"]);
+    let out = keys(
+        &data,
+        &["create", "--actor", "robot", "--scope", "data:read"],
+    );
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--actor"));
     let out = keys(&data, &["create", "--actor", "agent", "--scope", "root"]);
@@ -104,7 +143,10 @@ async fn up_keys_and_restart() {
     // A second start keeps the data and prints no new keys.
     let stack = up(&data);
     let lines = stack.wait_for("ithaca: ready", Duration::from_secs(60));
-    assert!(lines.iter().any(|l| l.contains("data kept in")), "{lines:#?}");
+    assert!(
+        lines.iter().any(|l| l.contains("data kept in")),
+        "{lines:#?}"
+    );
     assert!(!lines.iter().any(|l| l.contains("agent key")));
     let out = keys(&data, &["verify", &agent_key]);
     assert!(out.status.success(), "the first key survives a restart");
@@ -114,13 +156,23 @@ async fn up_keys_and_restart() {
 
 #[test]
 fn unknown_and_unbuilt_services_are_clear_errors() {
-    let out = common::ithaca().args(["serve", "billing"]).output().expect("run");
+    let out = common::ithaca()
+        .args(["serve", "billing"])
+        .output()
+        .expect("run");
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("valid services: edge, auth, session"), "{err}");
 
     let out = common::ithaca()
-        .args(["serve", "broker", "--listen", "127.0.0.1:0", "--database-url", "/tmp/unused.db"])
+        .args([
+            "serve",
+            "broker",
+            "--listen",
+            "127.0.0.1:0",
+            "--database-url",
+            "/tmp/unused.db",
+        ])
         .output()
         .expect("run");
     assert!(!out.status.success());

@@ -3,8 +3,8 @@
 
 mod common;
 
-use ithaca_proto::session::v1 as pb;
 use ithaca_kit::json;
+use ithaca_proto::session::v1 as pb;
 use serde_json::json;
 use std::collections::HashMap;
 
@@ -77,7 +77,10 @@ async fn hammer(urls: &[String]) {
     let total = (WRITERS * EVENTS_PER_WRITER + opening_events) as i64;
     let expected: Vec<i64> = (1..=total).collect();
     assert_eq!(seqs.len(), expected.len(), "every append stored once");
-    assert_eq!(seqs, expected, "seq is exactly 1..={total}, no gap, no duplicate");
+    assert_eq!(
+        seqs, expected,
+        "seq is exactly 1..={total}, no gap, no duplicate"
+    );
     assert_eq!(per_writer.len(), WRITERS);
     for (writer, ns) in per_writer {
         let want: Vec<i64> = (0..EVENTS_PER_WRITER as i64).collect();
@@ -94,7 +97,9 @@ async fn sixteen_writers_one_process_sqlite() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sixteen_writers_two_processes_postgres() {
-    let Some(pg) = common::postgres("sixteen_writers_two_processes_postgres") else { return };
+    let Some(pg) = common::postgres("sixteen_writers_two_processes_postgres") else {
+        return;
+    };
     let schema = common::unique_schema("conc");
     let (_a, url_a) = common::serve("session", &pg, &schema);
     let (_b, url_b) = common::serve("session", &pg, &schema);

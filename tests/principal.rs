@@ -6,8 +6,8 @@ mod common;
 use ithaca_kit::principal::{InternalKey, METADATA_KEY, Principal};
 use ithaca_proto::auth::v1 as pb;
 use ithaca_proto::auth::v1::auth_service_client::AuthServiceClient;
-use ithaca_proto::session::v1::session_service_client::SessionServiceClient;
 use ithaca_proto::session::v1 as spb;
+use ithaca_proto::session::v1::session_service_client::SessionServiceClient;
 use tonic::Request;
 use tonic::metadata::AsciiMetadataValue;
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -37,23 +37,35 @@ async fn calls_without_a_valid_assertion_are_refused() {
             "forged",
             with_assertion(
                 pb::ListTenantsRequest {},
-                &InternalKey::new(vec![9u8; 32]).expect("key").mint(&system, 60),
+                &InternalKey::new(vec![9u8; 32])
+                    .expect("key")
+                    .mint(&system, 60),
             ),
         ),
-        ("expired", with_assertion(pb::ListTenantsRequest {}, &common::key().mint(&system, -30))),
-        ("garbage", with_assertion(pb::ListTenantsRequest {}, "v1.bm90.anNvbg")),
+        (
+            "expired",
+            with_assertion(pb::ListTenantsRequest {}, &common::key().mint(&system, -30)),
+        ),
+        (
+            "garbage",
+            with_assertion(pb::ListTenantsRequest {}, "v1.bm90.anNvbg"),
+        ),
     ];
     for (case, request) in refused {
         let err = raw.list_tenants(request).await.expect_err(case);
         assert_eq!(err.code(), tonic::Code::Unauthenticated, "{case}: {err:?}");
     }
     let ok = raw
-        .list_tenants(with_assertion(pb::ListTenantsRequest {}, &common::key().mint(&system, 60)))
+        .list_tenants(with_assertion(
+            pb::ListTenantsRequest {},
+            &common::key().mint(&system, 60),
+        ))
         .await;
     assert!(ok.is_ok(), "a valid assertion passes: {ok:?}");
 
     // The session service applies the same rule.
-    let mut raw_session = SessionServiceClient::new(ithaca_kit::client::channel(&session.url).expect("url"));
+    let mut raw_session =
+        SessionServiceClient::new(ithaca_kit::client::channel(&session.url).expect("url"));
     let err = raw_session
         .get_current_session(spb::GetCurrentSessionRequest {})
         .await
@@ -93,8 +105,16 @@ async fn every_malformed_token_is_unauthenticated_alike() {
         label: label.into(),
         env: String::new(),
     };
-    let good = client.create_key(create("good")).await.expect("key").into_inner();
-    let revoked = client.create_key(create("revoked")).await.expect("key").into_inner();
+    let good = client
+        .create_key(create("good"))
+        .await
+        .expect("key")
+        .into_inner();
+    let revoked = client
+        .create_key(create("revoked"))
+        .await
+        .expect("key")
+        .into_inner();
     let revoked_id = revoked.key.as_ref().expect("key").key_id.clone();
     client
         .revoke_key(pb::RevokeKeyRequest {
@@ -118,14 +138,23 @@ async fn every_malformed_token_is_unauthenticated_alike() {
         ("other env", format!("dmbg_prod_{key_id}_{secret}")),
         ("too few parts", format!("dmbg_test_{key_id}")),
         ("only prefix", "dmbg".to_owned()),
-        ("unknown key id", format!("dmbg_test_{}_{secret}", uuid::Uuid::new_v4().simple())),
+        (
+            "unknown key id",
+            format!("dmbg_test_{}_{secret}", uuid::Uuid::new_v4().simple()),
+        ),
         ("wrong secret", format!("dmbg_test_{key_id}_{wrong_secret}")),
         ("revoked", revoked.token.clone()),
         ("non-ascii", format!("dmbg_test_{key_id}_{secret}ü")),
-        ("10 KB long", format!("dmbg_test_{key_id}_{}", "a".repeat(10 * 1024))),
+        (
+            "10 KB long",
+            format!("dmbg_test_{key_id}_{}", "a".repeat(10 * 1024)),
+        ),
         ("bearer prefix left on", format!("Bearer {token}")),
         ("trailing space", format!("{token} ")),
-        ("uppercase key id", format!("dmbg_test_{}_{secret}", key_id.to_uppercase())),
+        (
+            "uppercase key id",
+            format!("dmbg_test_{}_{secret}", key_id.to_uppercase()),
+        ),
     ];
     for (case, bad) in cases {
         let err = client
@@ -133,11 +162,17 @@ async fn every_malformed_token_is_unauthenticated_alike() {
             .await
             .expect_err(case);
         assert_eq!(err.code(), tonic::Code::Unauthenticated, "{case}");
-        assert_eq!(err.message(), "invalid api key", "{case}: the reason is not revealed");
+        assert_eq!(
+            err.message(),
+            "invalid api key",
+            "{case}: the reason is not revealed"
+        );
     }
 
     let ok = client
-        .verify_key(pb::VerifyKeyRequest { token: good.token.clone() })
+        .verify_key(pb::VerifyKeyRequest {
+            token: good.token.clone(),
+        })
         .await
         .expect("the good token verifies")
         .into_inner();

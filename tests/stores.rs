@@ -37,7 +37,14 @@ async fn auth_suite(db: Db) {
         env: String::new(),
     };
     let created = svc
-        .create_key(&system, spec(&one.tenant_id, &["runs:write", "data:read"], KeyActor::Agent))
+        .create_key(
+            &system,
+            spec(
+                &one.tenant_id,
+                &["runs:write", "data:read"],
+                KeyActor::Agent,
+            ),
+        )
         .await
         .expect("create key");
     let key_id = created.row.key_id.clone();
@@ -48,7 +55,11 @@ async fn auth_suite(db: Db) {
     assert_eq!(key_id.len(), 32);
 
     // Only the salted hash is persisted.
-    let row = store.find_key(&key_id).await.expect("read").expect("row exists");
+    let row = store
+        .find_key(&key_id)
+        .await
+        .expect("read")
+        .expect("row exists");
     assert_eq!(row.secret_hash.len(), 64);
     assert!(!row.secret_hash.contains(secret) && !row.salt.contains(secret));
     assert_eq!(row.scopes, "data:read runs:write");
@@ -58,12 +69,23 @@ async fn auth_suite(db: Db) {
     assert_eq!(verified.key_id, key_id);
     assert_eq!(verified.scopes, vec!["data:read", "runs:write"]);
     let row = store.find_key(&key_id).await.expect("read").expect("row");
-    assert!(row.last_used_at_ms.is_some(), "verification records last use");
+    assert!(
+        row.last_used_at_ms.is_some(),
+        "verification records last use"
+    );
 
     // Tenants do not see each other's keys.
-    let listed = svc.list_keys(&system, &one.tenant_id, false).await.expect("list");
+    let listed = svc
+        .list_keys(&system, &one.tenant_id, false)
+        .await
+        .expect("list");
     assert_eq!(listed.len(), 1);
-    assert!(svc.list_keys(&system, &two.tenant_id, false).await.expect("list").is_empty());
+    assert!(
+        svc.list_keys(&system, &two.tenant_id, false)
+            .await
+            .expect("list")
+            .is_empty()
+    );
     let err = svc
         .revoke_key(&human(&two.tenant_id), &one.tenant_id, &key_id)
         .await
@@ -87,43 +109,87 @@ async fn auth_suite(db: Db) {
 
     // A human manages keys of its own tenant.
     let own = svc
-        .create_key(&human(&one.tenant_id), spec("", &["data:read"], KeyActor::Human))
+        .create_key(
+            &human(&one.tenant_id),
+            spec("", &["data:read"], KeyActor::Human),
+        )
         .await
         .expect("human creates a key in its tenant");
     assert_eq!(own.row.tenant_id, one.tenant_id);
 
     // Revocation.
-    let revoked = svc.revoke_key(&system, &one.tenant_id, &key_id).await.expect("revoke");
+    let revoked = svc
+        .revoke_key(&system, &one.tenant_id, &key_id)
+        .await
+        .expect("revoke");
     assert!(revoked.revoked_at_ms.is_some());
-    let err = svc.verify(&system, &created.token).await.expect_err("revoked");
+    let err = svc
+        .verify(&system, &created.token)
+        .await
+        .expect_err("revoked");
     assert_eq!(err.code, Code::Unauthenticated);
-    let active = svc.list_keys(&system, &one.tenant_id, false).await.expect("list");
+    let active = svc
+        .list_keys(&system, &one.tenant_id, false)
+        .await
+        .expect("list");
     assert!(active.iter().all(|k| k.key_id != key_id));
-    let all = svc.list_keys(&system, &one.tenant_id, true).await.expect("list");
-    assert!(all.iter().any(|k| k.key_id == key_id && k.revoked_at_ms.is_some()));
+    let all = svc
+        .list_keys(&system, &one.tenant_id, true)
+        .await
+        .expect("list");
+    assert!(
+        all.iter()
+            .any(|k| k.key_id == key_id && k.revoked_at_ms.is_some())
+    );
 
     // Bad input names the field.
     for (bad, field) in [
         (spec(&one.tenant_id, &["root"], KeyActor::Agent), "scopes"),
         (spec(&one.tenant_id, &[], KeyActor::Agent), "scopes"),
-        (spec(&one.tenant_id, &["approvals:decide"], KeyActor::Agent), "scopes"),
-        (KeySpec { env: "moon".into(), ..spec(&one.tenant_id, &["data:read"], KeyActor::Agent) }, "env"),
-        (KeySpec { actor: None, ..spec(&one.tenant_id, &["data:read"], KeyActor::Agent) }, "actor"),
+        (
+            spec(&one.tenant_id, &["approvals:decide"], KeyActor::Agent),
+            "scopes",
+        ),
+        (
+            KeySpec {
+                env: "moon".into(),
+                ..spec(&one.tenant_id, &["data:read"], KeyActor::Agent)
+            },
+            "env",
+        ),
+        (
+            KeySpec {
+                actor: None,
+                ..spec(&one.tenant_id, &["data:read"], KeyActor::Agent)
+            },
+            "actor",
+        ),
         (spec("", &["data:read"], KeyActor::Agent), "tenant_id"),
     ] {
         let err = svc.create_key(&system, bad).await.expect_err("bad input");
         assert_eq!(err.code, Code::InvalidArgument, "{}", err.message);
-        assert!(err.message.starts_with(field), "{} names {field}", err.message);
+        assert!(
+            err.message.starts_with(field),
+            "{} names {field}",
+            err.message
+        );
     }
     let err = svc
-        .create_key(&system, spec("no-such-tenant", &["data:read"], KeyActor::Agent))
+        .create_key(
+            &system,
+            spec("no-such-tenant", &["data:read"], KeyActor::Agent),
+        )
         .await
         .expect_err("unknown tenant");
     assert_eq!(err.code, Code::NotFound);
 }
 
 async fn session_suite(db: Db) {
-    let svc = ithaca_session::service(db, ithaca_session::Config::default(), CancellationToken::new());
+    let svc = ithaca_session::service(
+        db,
+        ithaca_session::Config::default(),
+        CancellationToken::new(),
+    );
     let alice = common::agent("tenant-a", "agent-a");
     let other_agent = common::agent("tenant-a", "agent-b");
     let bob = common::agent("tenant-b", "agent-a");
@@ -142,30 +208,52 @@ async fn session_suite(db: Db) {
     assert!(uuid::Uuid::parse_str(&s.session_id).is_ok());
     let (events, last) = svc.read(&alice, &s.session_id, 0, 0).await.expect("read");
     assert_eq!(last, 2);
-    let kinds: Vec<_> = events.iter().map(|e| (e.seq, e.event_type.as_str())).collect();
+    let kinds: Vec<_> = events
+        .iter()
+        .map(|e| (e.seq, e.event_type.as_str()))
+        .collect();
     assert_eq!(kinds, vec![(1, "session_open"), (2, "reasoning")]);
     let payload: serde_json::Value = serde_json::from_str(&events[1].payload).expect("json");
     assert_eq!(payload["prompt"], prompt, "the prompt is stored verbatim");
 
     // The current session belongs to (tenant, agent).
-    assert_eq!(svc.current(&alice).await.expect("current").session_id, s.session_id);
+    assert_eq!(
+        svc.current(&alice).await.expect("current").session_id,
+        s.session_id
+    );
     assert!(svc.current(&other_agent).await.is_err());
     assert!(svc.current(&bob).await.is_err());
 
     // Resume appends to the prompt history and continues the trace.
     let titled = svc
-        .session_context(&other_agent, "Now compare with AMD.", Some("ignored on resume"), Some(&s.session_id))
+        .session_context(
+            &other_agent,
+            "Now compare with AMD.",
+            Some("ignored on resume"),
+            Some(&s.session_id),
+        )
         .await
         .expect("resume");
     assert_eq!(titled.session_id, s.session_id);
     assert_eq!(titled.title, "Research NVDA momentum");
-    assert_eq!(svc.current(&other_agent).await.expect("joined").session_id, s.session_id);
+    assert_eq!(
+        svc.current(&other_agent).await.expect("joined").session_id,
+        s.session_id
+    );
     let prompts = svc.prompts(&alice, &s.session_id).await.expect("prompts");
-    let texts: Vec<_> = prompts.iter().map(|p| (p.position, p.text.as_str())).collect();
+    let texts: Vec<_> = prompts
+        .iter()
+        .map(|p| (p.position, p.text.as_str()))
+        .collect();
     assert_eq!(texts, vec![(1, prompt), (2, "Now compare with AMD.")]);
 
     let e = svc
-        .append(&alice, &s.session_id, EventType::ToolCall, json!({"name": "get_price_history"}))
+        .append(
+            &alice,
+            &s.session_id,
+            EventType::ToolCall,
+            json!({"name": "get_price_history"}),
+        )
         .await
         .expect("append");
     assert_eq!(e.seq, 4);
@@ -176,8 +264,12 @@ async fn session_suite(db: Db) {
     for result in [
         svc.get(&bob, &s.session_id).await.map(|_| ()),
         svc.read(&bob, &s.session_id, 0, 10).await.map(|_| ()),
-        svc.append(&bob, &s.session_id, EventType::ToolCall, json!({})).await.map(|_| ()),
-        svc.session_context(&bob, "hi", None, Some(&s.session_id)).await.map(|_| ()),
+        svc.append(&bob, &s.session_id, EventType::ToolCall, json!({}))
+            .await
+            .map(|_| ()),
+        svc.session_context(&bob, "hi", None, Some(&s.session_id))
+            .await
+            .map(|_| ()),
         svc.close(&bob, Some(&s.session_id)).await.map(|_| ()),
         svc.prompts(&bob, &s.session_id).await.map(|_| ()),
     ] {
@@ -193,9 +285,17 @@ async fn session_suite(db: Db) {
         .append(&alice, &s.session_id, EventType::ToolCall, json!({}))
         .await
         .expect_err("closed");
-    assert_eq!((err.code, err.domain), (Code::FailedPrecondition, Some("SESSION_NOT_OPEN")));
+    assert_eq!(
+        (err.code, err.domain),
+        (Code::FailedPrecondition, Some("SESSION_NOT_OPEN"))
+    );
     let late = svc
-        .append(&alice, &s.session_id, EventType::ToolResult, json!({"outcome": "ok"}))
+        .append(
+            &alice,
+            &s.session_id,
+            EventType::ToolResult,
+            json!({"outcome": "ok"}),
+        )
         .await
         .expect("an in-flight result still lands");
     assert_eq!(late.seq, 5);
@@ -207,15 +307,22 @@ async fn session_suite(db: Db) {
 
     let archived = svc.archive(&alice, &s.session_id).await.expect("archive");
     assert_eq!(archived.status, "archived");
-    assert!(svc
-        .append(&alice, &s.session_id, EventType::ToolResult, json!({}))
+    assert!(
+        svc.append(&alice, &s.session_id, EventType::ToolResult, json!({}))
+            .await
+            .is_err()
+    );
+    let (all, last) = svc
+        .read(&alice, &s.session_id, 0, 1000)
         .await
-        .is_err());
-    let (all, last) = svc.read(&alice, &s.session_id, 0, 1000).await.expect("still readable");
+        .expect("still readable");
     assert_eq!((all.len(), last), (5, 5));
 
     // Bad input.
-    let err = svc.session_context(&alice, "  \n", None, None).await.expect_err("blank");
+    let err = svc
+        .session_context(&alice, "  \n", None, None)
+        .await
+        .expect_err("blank");
     assert!(err.message.starts_with("prompt"));
     let err = svc.get(&alice, "sess_01HQ").await.expect_err("not a uuid");
     assert!(err.message.starts_with("session_id"));
@@ -224,20 +331,27 @@ async fn session_suite(db: Db) {
         .await
         .expect_err("no type");
     assert!(err.message.starts_with("type"));
-    let err = svc.read(&alice, &s.session_id, -1, 10).await.expect_err("negative");
+    let err = svc
+        .read(&alice, &s.session_id, -1, 10)
+        .await
+        .expect_err("negative");
     assert!(err.message.starts_with("after_seq"));
 }
 
 #[tokio::test]
 async fn auth_store_sqlite() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let db = ithaca_auth::open_db(&common::sqlite_path(&dir, "auth"), "unused").await.expect("open");
+    let db = ithaca_auth::open_db(&common::sqlite_path(&dir, "auth"), "unused")
+        .await
+        .expect("open");
     auth_suite(db).await;
 }
 
 #[tokio::test]
 async fn auth_store_postgres() {
-    let Some(url) = common::postgres("auth_store_postgres") else { return };
+    let Some(url) = common::postgres("auth_store_postgres") else {
+        return;
+    };
     let schema = common::unique_schema("auth");
     let db = ithaca_auth::open_db(&url, &schema).await.expect("open");
     auth_suite(db.clone()).await;
@@ -248,13 +362,17 @@ async fn auth_store_postgres() {
 #[tokio::test]
 async fn session_store_sqlite() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let db = ithaca_session::open_db(&common::sqlite_path(&dir, "session"), "unused").await.expect("open");
+    let db = ithaca_session::open_db(&common::sqlite_path(&dir, "session"), "unused")
+        .await
+        .expect("open");
     session_suite(db).await;
 }
 
 #[tokio::test]
 async fn session_store_postgres() {
-    let Some(url) = common::postgres("session_store_postgres") else { return };
+    let Some(url) = common::postgres("session_store_postgres") else {
+        return;
+    };
     let schema = common::unique_schema("session");
     let db = ithaca_session::open_db(&url, &schema).await.expect("open");
     session_suite(db.clone()).await;
@@ -267,7 +385,9 @@ async fn migrations_are_idempotent_on_reopen() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = common::sqlite_path(&dir, "session");
     for _ in 0..2 {
-        let db = ithaca_session::open_db(&path, "unused").await.expect("open twice");
+        let db = ithaca_session::open_db(&path, "unused")
+            .await
+            .expect("open twice");
         db.close().await;
     }
 }

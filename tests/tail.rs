@@ -66,7 +66,10 @@ async fn tail_mid_stream(append_url: &str, tail_url: &str) {
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
-    assert!(join_at < APPENDS + 2, "joined while appends were still running");
+    assert!(
+        join_at < APPENDS + 2,
+        "joined while appends were still running"
+    );
 
     let mut stream = reader
         .tail_events(pb::TailEventsRequest {
@@ -105,7 +108,9 @@ async fn tail_joins_mid_stream_sqlite() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn tail_joins_mid_stream_across_replicas_postgres() {
-    let Some(pg) = common::postgres("tail_joins_mid_stream_across_replicas_postgres") else { return };
+    let Some(pg) = common::postgres("tail_joins_mid_stream_across_replicas_postgres") else {
+        return;
+    };
     let schema = common::unique_schema("tail");
     let (_a, url_a) = common::serve("session", &pg, &schema);
     let (_b, url_b) = common::serve("session", &pg, &schema);

@@ -59,7 +59,11 @@ async fn one_trace_id_on_both_sides_of_a_grpc_call() {
         .events;
     assert!(!events.is_empty());
     for event in &events {
-        assert_eq!(event.trace_id, client_trace.to_string(), "events carry the caller's trace id");
+        assert_eq!(
+            event.trace_id,
+            client_trace.to_string(),
+            "events carry the caller's trace id"
+        );
     }
 
     provider.force_flush().expect("flush");
@@ -74,7 +78,14 @@ async fn one_trace_id_on_both_sides_of_a_grpc_call() {
         .expect("server span exported");
     assert_eq!(server_span.span_kind, SpanKind::Server);
     assert_eq!(client_span.span_context.trace_id(), client_trace);
-    assert_eq!(server_span.span_context.trace_id(), client_trace, "one trace id on both sides");
-    assert_eq!(server_span.parent_span_id, client_span.span_context.span_id());
+    assert_eq!(
+        server_span.span_context.trace_id(),
+        client_trace,
+        "one trace id on both sides"
+    );
+    assert_eq!(
+        server_span.parent_span_id,
+        client_span.span_context.span_id()
+    );
     svc.stop().await;
 }

@@ -12,7 +12,12 @@ pub struct CommonArgs {
     pub log_format: LogFormat,
     /// The internal key that signs principal assertions between services
     /// (at least 32 bytes). Every process of one deployment needs the same.
-    #[arg(long, env = "ITHACA_INTERNAL_KEY", hide_env_values = true, global = true)]
+    #[arg(
+        long,
+        env = "ITHACA_INTERNAL_KEY",
+        hide_env_values = true,
+        global = true
+    )]
     pub internal_key: Option<String>,
     /// A file holding the internal key, read when --internal-key is not given.
     #[arg(long, env = "ITHACA_INTERNAL_KEY_FILE", global = true)]
@@ -22,7 +27,9 @@ pub struct CommonArgs {
 /// The internal key could not be found or used.
 #[derive(Debug, thiserror::Error)]
 pub enum KeyError {
-    #[error("no internal key: set ITHACA_INTERNAL_KEY or ITHACA_INTERNAL_KEY_FILE (ithaca up writes one to {0})")]
+    #[error(
+        "no internal key: set ITHACA_INTERNAL_KEY or ITHACA_INTERNAL_KEY_FILE (ithaca up writes one to {0})"
+    )]
     Missing(String),
     #[error("reading internal key file {path}: {source}")]
     Read {

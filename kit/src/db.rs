@@ -138,7 +138,10 @@ impl Db {
         if path.is_empty() {
             return Err(DbError::BadUrl("empty sqlite path".into()));
         }
-        if let Some(dir) = Path::new(path).parent().filter(|d| !d.as_os_str().is_empty()) {
+        if let Some(dir) = Path::new(path)
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+        {
             std::fs::create_dir_all(dir).map_err(|source| DbError::Dir {
                 path: dir.display().to_string(),
                 source,

@@ -13,7 +13,9 @@ pub fn to_struct(json: serde_json::Value) -> Struct {
             fields: map.into_iter().map(|(k, v)| (k, to_value(v))).collect(),
         },
         other => Struct {
-            fields: [("value".to_owned(), to_value(other))].into_iter().collect(),
+            fields: [("value".to_owned(), to_value(other))]
+                .into_iter()
+                .collect(),
         },
     }
 }

@@ -175,7 +175,9 @@ impl InternalKey {
         let (signed, tag) = assertion
             .rsplit_once('.')
             .ok_or(AssertionError::Malformed)?;
-        let body = signed.strip_prefix("v1.").ok_or(AssertionError::Malformed)?;
+        let body = signed
+            .strip_prefix("v1.")
+            .ok_or(AssertionError::Malformed)?;
         let tag = URL_SAFE_NO_PAD
             .decode(tag)
             .map_err(|_| AssertionError::Malformed)?;
@@ -187,7 +189,8 @@ impl InternalKey {
         let body = URL_SAFE_NO_PAD
             .decode(body)
             .map_err(|_| AssertionError::Malformed)?;
-        let claims: Claims = serde_json::from_slice(&body).map_err(|_| AssertionError::Malformed)?;
+        let claims: Claims =
+            serde_json::from_slice(&body).map_err(|_| AssertionError::Malformed)?;
         if claims.exp < now_secs() {
             return Err(AssertionError::Expired);
         }
@@ -301,7 +304,15 @@ mod tests {
     #[test]
     fn refuses_garbage_without_panicking() {
         let k = key(1);
-        for junk in ["", ".", "v1.", "v1..", "v2.abc.def", "v1.!!!.???", &"a".repeat(10_000)] {
+        for junk in [
+            "",
+            ".",
+            "v1.",
+            "v1..",
+            "v2.abc.def",
+            "v1.!!!.???",
+            &"a".repeat(10_000),
+        ] {
             assert!(k.verify(junk).is_err(), "{junk:?} must be refused");
         }
     }

@@ -74,7 +74,11 @@ pub fn install(provider: SdkTracerProvider, format: LogFormat) -> Result<(), Tel
     let registry = tracing_subscriber::registry().with(filter).with(otel);
     let result = match format {
         LogFormat::Json => registry
-            .with(tracing_subscriber::fmt::layer().json().with_writer(std::io::stderr))
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .json()
+                    .with_writer(std::io::stderr),
+            )
             .try_init(),
         LogFormat::Text => registry
             .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))

@@ -47,7 +47,10 @@ pub fn prompts(pool: &DescriptorPool) -> Vec<Annotated<PromptOptions>> {
     annotated(pool, PROMPT_EXTENSION)
 }
 
-fn annotated<T: prost::Message + Default>(pool: &DescriptorPool, extension: &str) -> Vec<Annotated<T>> {
+fn annotated<T: prost::Message + Default>(
+    pool: &DescriptorPool,
+    extension: &str,
+) -> Vec<Annotated<T>> {
     let Some(ext) = pool.get_extension_by_name(extension) else {
         return Vec::new();
     };
@@ -78,7 +81,13 @@ fn annotated<T: prost::Message + Default>(pool: &DescriptorPool, extension: &str
 
 /// The leading comment of a method, from the file's source info.
 pub fn leading_comment(method: &MethodDescriptor) -> Option<String> {
-    comment_at(&method.parent_file().file_descriptor_proto().source_code_info, method.path())
+    comment_at(
+        &method
+            .parent_file()
+            .file_descriptor_proto()
+            .source_code_info,
+        method.path(),
+    )
 }
 
 /// The leading comment of a message field.

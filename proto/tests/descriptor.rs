@@ -11,12 +11,16 @@ fn finds_annotated_tools_with_options_and_comments() {
         .iter()
         .find(|t| t.options.name == "session_context")
         .expect("session_context is annotated as a tool");
-    assert_eq!(ctx.method.full_name(), "ithaca.session.v1.SessionService.SessionContext");
+    assert_eq!(
+        ctx.method.full_name(),
+        "ithaca.session.v1.SessionService.SessionContext"
+    );
     assert!(ctx.options.session_exempt);
     assert!(!ctx.options.read_only);
     assert_eq!(ctx.options.title, "Open or resume a research session");
     assert!(
-        ctx.description.starts_with("Open a traced research session"),
+        ctx.description
+            .starts_with("Open a traced research session"),
         "description comes from the RPC comment: {:?}",
         ctx.description
     );
@@ -29,7 +33,11 @@ fn finds_annotated_tools_with_options_and_comments() {
 
     // Unannotated RPCs are not tools.
     assert!(tools.iter().all(|t| t.method.name() != "AppendEvent"));
-    assert!(tools.iter().all(|t| t.method.parent_service().name() != "AuthService"));
+    assert!(
+        tools
+            .iter()
+            .all(|t| t.method.parent_service().name() != "AuthService")
+    );
 }
 
 #[test]

@@ -50,13 +50,18 @@ pub fn postgres(test: &str) -> Option<String> {
 
 /// A schema name no other test uses.
 pub fn unique_schema(prefix: &str) -> String {
-    format!("t_{prefix}_{}", &uuid::Uuid::new_v4().simple().to_string()[..12])
+    format!(
+        "t_{prefix}_{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    )
 }
 
 /// Drop a test schema and everything in it.
 pub async fn drop_schema(url: &str, schema: &str) {
     use sqlx::Connection;
-    let mut conn = sqlx::PgConnection::connect(url).await.expect("connect to drop schema");
+    let mut conn = sqlx::PgConnection::connect(url)
+        .await
+        .expect("connect to drop schema");
     sqlx::query(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
         .execute(&mut conn)
         .await
@@ -83,7 +88,11 @@ impl InProcess {
     }
 }
 
-async fn run_in_process(db: Db, options: ithaca_kit::server::ServeOptions, shutdown: CancellationToken) -> InProcess {
+async fn run_in_process(
+    db: Db,
+    options: ithaca_kit::server::ServeOptions,
+    shutdown: CancellationToken,
+) -> InProcess {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind port 0");
     let url = format!("http://{}", listener.local_addr().expect("bound address"));
     let token = shutdown.clone();
@@ -101,13 +110,17 @@ async fn run_in_process(db: Db, options: ithaca_kit::server::ServeOptions, shutd
 }
 
 pub async fn start_auth(db_url: &str, schema: &str) -> InProcess {
-    let db = ithaca_auth::open_db(db_url, schema).await.expect("open auth db");
+    let db = ithaca_auth::open_db(db_url, schema)
+        .await
+        .expect("open auth db");
     let options = ithaca_auth::serve_options(db.clone(), key());
     run_in_process(db, options, CancellationToken::new()).await
 }
 
 pub async fn start_session(db_url: &str, schema: &str) -> InProcess {
-    let db = ithaca_session::open_db(db_url, schema).await.expect("open session db");
+    let db = ithaca_session::open_db(db_url, schema)
+        .await
+        .expect("open session db");
     let shutdown = CancellationToken::new();
     let options = ithaca_session::serve_options(
         db.clone(),
@@ -210,7 +223,10 @@ impl Process {
             if let Some(status) = self.child.try_wait().expect("wait for child") {
                 return status;
             }
-            assert!(std::time::Instant::now() < deadline, "process did not stop after SIGTERM");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "process did not stop after SIGTERM"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }

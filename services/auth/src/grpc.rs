@@ -61,7 +61,10 @@ impl Rpc for Grpc {
         request: Request<pb::CreateTenantRequest>,
     ) -> Result<Response<pb::Tenant>, Status> {
         let caller = principal::of(&request)?;
-        let row = self.service.create_tenant(&caller, &request.get_ref().name).await?;
+        let row = self
+            .service
+            .create_tenant(&caller, &request.get_ref().name)
+            .await?;
         Ok(Response::new(tenant(row)))
     }
 
@@ -129,7 +132,10 @@ impl Rpc for Grpc {
         request: Request<pb::VerifyKeyRequest>,
     ) -> Result<Response<pb::VerifyKeyResponse>, Status> {
         let caller = principal::of(&request)?;
-        let verified = self.service.verify(&caller, &request.get_ref().token).await?;
+        let verified = self
+            .service
+            .verify(&caller, &request.get_ref().token)
+            .await?;
         Ok(Response::new(pb::VerifyKeyResponse {
             tenant_id: verified.tenant_id,
             key_id: verified.key_id,

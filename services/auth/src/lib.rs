@@ -38,7 +38,9 @@ pub fn service(db: Db) -> service::AuthService {
 
 /// The gRPC routes of the auth service, behind the principal verifier.
 pub fn serve_options(db: Db, key: InternalKey) -> ServeOptions {
-    let grpc = grpc::Grpc { service: service(db) };
+    let grpc = grpc::Grpc {
+        service: service(db),
+    };
     let server = AuthServiceServer::with_interceptor(grpc, Verifier::new(key));
     ServeOptions {
         service_names: vec![ithaca_proto::service_names::AUTH],

@@ -106,7 +106,8 @@ pub fn parse_token(token: &str) -> Option<TokenParts<'_>> {
         return None;
     }
     let mut parts = token.splitn(4, '_');
-    let (prefix, env, key_id, secret) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let (prefix, env, key_id, secret) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
     let well_formed = prefix == TOKEN_PREFIX
         && KNOWN_ENVS.contains(&env)
         && is_key_id(key_id)
@@ -123,7 +124,9 @@ pub fn parse_token(token: &str) -> Option<TokenParts<'_>> {
 
 /// A key id is a UUID4 rendered as 32 lowercase hex digits.
 pub fn is_key_id(s: &str) -> bool {
-    s.len() == 32 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    s.len() == 32
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// Check an env tag for new keys.

@@ -89,11 +89,14 @@ impl AuthService {
             .actor
             .ok_or_else(|| ServiceError::invalid("actor: must be human or agent"))?;
         if spec.scopes.is_empty() {
-            return Err(ServiceError::invalid("scopes: at least one scope is required"));
+            return Err(ServiceError::invalid(
+                "scopes: at least one scope is required",
+            ));
         }
         let mut scopes = Vec::new();
         for name in &spec.scopes {
-            let scope = Scope::parse(name.trim()).map_err(|e| ServiceError::invalid(format!("scopes: {e}")))?;
+            let scope = Scope::parse(name.trim())
+                .map_err(|e| ServiceError::invalid(format!("scopes: {e}")))?;
             if !scopes.contains(&scope) {
                 scopes.push(scope);
             }
@@ -104,7 +107,11 @@ impl AuthService {
                 "scopes: approvals:decide can only be granted to a human key",
             ));
         }
-        let env = if spec.env.is_empty() { "test" } else { spec.env.as_str() };
+        let env = if spec.env.is_empty() {
+            "test"
+        } else {
+            spec.env.as_str()
+        };
         let env = model::parse_env(env).map_err(|e| ServiceError::invalid(format!("env: {e}")))?;
         if spec.label.len() > 200 {
             return Err(ServiceError::invalid("label: at most 200 characters"));
@@ -119,7 +126,11 @@ impl AuthService {
             env: env.to_owned(),
             secret_hash: hash_secret(&salt, &secret),
             salt,
-            scopes: scopes.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(" "),
+            scopes: scopes
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(" "),
             actor: actor.as_str().to_owned(),
             label: spec.label.trim().to_owned(),
             created_at_ms: clock::now_ms(),
@@ -150,7 +161,9 @@ impl AuthService {
     ) -> Result<KeyRow, ServiceError> {
         let tenant_id = self.target_tenant(caller, tenant_id).await?;
         if !model::is_key_id(key_id) {
-            return Err(ServiceError::invalid("key_id: must be 32 lowercase hex digits"));
+            return Err(ServiceError::invalid(
+                "key_id: must be 32 lowercase hex digits",
+            ));
         }
         let row = self
             .store
@@ -166,7 +179,12 @@ impl AuthService {
     pub async fn verify(&self, caller: &Principal, token: &str) -> Result<Verified, ServiceError> {
         require_system(caller)?;
         let unauthenticated = || ServiceError::new(Code::Unauthenticated, INVALID_KEY);
-        let Some(TokenParts { env, key_id, secret }) = model::parse_token(token) else {
+        let Some(TokenParts {
+            env,
+            key_id,
+            secret,
+        }) = model::parse_token(token)
+        else {
             return Err(unauthenticated());
         };
         let Some(row) = self.store.find_key(key_id).await? else {

@@ -67,7 +67,8 @@ impl Store {
     }
 
     pub async fn list_tenants(&self) -> Result<Vec<TenantRow>, sqlx::Error> {
-        let sql = "SELECT tenant_id, name, created_at_ms FROM tenants ORDER BY created_at_ms, tenant_id";
+        let sql =
+            "SELECT tenant_id, name, created_at_ms FROM tenants ORDER BY created_at_ms, tenant_id";
         with_pool!(self.db, pool => sqlx::query_as::<_, TenantRow>(sql).fetch_all(pool).await)
     }
 

@@ -7,8 +7,8 @@ use ithaca_kit::{clock, json, principal};
 use ithaca_proto::session::v1 as pb;
 use ithaca_proto::session::v1::session_service_server::SessionService as Rpc;
 use std::pin::Pin;
-use tokio_stream::{Stream, StreamExt};
 use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
 /// The gRPC face of [`SessionService`].
@@ -54,7 +54,12 @@ impl Rpc for Grpc {
         let req = request.get_ref();
         let row = self
             .service
-            .session_context(&caller, &req.prompt, req.title.as_deref(), req.session_id.as_deref())
+            .session_context(
+                &caller,
+                &req.prompt,
+                req.title.as_deref(),
+                req.session_id.as_deref(),
+            )
             .await?;
         Ok(Response::new(self.descriptor(row)))
     }
@@ -85,7 +90,10 @@ impl Rpc for Grpc {
         request: Request<pb::GetSessionRequest>,
     ) -> Result<Response<pb::SessionDescriptor>, Status> {
         let caller = principal::of(&request)?;
-        let row = self.service.get(&caller, &request.get_ref().session_id).await?;
+        let row = self
+            .service
+            .get(&caller, &request.get_ref().session_id)
+            .await?;
         Ok(Response::new(self.descriptor(row)))
     }
 
@@ -94,7 +102,10 @@ impl Rpc for Grpc {
         request: Request<pb::ArchiveSessionRequest>,
     ) -> Result<Response<pb::SessionDescriptor>, Status> {
         let caller = principal::of(&request)?;
-        let row = self.service.archive(&caller, &request.get_ref().session_id).await?;
+        let row = self
+            .service
+            .archive(&caller, &request.get_ref().session_id)
+            .await?;
         Ok(Response::new(self.descriptor(row)))
     }
 
@@ -103,7 +114,10 @@ impl Rpc for Grpc {
         request: Request<pb::ListPromptsRequest>,
     ) -> Result<Response<pb::ListPromptsResponse>, Status> {
         let caller = principal::of(&request)?;
-        let rows = self.service.prompts(&caller, &request.get_ref().session_id).await?;
+        let rows = self
+            .service
+            .prompts(&caller, &request.get_ref().session_id)
+            .await?;
         Ok(Response::new(pb::ListPromptsResponse {
             prompts: rows
                 .into_iter()
@@ -122,8 +136,9 @@ impl Rpc for Grpc {
     ) -> Result<Response<pb::TraceEvent>, Status> {
         let caller = principal::of(&request)?;
         let req = request.into_inner();
-        let event_type = pb::EventType::try_from(req.r#type)
-            .map_err(|_| ServiceError::invalid(format!("type: unknown event type {}", req.r#type)))?;
+        let event_type = pb::EventType::try_from(req.r#type).map_err(|_| {
+            ServiceError::invalid(format!("type: unknown event type {}", req.r#type))
+        })?;
         let payload = req
             .payload
             .map_or_else(|| serde_json::json!({}), json::from_struct);

@@ -96,7 +96,9 @@ pub fn resolve_title(title: Option<&str>, prompt: &str) -> Result<String, Servic
 /// Check a prompt: present, not blank, not huge.
 pub fn check_prompt(prompt: &str) -> Result<(), ServiceError> {
     if prompt.trim().is_empty() {
-        return Err(ServiceError::invalid("prompt: required and must not be blank"));
+        return Err(ServiceError::invalid(
+            "prompt: required and must not be blank",
+        ));
     }
     if prompt.len() > MAX_PROMPT_BYTES {
         return Err(ServiceError::invalid(format!(

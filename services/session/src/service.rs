@@ -121,8 +121,9 @@ impl SessionService {
         };
         let open = NewEvent {
             event_type: "session_open",
-            payload: json!({"title": row.title, "agent_id": agent_id, "actor": caller.actor.as_str()})
-                .to_string(),
+            payload:
+                json!({"title": row.title, "agent_id": agent_id, "actor": caller.actor.as_str()})
+                    .to_string(),
             trace_id,
         };
         let events = self.store.create(&row, prompt, &[open, reasoning]).await?;
@@ -144,7 +145,11 @@ impl SessionService {
         }
     }
 
-    pub async fn get(&self, caller: &Principal, session_id: &str) -> Result<SessionRow, ServiceError> {
+    pub async fn get(
+        &self,
+        caller: &Principal,
+        session_id: &str,
+    ) -> Result<SessionRow, ServiceError> {
         let tenant_id = tenant(caller)?;
         let session_id = model::parse_session_id(session_id)?;
         self.store
@@ -182,12 +187,22 @@ impl SessionService {
     }
 
     /// Archive a closed session.
-    pub async fn archive(&self, caller: &Principal, session_id: &str) -> Result<SessionRow, ServiceError> {
+    pub async fn archive(
+        &self,
+        caller: &Principal,
+        session_id: &str,
+    ) -> Result<SessionRow, ServiceError> {
         let tenant_id = tenant(caller)?;
         let session_id = model::parse_session_id(session_id)?;
         let changed = self
             .store
-            .transition(tenant_id, &session_id, "closed", "archived", clock::now_ms())
+            .transition(
+                tenant_id,
+                &session_id,
+                "closed",
+                "archived",
+                clock::now_ms(),
+            )
             .await?;
         let row = self.get(caller, &session_id).await?;
         if !changed && row.status != Status::Archived.as_str() {
@@ -199,7 +214,11 @@ impl SessionService {
         Ok(row)
     }
 
-    pub async fn prompts(&self, caller: &Principal, session_id: &str) -> Result<Vec<PromptRow>, ServiceError> {
+    pub async fn prompts(
+        &self,
+        caller: &Principal,
+        session_id: &str,
+    ) -> Result<Vec<PromptRow>, ServiceError> {
         let row = self.get(caller, session_id).await?;
         Ok(self.store.prompts(&row.session_id).await?)
     }
@@ -325,7 +344,11 @@ impl Follower {
         loop {
             // Catch up from the database.
             loop {
-                let page = match self.store.read(&self.session_id, self.last_sent, Self::PAGE).await {
+                let page = match self
+                    .store
+                    .read(&self.session_id, self.last_sent, Self::PAGE)
+                    .await
+                {
                     Ok(page) => page,
                     Err(err) => {
                         let _ = tx.send(Err(err.into())).await;

@@ -294,7 +294,9 @@ impl Store {
         tenant_id: &str,
         session_id: &str,
     ) -> Result<Option<SessionRow>, sqlx::Error> {
-        let sql = format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE session_id = $1 AND tenant_id = $2");
+        let sql = format!(
+            "SELECT {SESSION_COLUMNS} FROM sessions WHERE session_id = $1 AND tenant_id = $2"
+        );
         with_pool!(self.db, pool => sqlx::query_as::<_, SessionRow>(&sql)
             .bind(session_id)
             .bind(tenant_id)

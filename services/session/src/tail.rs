@@ -71,10 +71,12 @@ pub fn spawn_listener(db: &Db, notifier: Notifier, shutdown: CancellationToken) 
                     _ = shutdown.cancelled() => return,
                     received = listener.recv() => match received {
                         Ok(n) => {
-                            if let Some((sid, seq)) = n.payload().split_once(' ') {
-                                if let Ok(seq) = seq.parse() {
-                                    notifier.publish(sid, seq);
-                                }
+                            let parsed = n
+                                .payload()
+                                .split_once(' ')
+                                .and_then(|(sid, seq)| seq.parse().ok().map(|seq| (sid, seq)));
+                            if let Some((sid, seq)) = parsed {
+                                notifier.publish(sid, seq);
                             }
                         }
                         Err(err) => {
