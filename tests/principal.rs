@@ -194,3 +194,46 @@ async fn every_malformed_token_is_unauthenticated_alike() {
     assert_eq!(listed.keys.len(), 2);
     auth.stop().await;
 }
+
+#[tokio::test]
+async fn reflection_lists_every_service_without_an_assertion() {
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let session = common::start_session(&common::sqlite_path(&dir, "session"), "unused").await;
+    let mut client =
+        ServerReflectionClient::new(ithaca_kit::client::channel(&session.url).expect("url"));
+    let request = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut responses = client
+        .server_reflection_info(tokio_stream::iter([request]))
+        .await
+        .expect("reflection answers")
+        .into_inner();
+    let response = responses
+        .message()
+        .await
+        .expect("stream")
+        .expect("one response");
+    let Some(MessageResponse::ListServicesResponse(list)) = response.message_response else {
+        panic!("expected a service list, got {response:?}");
+    };
+    let names: Vec<_> = list.service.iter().map(|s| s.name.as_str()).collect();
+    for expected in [
+        ithaca_proto::service_names::SESSION,
+        "grpc.health.v1.Health",
+        "grpc.reflection.v1.ServerReflection",
+    ] {
+        assert!(names.contains(&expected), "{expected} in {names:?}");
+    }
+    assert!(
+        !names.contains(&ithaca_proto::service_names::AUTH),
+        "only services this server answers are listed: {names:?}"
+    );
+    session.stop().await;
+}

@@ -44,9 +44,17 @@ pub async fn serve(
             .set_service_status(*name, ServingStatus::Serving)
             .await;
     }
-    let reflection = tonic_reflection::server::Builder::configure()
+    // Reflection lists exactly what this server answers: its own services,
+    // health and reflection, not every service in the shared descriptor set.
+    let mut reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(ithaca_proto::FILE_DESCRIPTOR_SET)
-        .build_v1()?;
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .with_service_name("grpc.health.v1.Health")
+        .with_service_name("grpc.reflection.v1.ServerReflection");
+    for name in &options.service_names {
+        reflection = reflection.with_service_name(*name);
+    }
+    let reflection = reflection.build_v1()?;
     let routes = options.routes.add_service(health).add_service(reflection);
 
     let stopping = shutdown.clone();
