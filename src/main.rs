@@ -13,6 +13,8 @@
 #![forbid(unsafe_code)]
 
 mod admin;
+mod edge;
+mod mcp;
 mod serve;
 mod services;
 mod stack;
@@ -48,8 +50,9 @@ enum Command {
     /// Create and list tenants on a running auth service.
     #[command(subcommand)]
     Tenants(admin::TenantsCommand),
-    /// Speak MCP over stdio. Arrives with the MCP edge.
-    Mcp,
+    /// Speak MCP over stdio for an agent that launches Ithaca (services run
+    /// in-process unless their URLs are given).
+    Mcp(mcp::McpArgs),
 }
 
 fn main() -> ExitCode {
@@ -70,9 +73,7 @@ fn main() -> ExitCode {
             Command::Serve(args) => serve::run(&cli.common, args).await,
             Command::Keys(cmd) => admin::keys(&cli.common, cmd).await,
             Command::Tenants(cmd) => admin::tenants(&cli.common, cmd).await,
-            Command::Mcp => Err(anyhow::anyhow!(
-                "the MCP edge is not built yet; it arrives with the edge issue"
-            )),
+            Command::Mcp(args) => mcp::run(&cli.common, args).await,
         }
     });
     match result {

@@ -32,6 +32,9 @@ pub struct ServeArgs {
         default_value = "http://127.0.0.1:8080"
     )]
     pub public_url: String,
+    /// Options of the edge (ignored by the other services).
+    #[command(flatten)]
+    pub edge: crate::edge::EdgeArgs,
 }
 
 /// Everything needed to start one service on a bound listener.
@@ -73,6 +76,7 @@ pub async fn start(spec: Spec) -> anyhow::Result<JoinHandle<anyhow::Result<()>>>
             };
             ithaca_session::serve_options(db, config, key, shutdown.clone())
         }
+        Service::Edge => bail!("the edge has no database; start it with `ithaca serve edge`"),
         other => bail!("the {other} service is not built yet; it arrives with its own issue"),
     };
     Ok(tokio::spawn(async move {
@@ -87,6 +91,9 @@ pub async fn run(common: &CommonArgs, args: ServeArgs) -> anyhow::Result<()> {
     let key = common.internal_key(&crate::stack::key_file(Path::new(
         crate::stack::DEFAULT_DATA_DIR,
     )))?;
+    if args.service == Service::Edge {
+        return run_edge(key, args).await;
+    }
     let database_url = args
         .database_url
         .or_else(|| std::env::var("DOOMBERG_DB").ok())
@@ -120,4 +127,20 @@ pub async fn run(common: &CommonArgs, args: ServeArgs) -> anyhow::Result<()> {
     // Give background tasks a moment to see the cancellation.
     tokio::time::sleep(Duration::from_millis(50)).await;
     result
+}
+
+async fn run_edge(key: InternalKey, args: ServeArgs) -> anyhow::Result<()> {
+    let listen = args
+        .listen
+        .unwrap_or_else(|| crate::edge::default_listen(true));
+    let listener = TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("binding {listen}"))?;
+    let addr = listener.local_addr()?;
+    let shutdown = shutdown::on_signals();
+    let task =
+        crate::edge::start_http(&args.edge, &key, listener, args.public_url, shutdown).await?;
+    tracing::info!(service = "edge", %addr, "serving");
+    println!("ithaca: edge listening on {addr}");
+    task.await.context("edge task")?
 }

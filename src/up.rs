@@ -1,24 +1,26 @@
 //! `ithaca up`: the whole stack in one process, each service on its own
-//! loopback port and talking real gRPC.
+//! loopback port and talking real gRPC, the MCP edge in front.
 
 use crate::admin::AuthClient;
+use crate::edge::{self, EdgeArgs};
 use crate::serve::{self, Spec};
 use crate::services::Service;
 use crate::stack::{self, StackInfo};
 use anyhow::Context;
 use ithaca_kit::client::{self, Outbound};
 use ithaca_kit::config::{self, CommonArgs};
-use ithaca_kit::principal::Principal;
-use ithaca_kit::shutdown;
+use ithaca_kit::principal::{InternalKey, Principal};
+use ithaca_kit::shutdown::{self, CancellationToken};
 use ithaca_kit::telemetry;
 use ithaca_proto::auth::v1 as auth;
 use ithaca_proto::auth::v1::auth_service_client::AuthServiceClient;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
 
-/// The services `ithaca up` runs today. The edge, skills, broker and
-/// approvals join this list as their issues land.
+/// The gRPC services `ithaca up` runs today. Skills, broker and approvals
+/// join this list as their issues land.
 const LOCAL_SERVICES: [Service; 2] = [Service::Auth, Service::Session];
 
 #[derive(Debug, clap::Args)]
@@ -26,34 +28,61 @@ pub struct UpArgs {
     /// Where the SQLite files, the internal key and stack.json live.
     #[arg(long, env = "ITHACA_DATA_DIR", default_value = stack::DEFAULT_DATA_DIR)]
     pub data_dir: PathBuf,
-    /// First loopback port: auth gets it, session the next one, and so on.
-    /// 0 picks free ports (they are printed and written to stack.json).
+    /// First loopback port of the gRPC services: auth gets it, session the
+    /// next one, and so on. 0 picks free ports for everything, the MCP edge
+    /// included (they are printed and written to stack.json).
     #[arg(long, env = "ITHACA_PORT_BASE", default_value_t = 50051)]
     pub port_base: u16,
-    /// Public base URL of the edge, used in links such as `trace_stream`.
-    #[arg(
-        long,
-        env = "ITHACA_PUBLIC_URL",
-        default_value = "http://127.0.0.1:8080"
-    )]
-    pub public_url: String,
+    /// The MCP edge's port (default DOOMBERG_MCP_PORT, else 8080).
+    #[arg(long)]
+    pub mcp_port: Option<u16>,
+    /// Public base URL of the edge, for links such as `trace_stream`
+    /// (default: the edge's loopback address).
+    #[arg(long, env = "ITHACA_PUBLIC_URL")]
+    pub public_url: Option<String>,
 }
 
-pub async fn run(common: &CommonArgs, args: UpArgs) -> anyhow::Result<()> {
-    let _telemetry = telemetry::init("ithaca", common.log_format)?;
-    std::fs::create_dir_all(&args.data_dir)
-        .with_context(|| format!("creating {}", args.data_dir.display()))?;
-    let key = match (&common.internal_key, &common.internal_key_file) {
-        (None, None) => config::load_or_create_key_file(&stack::key_file(&args.data_dir))?,
-        _ => common.internal_key(&stack::key_file(&args.data_dir))?,
-    };
-    let doomberg_db = std::env::var("DOOMBERG_DB").ok();
-    let shutdown = shutdown::on_signals();
+/// A running local stack.
+pub struct Stack {
+    pub tasks: Vec<JoinHandle<anyhow::Result<()>>>,
+    pub urls: Vec<(Service, String)>,
+    pub tenant_id: String,
+    /// The two keys, on first start only.
+    pub new_keys: Option<(String, String)>,
+}
 
+impl Stack {
+    pub fn url(&self, service: Service) -> Option<String> {
+        self.urls
+            .iter()
+            .find(|(s, _)| *s == service)
+            .map(|(_, u)| u.clone())
+    }
+}
+
+/// Open the data directory and its internal key.
+pub fn internal_key(common: &CommonArgs, data_dir: &Path) -> anyhow::Result<InternalKey> {
+    std::fs::create_dir_all(data_dir)
+        .with_context(|| format!("creating {}", data_dir.display()))?;
+    Ok(match (&common.internal_key, &common.internal_key_file) {
+        (None, None) => config::load_or_create_key_file(&stack::key_file(data_dir))?,
+        _ => common.internal_key(&stack::key_file(data_dir))?,
+    })
+}
+
+/// Start auth and session on loopback and make sure a tenant exists.
+pub async fn start_services(
+    data_dir: &Path,
+    port_base: u16,
+    key: &InternalKey,
+    public_url: &str,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<Stack> {
+    let doomberg_db = std::env::var("DOOMBERG_DB").ok();
     let mut tasks = Vec::new();
     let mut urls = Vec::new();
     for service in LOCAL_SERVICES {
-        let port = match args.port_base {
+        let port = match port_base {
             0 => 0,
             base => base
                 .checked_add(service.port_offset())
@@ -67,14 +96,10 @@ pub async fn run(common: &CommonArgs, args: UpArgs) -> anyhow::Result<()> {
         let task = serve::start(Spec {
             service,
             listener,
-            database_url: stack::database_url(
-                doomberg_db.as_deref(),
-                &args.data_dir,
-                service.as_str(),
-            ),
+            database_url: stack::database_url(doomberg_db.as_deref(), data_dir, service.as_str()),
             schema: format!("ithaca_{service}"),
             key: key.clone(),
-            public_url: args.public_url.clone(),
+            public_url: public_url.to_owned(),
             shutdown: shutdown.clone(),
         })
         .await?;
@@ -82,43 +107,108 @@ pub async fn run(common: &CommonArgs, args: UpArgs) -> anyhow::Result<()> {
         tasks.push(task);
         urls.push((service, url));
     }
-    let url_of = |s: Service| {
-        urls.iter()
-            .find(|(svc, _)| *svc == s)
-            .map(|(_, u)| u.clone())
-            .unwrap_or_default()
-    };
-    let auth_url = url_of(Service::Auth);
-
+    let auth_url = urls[0].1.clone();
     let mut auth = AuthServiceClient::with_interceptor(
         client::channel(&auth_url)?,
         Outbound::new(key.clone(), Principal::system("")),
     );
-    let tenant_id = bootstrap(&mut auth, &args).await?;
+    let (tenant_id, new_keys) = bootstrap(&mut auth).await?;
     // An open client connection would hold the server's graceful shutdown.
     drop(auth);
+    Ok(Stack {
+        tasks,
+        urls,
+        tenant_id,
+        new_keys,
+    })
+}
+
+pub async fn run(common: &CommonArgs, args: UpArgs) -> anyhow::Result<()> {
+    let _telemetry = telemetry::init("ithaca", common.log_format)?;
+    let key = internal_key(common, &args.data_dir)?;
+    let shutdown = shutdown::on_signals();
+
+    // The edge's listener comes first: its address is the public URL that
+    // session descriptors link to.
+    let mcp_listen = match (args.port_base, args.mcp_port) {
+        (_, Some(port)) => SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
+        (0, None) => SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+        (_, None) => edge::default_listen(false),
+    };
+    let mcp_listener = TcpListener::bind(mcp_listen).await.with_context(|| {
+        format!("binding {mcp_listen} for the MCP edge (is another stack running?)")
+    })?;
+    let edge_url = format!("http://{}", mcp_listener.local_addr()?);
+    let public_url = args.public_url.clone().unwrap_or_else(|| edge_url.clone());
+
+    let mut stack =
+        start_services(&args.data_dir, args.port_base, &key, &public_url, &shutdown).await?;
+    let edge_args = EdgeArgs {
+        auth_url: stack.url(Service::Auth),
+        session_url: stack.url(Service::Session),
+        backends: Vec::new(),
+        auth: edge::AuthMode::On,
+        local_tenant: stack.tenant_id.clone(),
+        body_limit: 1024 * 1024,
+        request_timeout_ms: 30_000,
+        backend_timeout_ms: 10_000,
+        key_cache_ms: 5_000,
+    };
+    let edge_task = edge::start_http(
+        &edge_args,
+        &key,
+        mcp_listener,
+        public_url.clone(),
+        shutdown.clone(),
+    )
+    .await?;
+    stack.tasks.push(edge_task);
+    stack.urls.push((Service::Edge, edge_url.clone()));
+
     StackInfo {
-        auth_url: Some(auth_url.clone()),
-        session_url: Some(url_of(Service::Session)),
-        tenant_id: Some(tenant_id),
+        auth_url: stack.url(Service::Auth),
+        session_url: stack.url(Service::Session),
+        tenant_id: Some(stack.tenant_id.clone()),
     }
     .write(&args.data_dir)?;
 
-    for (service, url) in &urls {
-        println!("  {service:<8} {url}");
+    let mcp_url = format!("{public_url}/mcp");
+    match &stack.new_keys {
+        Some((agent, human)) => {
+            println!("ithaca: first start; data in {}", args.data_dir.display());
+            println!("  tenant     {}", stack.tenant_id);
+            println!("  agent key  {agent}");
+            println!("  human key  {human}");
+            println!("  these keys are shown once; keep them somewhere safe");
+        }
+        None => {
+            println!("ithaca: data kept in {}", args.data_dir.display());
+            println!("  tenant   {}", stack.tenant_id);
+            println!("  keys are shown only when created; issue new ones with");
+            println!("    ithaca keys create --actor agent --scope data:read --label my-agent");
+            println!(
+                "  and list or revoke them with `ithaca keys list` / `ithaca keys revoke <key-id>`"
+            );
+        }
     }
-    println!("  edge     (arrives with the MCP edge issue; its port will be 8080)");
+    for (service, url) in &stack.urls {
+        if *service != Service::Edge {
+            println!("  {service:<8} {url}");
+        }
+    }
+    println!("  mcp      {mcp_url}");
+    let token = stack
+        .new_keys
+        .as_ref()
+        .map_or("<agent key>", |(agent, _)| agent.as_str());
+    println!("  client config:");
+    println!(
+        "    {{\"mcpServers\": {{\"ithaca\": {{\"type\": \"http\", \"url\": \"{mcp_url}\", \"headers\": {{\"Authorization\": \"Bearer {token}\"}}}}}}}}"
+    );
     println!("ithaca: ready; press ctrl-c to stop");
 
     shutdown.cancelled().await;
-    let mut failed = None;
-    for task in tasks {
-        match task.await {
-            Ok(Ok(())) => {}
-            Ok(Err(err)) => failed = Some(err),
-            Err(join) => failed = Some(anyhow::anyhow!("service task: {join}")),
-        }
-    }
+    let failed = join_all(stack.tasks).await;
     let _ = std::fs::remove_file(stack::stack_file(&args.data_dir));
     println!("ithaca: stopped");
     match failed {
@@ -127,9 +217,22 @@ pub async fn run(common: &CommonArgs, args: UpArgs) -> anyhow::Result<()> {
     }
 }
 
-/// On first start, create the tenant and two keys and print them; later
-/// starts keep everything and say how to issue new keys.
-async fn bootstrap(auth: &mut AuthClient, args: &UpArgs) -> anyhow::Result<String> {
+/// Wait for every task; the last failure, if any.
+pub async fn join_all(tasks: Vec<JoinHandle<anyhow::Result<()>>>) -> Option<anyhow::Error> {
+    let mut failed = None;
+    for task in tasks {
+        match task.await {
+            Ok(Ok(())) => {}
+            Ok(Err(err)) => failed = Some(err),
+            Err(join) => failed = Some(anyhow::anyhow!("service task: {join}")),
+        }
+    }
+    failed
+}
+
+/// On first start, create the tenant and two keys; later starts keep
+/// everything. Returns the tenant and, the first time, (agent, human) keys.
+async fn bootstrap(auth: &mut AuthClient) -> anyhow::Result<(String, Option<(String, String)>)> {
     let tenants = auth
         .list_tenants(auth::ListTenantsRequest {})
         .await
@@ -137,14 +240,7 @@ async fn bootstrap(auth: &mut AuthClient, args: &UpArgs) -> anyhow::Result<Strin
         .into_inner()
         .tenants;
     if let Some(tenant) = tenants.first() {
-        println!("ithaca: data kept in {}", args.data_dir.display());
-        println!("  tenant   {} ({})", tenant.tenant_id, tenant.name);
-        println!("  keys are shown only when created; issue new ones with");
-        println!("    ithaca keys create --actor agent --scope data:read --label my-agent");
-        println!(
-            "  and list or revoke them with `ithaca keys list` / `ithaca keys revoke <key-id>`"
-        );
-        return Ok(tenant.tenant_id.clone());
+        return Ok((tenant.tenant_id.clone(), None));
     }
     let tenant = auth
         .create_tenant(auth::CreateTenantRequest {
@@ -153,20 +249,12 @@ async fn bootstrap(auth: &mut AuthClient, args: &UpArgs) -> anyhow::Result<Strin
         .await
         .context("creating the first tenant")?
         .into_inner();
-    let all_scopes = [
-        "data:read",
-        "strategy:author",
-        "runs:write",
-        "runs:cancel",
-        "approvals:read",
-        "approvals:decide",
-        "artifacts:read",
-    ];
-    let agent_scopes: Vec<String> = all_scopes
+    let agent_scopes: Vec<String> = edge::ALL_SCOPES
         .iter()
         .filter(|s| **s != "approvals:decide")
         .map(|s| s.to_string())
         .collect();
+    let human_scopes: Vec<String> = edge::ALL_SCOPES.iter().map(|s| s.to_string()).collect();
     let agent = create_key(
         auth,
         &tenant.tenant_id,
@@ -178,17 +266,12 @@ async fn bootstrap(auth: &mut AuthClient, args: &UpArgs) -> anyhow::Result<Strin
     let human = create_key(
         auth,
         &tenant.tenant_id,
-        all_scopes.iter().map(|s| s.to_string()).collect(),
+        human_scopes,
         auth::Actor::Human,
         "local human",
     )
     .await?;
-    println!("ithaca: first start; data in {}", args.data_dir.display());
-    println!("  tenant     {}", tenant.tenant_id);
-    println!("  agent key  {agent}");
-    println!("  human key  {human}");
-    println!("  these keys are shown once; keep them somewhere safe");
-    Ok(tenant.tenant_id)
+    Ok((tenant.tenant_id, Some((agent, human))))
 }
 
 async fn create_key(

@@ -1,0 +1,136 @@
+//! Bearer keys: verified by the auth service over gRPC, cached briefly.
+//!
+//! A verified principal is cached for at most [`MAX_CACHE_TTL`], keyed by the
+//! SHA-256 of the token (the token itself is not kept), so a revoked key stops
+//! working within that bound. Failures are not cached.
+
+use ithaca_kit::client::Outbound;
+use ithaca_kit::principal::{Actor, InternalKey, Principal};
+use ithaca_proto::auth::v1 as pb;
+use ithaca_proto::auth::v1::auth_service_client::AuthServiceClient;
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+
+/// The longest a verified key is trusted without asking auth again.
+pub const MAX_CACHE_TTL: Duration = Duration::from_secs(5);
+
+/// Entries beyond this are swept of expired ones before inserting.
+const SWEEP_AT: usize = 10_000;
+
+/// Why a request is not authenticated.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum AuthFailure {
+    #[error("missing bearer token")]
+    Missing,
+    #[error("invalid api key")]
+    Invalid,
+    #[error("the auth service is unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// Verifies bearer tokens.
+pub struct Authenticator {
+    client: AuthServiceClient<InterceptedService<Channel, Outbound>>,
+    ttl: Duration,
+    cache: Mutex<HashMap<[u8; 32], (Instant, Principal)>>,
+}
+
+impl Authenticator {
+    pub fn new(channel: Channel, key: InternalKey, ttl: Duration) -> Self {
+        Authenticator {
+            client: AuthServiceClient::with_interceptor(
+                channel,
+                Outbound::new(key, Principal::system("")),
+            ),
+            ttl: ttl.min(MAX_CACHE_TTL),
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The principal of an `Authorization` header value (`Bearer <token>`,
+    /// or SkyPortal's `token <token>`).
+    pub async fn authenticate(&self, header: Option<&str>) -> Result<Principal, AuthFailure> {
+        let token = header.and_then(bearer_token).ok_or(AuthFailure::Missing)?;
+        self.verify(token).await
+    }
+
+    pub async fn verify(&self, token: &str) -> Result<Principal, AuthFailure> {
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        if let Some(principal) = self.cached(&digest) {
+            return Ok(principal);
+        }
+        let reply = self
+            .client
+            .clone()
+            .verify_key(pb::VerifyKeyRequest {
+                token: token.to_owned(),
+            })
+            .await;
+        let verified = match reply {
+            Ok(r) => r.into_inner(),
+            Err(status) if status.code() == tonic::Code::Unauthenticated => {
+                return Err(AuthFailure::Invalid);
+            }
+            Err(status) => return Err(AuthFailure::Unavailable(status.message().to_owned())),
+        };
+        let actor = if verified.actor == pb::Actor::Human as i32 {
+            Actor::Human
+        } else {
+            Actor::Agent
+        };
+        let principal = Principal {
+            tenant_id: verified.tenant_id,
+            agent_id: verified.key_id.clone(),
+            key_id: verified.key_id,
+            scopes: verified.scopes,
+            actor,
+            session_id: None,
+        };
+        self.remember(digest, principal.clone());
+        Ok(principal)
+    }
+
+    fn cached(&self, digest: &[u8; 32]) -> Option<Principal> {
+        let cache = self.cache.lock().ok()?;
+        let (at, principal) = cache.get(digest)?;
+        (at.elapsed() < self.ttl).then(|| principal.clone())
+    }
+
+    fn remember(&self, digest: [u8; 32], principal: Principal) {
+        let Ok(mut cache) = self.cache.lock() else {
+            return;
+        };
+        if cache.len() >= SWEEP_AT {
+            let ttl = self.ttl;
+            cache.retain(|_, (at, _)| at.elapsed() < ttl);
+        }
+        cache.insert(digest, (Instant::now(), principal));
+    }
+}
+
+/// The token of `Bearer <t>` (any case) or `token <t>`.
+pub fn bearer_token(header: &str) -> Option<&str> {
+    let (scheme, token) = header.trim().split_once(' ')?;
+    let token = token.trim();
+    let known = scheme.eq_ignore_ascii_case("bearer") || scheme.eq_ignore_ascii_case("token");
+    (known && !token.is_empty()).then_some(token)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bearer_token;
+
+    #[test]
+    fn reads_bearer_and_token_schemes() {
+        assert_eq!(bearer_token("Bearer abc"), Some("abc"));
+        assert_eq!(bearer_token("bearer  abc "), Some("abc"));
+        assert_eq!(bearer_token("token abc"), Some("abc"));
+        assert_eq!(bearer_token("Basic abc"), None);
+        assert_eq!(bearer_token("Bearer"), None);
+        assert_eq!(bearer_token(""), None);
+    }
+}

@@ -1,0 +1,380 @@
+//! The MCP catalog, built from descriptors: annotated RPCs become tools,
+//! resources (or resource templates) and prompts. Nothing about an entry is
+//! written twice: names, scopes and flags come from the method options,
+//! descriptions from comments, schemas from the messages.
+
+use crate::schema::{self, Direction};
+use ithaca_proto::annotations;
+use ithaca_proto::mcp::v1::ToolOptions;
+use prost_reflect::{DescriptorPool, MethodDescriptor};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+
+/// The message type whose responses are MCP content blocks.
+pub const CONTENT_MESSAGE: &str = "ithaca.mcp.v1.ToolContent";
+/// The message type whose responses are prompt messages.
+pub const PROMPT_MESSAGE: &str = "ithaca.mcp.v1.PromptReply";
+/// The scope every tool call and resource read needs.
+pub const BASE_SCOPE: &str = "data:read";
+
+/// One tool.
+#[derive(Clone, Debug)]
+pub struct Tool {
+    pub name: String,
+    pub title: String,
+    pub description: String,
+    pub input_schema: Value,
+    pub output_schema: Option<Value>,
+    pub options: ToolOptions,
+    pub method: MethodDescriptor,
+}
+
+impl Tool {
+    /// The scopes a call needs.
+    pub fn scopes(&self) -> Vec<&str> {
+        let mut scopes = vec![BASE_SCOPE];
+        if !self.options.scope.is_empty() && self.options.scope != BASE_SCOPE {
+            scopes.push(self.options.scope.as_str());
+        }
+        scopes
+    }
+
+    /// The `tools/list` entry.
+    pub fn to_json(&self) -> Value {
+        let mut tool = json!({
+            "name": self.name,
+            "description": self.description,
+            "inputSchema": self.input_schema,
+            "annotations": {
+                "readOnlyHint": self.options.read_only,
+                "destructiveHint": self.options.destructive,
+                "idempotentHint": self.options.read_only,
+                "openWorldHint": false,
+            },
+        });
+        if !self.title.is_empty() {
+            tool["title"] = json!(self.title);
+            tool["annotations"]["title"] = json!(self.title);
+        }
+        if let Some(output) = &self.output_schema {
+            tool["outputSchema"] = output.clone();
+        }
+        tool
+    }
+}
+
+/// One resource or resource template.
+#[derive(Clone, Debug)]
+pub struct Resource {
+    pub uri_template: String,
+    pub name: String,
+    pub title: String,
+    pub description: String,
+    pub mime_type: String,
+    pub scope: String,
+    pub method: MethodDescriptor,
+    /// Literal and variable parts of the template, in order.
+    parts: Vec<Part>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Part {
+    Literal(String),
+    Variable(String),
+}
+
+impl Resource {
+    pub fn is_template(&self) -> bool {
+        self.parts.iter().any(|p| matches!(p, Part::Variable(_)))
+    }
+
+    /// The variables of `uri` if it matches this template. A variable
+    /// matches one or more characters other than `/`.
+    pub fn matches(&self, uri: &str) -> Option<BTreeMap<String, String>> {
+        let mut rest = uri;
+        let mut vars = BTreeMap::new();
+        let mut parts = self.parts.iter().peekable();
+        while let Some(part) = parts.next() {
+            match part {
+                Part::Literal(lit) => rest = rest.strip_prefix(lit.as_str())?,
+                Part::Variable(name) => {
+                    let end = match parts.peek() {
+                        Some(Part::Literal(next)) => rest.find(next.as_str())?,
+                        _ => rest.len(),
+                    };
+                    let value = &rest[..end];
+                    if value.is_empty() || value.contains('/') {
+                        return None;
+                    }
+                    vars.insert(name.clone(), value.to_owned());
+                    rest = &rest[end..];
+                }
+            }
+        }
+        rest.is_empty().then_some(vars)
+    }
+
+    pub fn scopes(&self) -> Vec<&str> {
+        let mut scopes = vec![BASE_SCOPE];
+        if !self.scope.is_empty() && self.scope != BASE_SCOPE {
+            scopes.push(self.scope.as_str());
+        }
+        scopes
+    }
+
+    /// The `resources/list` or `resources/templates/list` entry.
+    pub fn to_json(&self) -> Value {
+        let key = if self.is_template() {
+            "uriTemplate"
+        } else {
+            "uri"
+        };
+        let mut entry = json!({
+            key: self.uri_template,
+            "name": self.name,
+            "mimeType": self.mime_type,
+        });
+        if !self.title.is_empty() {
+            entry["title"] = json!(self.title);
+        }
+        if !self.description.is_empty() {
+            entry["description"] = json!(self.description);
+        }
+        entry
+    }
+}
+
+/// One prompt.
+#[derive(Clone, Debug)]
+pub struct Prompt {
+    pub name: String,
+    pub title: String,
+    pub description: String,
+    pub method: MethodDescriptor,
+}
+
+impl Prompt {
+    /// The `prompts/list` entry; arguments are the input message's fields.
+    pub fn to_json(&self) -> Value {
+        let arguments: Vec<Value> = self
+            .method
+            .input()
+            .fields()
+            .map(|f| {
+                let mut arg = json!({"name": f.name(), "required": schema::is_required(&f)});
+                if let Some(c) = annotations::field_comment(&f) {
+                    arg["description"] = json!(c);
+                }
+                arg
+            })
+            .collect();
+        let mut prompt = json!({"name": self.name, "arguments": arguments});
+        if !self.title.is_empty() {
+            prompt["title"] = json!(self.title);
+        }
+        if !self.description.is_empty() {
+            prompt["description"] = json!(self.description);
+        }
+        prompt
+    }
+}
+
+/// An annotation that cannot be served.
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    #[error("{method}: tool name {name:?} must be 1-128 characters of A-Z a-z 0-9 _ - .")]
+    BadToolName { method: String, name: String },
+    #[error("tool {name:?} is declared twice ({first} and {second})")]
+    Duplicate {
+        name: String,
+        first: String,
+        second: String,
+    },
+    #[error("{method}: resource template {template:?} is malformed")]
+    BadTemplate { method: String, template: String },
+    #[error("{method}: template variable {variable:?} is not a field of {input}")]
+    UnknownVariable {
+        method: String,
+        variable: String,
+        input: String,
+    },
+}
+
+/// Everything the edge offers.
+#[derive(Clone, Debug, Default)]
+pub struct Catalog {
+    pub tools: Vec<Tool>,
+    pub resources: Vec<Resource>,
+    pub prompts: Vec<Prompt>,
+}
+
+impl Catalog {
+    /// Read every annotation in `pool`.
+    pub fn from_pool(pool: &DescriptorPool) -> Result<Catalog, CatalogError> {
+        let mut catalog = Catalog::default();
+        catalog.add_pool(pool)?;
+        Ok(catalog)
+    }
+
+    /// Add the annotations of another pool (another backend's).
+    pub fn add_pool(&mut self, pool: &DescriptorPool) -> Result<(), CatalogError> {
+        for t in annotations::tools(pool) {
+            let name = t.options.name.clone();
+            let valid = !name.is_empty()
+                && name.len() <= 128
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b));
+            if !valid {
+                return Err(CatalogError::BadToolName {
+                    method: t.method.full_name().to_owned(),
+                    name,
+                });
+            }
+            if let Some(existing) = self.tool(&name) {
+                return Err(CatalogError::Duplicate {
+                    name,
+                    first: existing.method.full_name().to_owned(),
+                    second: t.method.full_name().to_owned(),
+                });
+            }
+            let output = t.method.output();
+            let output_schema = (output.full_name() != CONTENT_MESSAGE)
+                .then(|| schema::message_schema(&output, Direction::Output));
+            self.tools.push(Tool {
+                title: t.options.title.clone(),
+                description: t.description,
+                input_schema: schema::message_schema(&t.method.input(), Direction::Input),
+                output_schema,
+                name,
+                options: t.options,
+                method: t.method,
+            });
+        }
+        for r in annotations::resources(pool) {
+            let parts = parse_template(&r.options.uri_template).ok_or_else(|| {
+                CatalogError::BadTemplate {
+                    method: r.method.full_name().to_owned(),
+                    template: r.options.uri_template.clone(),
+                }
+            })?;
+            let input = r.method.input();
+            for part in &parts {
+                if let Part::Variable(v) = part
+                    && input.get_field_by_name(v).is_none()
+                {
+                    return Err(CatalogError::UnknownVariable {
+                        method: r.method.full_name().to_owned(),
+                        variable: v.clone(),
+                        input: input.full_name().to_owned(),
+                    });
+                }
+            }
+            let name = if r.options.name.is_empty() {
+                r.method.name().to_owned()
+            } else {
+                r.options.name.clone()
+            };
+            let mime_type = if r.options.mime_type.is_empty() {
+                "application/json".to_owned()
+            } else {
+                r.options.mime_type.clone()
+            };
+            self.resources.push(Resource {
+                uri_template: r.options.uri_template.clone(),
+                name,
+                title: r.options.title.clone(),
+                description: r.description,
+                mime_type,
+                scope: r.options.scope.clone(),
+                method: r.method,
+                parts,
+            });
+        }
+        for p in annotations::prompts(pool) {
+            self.prompts.push(Prompt {
+                name: p.options.name.clone(),
+                title: p.options.title.clone(),
+                description: p.description,
+                method: p.method,
+            });
+        }
+        Ok(())
+    }
+
+    pub fn tool(&self, name: &str) -> Option<&Tool> {
+        self.tools.iter().find(|t| t.name == name)
+    }
+
+    pub fn prompt(&self, name: &str) -> Option<&Prompt> {
+        self.prompts.iter().find(|p| p.name == name)
+    }
+
+    /// The resource serving `uri` and its template variables. Static URIs win
+    /// over templates.
+    pub fn resource(&self, uri: &str) -> Option<(&Resource, BTreeMap<String, String>)> {
+        self.resources
+            .iter()
+            .filter(|r| !r.is_template())
+            .chain(self.resources.iter().filter(|r| r.is_template()))
+            .find_map(|r| r.matches(uri).map(|vars| (r, vars)))
+    }
+}
+
+/// Split `a/{b}/c` into literals and variables (RFC 6570 level 1).
+fn parse_template(template: &str) -> Option<Vec<Part>> {
+    let mut parts = Vec::new();
+    let mut rest = template;
+    while !rest.is_empty() {
+        match rest.find('{') {
+            Some(0) => {
+                let end = rest.find('}')?;
+                let name = &rest[1..end];
+                let valid = !name.is_empty()
+                    && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+                if !valid || matches!(parts.last(), Some(Part::Variable(_))) {
+                    return None;
+                }
+                parts.push(Part::Variable(name.to_owned()));
+                rest = &rest[end + 1..];
+            }
+            Some(i) => {
+                parts.push(Part::Literal(rest[..i].to_owned()));
+                rest = &rest[i..];
+            }
+            None => {
+                if rest.contains('}') {
+                    return None;
+                }
+                parts.push(Part::Literal(rest.to_owned()));
+                rest = "";
+            }
+        }
+    }
+    (!parts.is_empty()).then_some(parts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn templates_match_and_extract_variables() {
+        let parts = parse_template("doomberg://skills/{skill_id}/{version}").expect("valid");
+        assert_eq!(parts.len(), 4);
+        assert!(
+            parse_template("a/{b}{c}").is_none(),
+            "adjacent variables are ambiguous"
+        );
+        assert!(parse_template("a/{b").is_none());
+        let catalog =
+            Catalog::from_pool(ithaca_proto::annotations::pool()).expect("catalog builds");
+        let (r, vars) = catalog
+            .resource("doomberg://sessions/abc-123")
+            .expect("the session resource matches");
+        assert_eq!(r.name, "session");
+        assert_eq!(vars.get("session_id").map(String::as_str), Some("abc-123"));
+        assert!(catalog.resource("doomberg://sessions/a/b").is_none());
+        assert!(catalog.resource("doomberg://nothing").is_none());
+    }
+}

@@ -1,0 +1,595 @@
+//! The HTTP face of the edge: `/mcp` and everything served beside it.
+//!
+//! A request to `/mcp` passes, in this order: the Host/Origin check (DNS
+//! rebinding), authentication, the body limit and JSON checks (parse errors
+//! and batches are answered here; `rmcp` would answer them with a bare 415),
+//! the scope check decided from the JSON-RPC body, and finally the `rmcp`
+//! Streamable HTTP service inside the request's MCP server span.
+
+// Refusals are finished HTTP responses; boxing them would only add noise.
+#![allow(clippy::result_large_err)]
+
+use crate::auth::{AuthFailure, Authenticator};
+use crate::core::Core;
+use crate::mcp::{CallerInfo, Gateway};
+use crate::metrics::Metrics;
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get};
+use futures::StreamExt;
+use ithaca_kit::principal::Principal;
+use ithaca_proto::session::v1 as spb;
+use opentelemetry::propagation::Extractor;
+use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tower::ServiceExt;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+/// The realm of every bearer challenge (seed 000).
+pub const REALM: &str = "doomberg-mcp";
+
+/// How the HTTP edge behaves.
+#[derive(Clone, Debug)]
+pub struct HttpOptions {
+    /// The public base URL (scheme://host[:port]); its host is accepted in
+    /// `Host` and `Origin` besides loopback.
+    pub public_url: String,
+    /// Largest request body.
+    pub body_limit: usize,
+    /// Longest a request may take to produce its response head.
+    pub request_timeout: Duration,
+}
+
+impl Default for HttpOptions {
+    fn default() -> Self {
+        HttpOptions {
+            public_url: "http://127.0.0.1:8080".to_owned(),
+            body_limit: 1024 * 1024,
+            request_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Who callers are: verified keys, or one local principal when
+/// authentication is off.
+pub enum Callers {
+    Keys(Box<Authenticator>),
+    /// Authentication off; only allowed on loopback listeners.
+    Local(Principal),
+}
+
+struct Edge {
+    core: Arc<Core>,
+    callers: Callers,
+    options: HttpOptions,
+    metrics: Metrics,
+    mcp: StreamableHttpService<Gateway, NeverSessionManager>,
+    /// `host[:port]` of the public URL, lowercased.
+    public_host: String,
+}
+
+/// The edge's axum router.
+pub fn router(core: Arc<Core>, callers: Callers, options: HttpOptions) -> Router {
+    let gateway = Gateway::http(core.clone());
+    let config = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(false)
+        .with_json_response(true)
+        .with_sse_keep_alive(None)
+        // Host and Origin are checked before authentication, below.
+        .disable_allowed_hosts()
+        .with_max_request_body_bytes(options.body_limit);
+    let mcp = StreamableHttpService::new(
+        move || Ok(gateway.clone()),
+        Arc::new(NeverSessionManager::default()),
+        config,
+    );
+    let public_host = host_of(&options.public_url).unwrap_or_default();
+    let edge = Arc::new(Edge {
+        core,
+        callers,
+        options,
+        metrics: Metrics::default(),
+        mcp,
+        public_host,
+    });
+    Router::new()
+        .route("/mcp", any(mcp_entry))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route(
+            "/.well-known/oauth-protected-resource",
+            get(resource_metadata),
+        )
+        .route(
+            "/.well-known/oauth-protected-resource/mcp",
+            get(resource_metadata),
+        )
+        .route("/api/sessions/{id}/events/stream", get(trace_stream))
+        .with_state(edge)
+}
+
+fn host_of(url: &str) -> Option<String> {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let host = rest.split('/').next()?;
+    (!host.is_empty()).then(|| host.to_ascii_lowercase())
+}
+
+/// The host name without a port (IPv6 literals keep their brackets).
+fn hostname(host: &str) -> &str {
+    if host.starts_with('[') {
+        return host
+            .split_once(']')
+            .map_or(host, |(h, _)| &host[..=h.len()]);
+    }
+    host.rsplit_once(':').map_or(host, |(h, _)| h)
+}
+
+impl Edge {
+    fn host_allowed(&self, host: &str) -> bool {
+        let host = host.to_ascii_lowercase();
+        let name = hostname(&host);
+        // DNS rebinding is about the name a browser resolved; any port of an
+        // allowed name is fine.
+        matches!(name, "localhost" | "127.0.0.1" | "[::1]")
+            || (!self.public_host.is_empty() && name == hostname(&self.public_host))
+    }
+
+    /// DNS-rebinding defence: a foreign `Host`, or an `Origin` that is not
+    /// this server, is refused.
+    fn check_origin(&self, headers: &HeaderMap) -> Result<(), Response> {
+        let host = headers
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or("");
+        if !self.host_allowed(host) {
+            return Err(plain(
+                StatusCode::FORBIDDEN,
+                format!("host not allowed: {host}"),
+            ));
+        }
+        if let Some(origin) = headers.get(header::ORIGIN) {
+            let ok = origin
+                .to_str()
+                .ok()
+                .and_then(host_of)
+                .is_some_and(|h| self.host_allowed(&h));
+            if !ok {
+                return Err(plain(StatusCode::FORBIDDEN, "origin not allowed"));
+            }
+        }
+        Ok(())
+    }
+
+    async fn authenticate(&self, headers: &HeaderMap) -> Result<Principal, Response> {
+        match &self.callers {
+            Callers::Local(p) => Ok(p.clone()),
+            Callers::Keys(auth) => {
+                let header = headers
+                    .get(header::AUTHORIZATION)
+                    .and_then(|h| h.to_str().ok());
+                auth.authenticate(header)
+                    .await
+                    .map_err(|failure| self.unauthorized(&failure))
+            }
+        }
+    }
+
+    fn metadata_url(&self) -> String {
+        format!(
+            "{}/.well-known/oauth-protected-resource",
+            self.options.public_url.trim_end_matches('/')
+        )
+    }
+
+    fn unauthorized(&self, failure: &AuthFailure) -> Response {
+        if let AuthFailure::Unavailable(why) = failure {
+            tracing::warn!(error = %why, "authentication unavailable");
+            return plain(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "authentication is unavailable, retry later",
+            );
+        }
+        let challenge = format!(
+            "Bearer realm=\"{REALM}\", resource_metadata=\"{}\"",
+            self.metadata_url()
+        );
+        let mut response = (
+            StatusCode::UNAUTHORIZED,
+            axum::Json(json!({"error": "invalid_token", "error_description": failure.to_string()})),
+        )
+            .into_response();
+        if let Ok(v) = HeaderValue::from_str(&challenge) {
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+        }
+        response
+    }
+
+    fn missing_scope(&self, scope: &str) -> Response {
+        let challenge = format!(
+            "Bearer realm=\"{REALM}\", error=\"insufficient_scope\", scope=\"{scope}\", resource_metadata=\"{}\"",
+            self.metadata_url()
+        );
+        let mut response = plain(StatusCode::FORBIDDEN, format!("missing scope: {scope}"));
+        if let Ok(v) = HeaderValue::from_str(&challenge) {
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+        }
+        response
+    }
+
+    /// The scopes one JSON-RPC message needs (seed 000's table plus each
+    /// tool's and resource's own scope).
+    fn required_scopes(&self, message: &Value) -> Vec<String> {
+        let params = &message["params"];
+        let scopes: Vec<&str> = match message["method"].as_str().unwrap_or("") {
+            "tools/call" => match params["name"]
+                .as_str()
+                .and_then(|n| self.core.catalog.tool(n))
+            {
+                Some(tool) => tool.scopes(),
+                None => vec![crate::catalog::BASE_SCOPE],
+            },
+            "resources/read" => match params["uri"]
+                .as_str()
+                .and_then(|u| self.core.catalog.resource(u))
+            {
+                Some((resource, _)) => resource.scopes(),
+                None => vec![crate::catalog::BASE_SCOPE],
+            },
+            "resources/list" | "resources/templates/list" => vec![crate::catalog::BASE_SCOPE],
+            _ => Vec::new(),
+        };
+        scopes.into_iter().map(str::to_owned).collect()
+    }
+}
+
+fn plain(status: StatusCode, text: impl Into<String>) -> Response {
+    let mut text = text.into();
+    text.push('\n');
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        text,
+    )
+        .into_response()
+}
+
+fn jsonrpc_error(status: StatusCode, id: Value, code: i32, message: &str) -> Response {
+    let body = json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}});
+    (status, axum::Json(body)).into_response()
+}
+
+struct MetaExtractor<'a>(&'a serde_json::Map<String, Value>);
+
+impl Extractor for MetaExtractor<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(Value::as_str)
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(String::as_str).collect()
+    }
+}
+
+/// The MCP server span of one request (DESIGN §7): named
+/// `{mcp.method.name} {target}`, a child of `_meta.traceparent` when the
+/// request carries one, else of the HTTP `traceparent`.
+fn request_span(message: &Value, headers: &HeaderMap) -> tracing::Span {
+    let method = message["method"].as_str().unwrap_or("");
+    let params = &message["params"];
+    let target = params["name"].as_str().or_else(|| params["uri"].as_str());
+    let name = match target {
+        Some(t) => format!("{method} {t}"),
+        None => method.to_owned(),
+    };
+    let version = params["_meta"]["io.modelcontextprotocol/protocolVersion"]
+        .as_str()
+        .map(str::to_owned)
+        .or_else(|| {
+            headers
+                .get("mcp-protocol-version")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        })
+        .unwrap_or_default();
+    let span = tracing::info_span!(
+        "mcp.server",
+        otel.name = %name,
+        otel.kind = "server",
+        mcp.method.name = %method,
+        mcp.protocol.version = %version,
+        jsonrpc.request.id = %message.get("id").map(|v| v.to_string()).unwrap_or_default(),
+        gen_ai.tool.name = tracing::field::Empty,
+        gen_ai.operation.name = tracing::field::Empty,
+        error.type = tracing::field::Empty,
+    );
+    if method == "tools/call"
+        && let Some(tool) = target
+    {
+        span.record("gen_ai.tool.name", tool);
+        span.record("gen_ai.operation.name", "execute_tool");
+    }
+    let parent = match params["_meta"].as_object() {
+        Some(meta) if meta.contains_key("traceparent") => {
+            opentelemetry::global::get_text_map_propagator(|p| p.extract(&MetaExtractor(meta)))
+        }
+        _ => ithaca_kit::propagation::extract(headers),
+    };
+    let _ = span.set_parent(parent);
+    span
+}
+
+async fn mcp_entry(State(edge): State<Arc<Edge>>, request: Request) -> Response {
+    let started = Instant::now();
+    let (mut parts, body) = request.into_parts();
+    if let Err(refused) = edge.check_origin(&parts.headers) {
+        return refused;
+    }
+    let principal = match edge.authenticate(&parts.headers).await {
+        Ok(p) => p,
+        Err(refused) => return refused,
+    };
+    // curl and some clients send `*/*`; rmcp wants both MCP types listed.
+    let accept = parts
+        .headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if accept.is_empty() || accept.trim() == "*/*" {
+        parts.headers.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("application/json, text/event-stream"),
+        );
+    }
+    if parts.method != Method::POST {
+        // rmcp answers GET and DELETE with 405 for stateless servers.
+        let response = edge
+            .mcp
+            .clone()
+            .oneshot(Request::from_parts(parts, Body::empty()))
+            .await;
+        return response
+            .map(|r| r.map(Body::new))
+            .unwrap_or_else(|never| match never {});
+    }
+
+    let bytes = match axum::body::to_bytes(body, edge.options.body_limit).await {
+        Ok(b) => b,
+        Err(_) => {
+            return plain(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("request body larger than {} bytes", edge.options.body_limit),
+            );
+        }
+    };
+    // serde_json refuses nesting deeper than 128 levels, so deeply nested
+    // input is a parse error, not a deep recursion.
+    let message: Value = match serde_json::from_slice(&bytes) {
+        Ok(v) => v,
+        Err(_) => {
+            return jsonrpc_error(
+                StatusCode::BAD_REQUEST,
+                Value::Null,
+                -32700,
+                "Parse error: the body is not valid JSON",
+            );
+        }
+    };
+    let scoped = matches!(edge.callers, Callers::Keys(_));
+    if let Value::Array(members) = &message {
+        // A batch needs the union of its members' scopes, and is then
+        // refused: no served revision allows batches.
+        if scoped {
+            for member in members {
+                for scope in edge.required_scopes(member) {
+                    if !principal.has_scope(&scope) {
+                        return edge.missing_scope(&scope);
+                    }
+                }
+            }
+        }
+        return jsonrpc_error(
+            StatusCode::BAD_REQUEST,
+            Value::Null,
+            -32600,
+            "Invalid Request: batch requests are not supported",
+        );
+    }
+    if !message.is_object()
+        || message.get("jsonrpc") != Some(&json!("2.0"))
+        || message.get("id") == Some(&Value::Null)
+    {
+        return jsonrpc_error(
+            StatusCode::BAD_REQUEST,
+            Value::Null,
+            -32600,
+            "Invalid Request: expected one JSON-RPC 2.0 message object",
+        );
+    }
+    if scoped {
+        for scope in edge.required_scopes(&message) {
+            if !principal.has_scope(&scope) {
+                return edge.missing_scope(&scope);
+            }
+        }
+    }
+
+    let method = message["method"].as_str().unwrap_or("response").to_owned();
+    let span = request_span(&message, &parts.headers);
+    parts.extensions.insert(CallerInfo {
+        principal,
+        span: span.clone(),
+    });
+    let request = Request::from_parts(parts, Body::from(bytes));
+    let call = edge.mcp.clone().oneshot(request);
+    let response = match tokio::time::timeout(edge.options.request_timeout, call).await {
+        Ok(Ok(response)) => response.map(Body::new),
+        Ok(Err(never)) => match never {},
+        Err(_) => {
+            let id = message.get("id").cloned().unwrap_or(Value::Null);
+            jsonrpc_error(
+                StatusCode::GATEWAY_TIMEOUT,
+                id,
+                -32603,
+                "the request timed out",
+            )
+        }
+    };
+    let status = response.status();
+    let error_type = if status.is_client_error() || status.is_server_error() {
+        status.as_u16().to_string()
+    } else {
+        String::new()
+    };
+    if !error_type.is_empty() {
+        span.record("error.type", error_type.as_str());
+    }
+    edge.metrics.record(&method, &error_type, started.elapsed());
+    response
+}
+
+async fn readyz(State(edge): State<Arc<Edge>>) -> Response {
+    let mut failing = Vec::new();
+    for backend in edge.core.backends() {
+        let mut health = tonic_health::pb::health_client::HealthClient::new(backend.channel());
+        let check = health.check(tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        });
+        let serving = matches!(
+            tokio::time::timeout(Duration::from_secs(2), check).await,
+            Ok(Ok(r)) if r.get_ref().status == tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+        );
+        if !serving {
+            failing.push(backend.url.clone());
+        }
+    }
+    if failing.is_empty() {
+        plain(StatusCode::OK, "ready")
+    } else {
+        plain(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {}", failing.join(", ")),
+        )
+    }
+}
+
+async fn metrics(State(edge): State<Arc<Edge>>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        edge.metrics.render(),
+    )
+        .into_response()
+}
+
+async fn resource_metadata(State(edge): State<Arc<Edge>>) -> Response {
+    let base = edge.options.public_url.trim_end_matches('/');
+    axum::Json(json!({
+        "resource": format!("{base}/mcp"),
+        "authorization_servers": [base],
+        "bearer_methods_supported": ["header"],
+        "scopes_supported": [
+            "data:read", "strategy:author", "runs:write", "runs:cancel",
+            "approvals:read", "approvals:decide", "artifacts:read"
+        ],
+        "resource_name": "Ithaca",
+        "resource_documentation": "API keys (dmbg_<env>_<keyid>_<secret>) are issued with `ithaca keys create`",
+    }))
+    .into_response()
+}
+
+/// `GET /api/sessions/{id}/events/stream`: the session's trace as SSE, with
+/// `id:` = seq, replayed after `Last-Event-ID` (or `?after=N`), then live.
+async fn trace_stream(
+    State(edge): State<Arc<Edge>>,
+    Path(session_id): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(refused) = edge.check_origin(&headers) {
+        return refused;
+    }
+    let principal = match edge.authenticate(&headers).await {
+        Ok(p) => p,
+        Err(refused) => return refused,
+    };
+    let after = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| query.get("after").cloned());
+    let after_seq = match after.as_deref().map(str::trim) {
+        None | Some("") => 0,
+        Some(text) => match text.parse::<i64>() {
+            Ok(n) if n >= 0 => n,
+            _ => {
+                return plain(
+                    StatusCode::BAD_REQUEST,
+                    "after / Last-Event-ID: expected a non-negative integer",
+                );
+            }
+        },
+    };
+    let Some(mut client) = edge.core.session_client() else {
+        return plain(StatusCode::NOT_FOUND, "this edge has no session service");
+    };
+    let mut request = tonic::Request::new(spb::TailEventsRequest {
+        session_id,
+        after_seq,
+    });
+    edge.core.sign(&mut request, &principal);
+    let stream = match client.tail_events(request).await {
+        Ok(r) => r.into_inner(),
+        Err(status)
+            if matches!(
+                status.code(),
+                tonic::Code::NotFound | tonic::Code::InvalidArgument
+            ) =>
+        {
+            return plain(StatusCode::NOT_FOUND, "no such session");
+        }
+        Err(status) => {
+            tracing::warn!(error = %status.message(), "trace stream unavailable");
+            return plain(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the session service is unavailable, retry later",
+            );
+        }
+    };
+    let events = stream
+        .take_while(|item| std::future::ready(item.is_ok()))
+        .filter_map(|item| async move {
+            let event = item.ok()?;
+            let payload = event
+                .payload
+                .map(ithaca_kit::json::from_struct)
+                .unwrap_or(Value::Null);
+            let data = json!({
+                "session_id": event.session_id,
+                "seq": event.seq,
+                "type": event.r#type,
+                "payload": payload,
+                "created_at": event.created_at,
+                "trace_id": event.trace_id,
+            });
+            Some(Ok::<_, std::convert::Infallible>(
+                Event::default()
+                    .id(event.seq.to_string())
+                    .event(event.r#type)
+                    .data(data.to_string()),
+            ))
+        });
+    Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+        .into_response()
+}

@@ -1,0 +1,104 @@
+//! The MCP edge: the one door agents use.
+//!
+//! - [`catalog`] and [`schema`]: tools, resources and prompts from the
+//!   `ithaca.mcp.v1` annotations, with JSON Schemas derived from messages.
+//! - [`discover`]: descriptors of other backends through gRPC reflection.
+//! - [`transcode`] and [`backend`]: JSON ⇄ dynamic protobuf and the unary
+//!   gRPC hop, with deadline, principal assertion and trace context.
+//! - [`core`]: the tool pipeline (offering, session gate, trace, errors).
+//! - [`mcp`]: the `rmcp` handler for both protocol eras; [`http`]: the HTTP
+//!   front (Host/Origin, keys, scopes, limits, SSE trace stream, health,
+//!   metrics); [`auth`]: key verification with a short cache.
+//!
+//! Architecture invariant: the edge owns no durable state and opens no
+//! database; everything it knows it asks a service for over gRPC.
+
+#![forbid(unsafe_code)]
+
+pub mod auth;
+pub mod backend;
+pub mod catalog;
+pub mod core;
+pub mod discover;
+pub mod http;
+pub mod mcp;
+pub mod metrics;
+pub mod schema;
+pub mod transcode;
+
+use crate::backend::Backend;
+use crate::catalog::{Catalog, CatalogError};
+use ithaca_kit::principal::InternalKey;
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// Where the edge finds its backends.
+#[derive(Clone, Debug, Default)]
+pub struct Backends {
+    /// The auth service (needed to verify keys over HTTP).
+    pub auth_url: Option<String>,
+    /// The session service (gate and trace).
+    pub session_url: Option<String>,
+    /// Further backends whose descriptors come from their reflection.
+    pub reflected: Vec<String>,
+    /// Deadline of each backend call.
+    pub timeout: Duration,
+}
+
+/// Building the edge failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error(transparent)]
+    Url(#[from] ithaca_kit::client::BadUrl),
+    #[error("reflecting on {url}: {source}")]
+    Discover {
+        url: String,
+        source: discover::DiscoverError,
+    },
+    #[error(transparent)]
+    Catalog(#[from] CatalogError),
+}
+
+/// Build the core: routes for the built-in services from the embedded
+/// descriptors, and for reflected backends from what they report.
+pub async fn build_core(backends: &Backends, key: InternalKey) -> Result<core::Core, BuildError> {
+    let timeout = if backends.timeout.is_zero() {
+        Duration::from_secs(10)
+    } else {
+        backends.timeout
+    };
+    let mut routes = HashMap::new();
+    if let Some(url) = &backends.auth_url {
+        routes.insert(
+            ithaca_proto::service_names::AUTH.to_owned(),
+            Backend::new(url, timeout)?,
+        );
+    }
+    if let Some(url) = &backends.session_url {
+        routes.insert(
+            ithaca_proto::service_names::SESSION.to_owned(),
+            Backend::new(url, timeout)?,
+        );
+    }
+    let mut catalog = Catalog::from_pool(ithaca_proto::annotations::pool())?;
+    for url in &backends.reflected {
+        let backend = Backend::new(url, timeout)?;
+        let (services, pool) = discover::reflect(backend.channel())
+            .await
+            .map_err(|source| BuildError::Discover {
+                url: url.clone(),
+                source,
+            })?;
+        for service in services {
+            routes.insert(service, backend.clone());
+        }
+        catalog.add_pool(&pool)?;
+    }
+    // Offer only what some backend serves.
+    let served =
+        |m: &prost_reflect::MethodDescriptor| routes.contains_key(m.parent_service().full_name());
+    catalog.tools.retain(|t| served(&t.method));
+    catalog.resources.retain(|r| served(&r.method));
+    catalog.prompts.retain(|p| served(&p.method));
+    Ok(core::Core::new(catalog, routes, key))
+}

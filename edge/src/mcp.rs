@@ -1,0 +1,294 @@
+//! The MCP protocol face of the edge, on the official Rust SDK (`rmcp`).
+//!
+//! `rmcp` does the wire for both eras: 2026-07-28 (`server/discover`, the
+//! required `_meta`, header/body validation, `resultType`, its error codes)
+//! and the `initialize` profile, statelessly (no `Mcp-Session-Id`). This
+//! handler fills in what only Ithaca knows: the catalog, per-caller filtering,
+//! cache hints and the tool pipeline of [`crate::core`]. What `rmcp` does not
+//! do the way we need (parse and batch errors, scopes, authentication,
+//! Host/Origin) happens in the HTTP layer before it (see `http.rs`).
+
+use crate::core::{Core, RpcError};
+use ithaca_kit::principal::Principal;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, DiscoverResult, ErrorCode,
+    GetPromptRequestParams, GetPromptResponse, GetPromptResult, InitializeResult,
+    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
+    PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
+    ReadResourceResult, ServerCapabilities, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use std::borrow::Cow;
+use std::sync::Arc;
+use tracing::Instrument;
+
+/// Protocol revisions served, oldest first.
+pub const VERSIONS: &[ProtocolVersion] = &[
+    ProtocolVersion::V_2025_06_18,
+    ProtocolVersion::V_2025_11_25,
+    ProtocolVersion::V_2026_07_28,
+];
+
+/// How long list results may be cached by a client.
+const LIST_TTL_MS: u64 = 60_000;
+/// How long discovery may be cached.
+const DISCOVER_TTL_MS: u64 = 3_600_000;
+
+/// What agents are told about using Ithaca (initialize and server/discover).
+pub const INSTRUCTIONS: &str = "\
+Ithaca is a research platform. Work in this order:
+1. Call session_context first, with the user's request as `prompt` (and `session_id` to continue \
+an earlier session). Every other tool refuses to run without an open session, and everything you \
+do afterwards is recorded in that session's trace, which people can watch live.
+2. Discover before you act: search_skills and describe_skill show what can be computed; the \
+doomberg:// resources show data, runs and policy.
+3. Read data and run analyses; cite the run or resource you used.
+4. Anything that writes, trades or costs money may be refused by policy or wait for a person's \
+approval; report a pending approval instead of retrying it.
+5. Close the session with session_close when the work is done.";
+
+/// The request-scoped data the HTTP layer hands to the handler.
+#[derive(Clone, Debug)]
+pub struct CallerInfo {
+    pub principal: Principal,
+    /// The MCP server span of this request, so work done here joins it.
+    pub span: tracing::Span,
+}
+
+/// The MCP handler. Cheap to clone.
+#[derive(Clone)]
+pub struct Gateway {
+    core: Arc<Core>,
+    /// The principal of a stdio session (no authentication there).
+    fixed: Option<Principal>,
+    version: String,
+}
+
+impl Gateway {
+    /// A gateway for HTTP, where each request carries its caller.
+    pub fn http(core: Arc<Core>) -> Self {
+        Gateway {
+            core,
+            fixed: None,
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+        }
+    }
+
+    /// A gateway for stdio, acting for `principal` throughout.
+    pub fn stdio(core: Arc<Core>, principal: Principal) -> Self {
+        Gateway {
+            core,
+            fixed: Some(principal),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+        }
+    }
+
+    fn caller(&self, ctx: &RequestContext<RoleServer>) -> Result<CallerInfo, ErrorData> {
+        if let Some(principal) = &self.fixed {
+            return Ok(CallerInfo {
+                principal: principal.clone(),
+                span: tracing::Span::current(),
+            });
+        }
+        ctx.extensions
+            .get::<http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<CallerInfo>())
+            .cloned()
+            .ok_or_else(|| ErrorData::internal_error("request arrived without a caller", None))
+    }
+
+    fn server_info(&self) -> Value {
+        json!({"name": "ithaca", "title": "Ithaca", "version": self.version})
+    }
+
+    /// A result object with the cache hints and `serverInfo` of 2026-07-28.
+    fn result<T: DeserializeOwned>(
+        &self,
+        mut body: Value,
+        ttl_ms: u64,
+        scope: &str,
+    ) -> Result<T, ErrorData> {
+        body["resultType"] = json!("complete");
+        body["ttlMs"] = json!(ttl_ms);
+        body["cacheScope"] = json!(scope);
+        body["_meta"] = json!({"io.modelcontextprotocol/serverInfo": self.server_info()});
+        serde_json::from_value(body)
+            .map_err(|e| ErrorData::internal_error(format!("building result: {e}"), None))
+    }
+}
+
+fn rpc_error(e: RpcError) -> ErrorData {
+    ErrorData::new(ErrorCode(e.code), e.message, e.data)
+}
+
+fn capabilities() -> ServerCapabilities {
+    let caps = json!({
+        "tools": {"listChanged": false},
+        "resources": {"listChanged": false, "subscribe": false},
+        "prompts": {"listChanged": false},
+    });
+    serde_json::from_value(caps).expect("static capabilities deserialize")
+}
+
+impl ServerHandler for Gateway {
+    fn get_info(&self) -> InitializeResult {
+        let mut info = InitializeResult::new(capabilities());
+        info.server_info = serde_json::from_value(self.server_info()).expect("static server info");
+        info.instructions = Some(INSTRUCTIONS.to_owned());
+        info
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        Cow::Borrowed(VERSIONS)
+    }
+
+    async fn discover(
+        &self,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<DiscoverResult, ErrorData> {
+        // Only stateless revisions are listed: a client that reads
+        // 2025-11-25 here would send it without `initialize`.
+        let body = json!({
+            "supportedVersions": ["2026-07-28"],
+            "capabilities": capabilities(),
+            "instructions": INSTRUCTIONS,
+        });
+        self.result(body, DISCOVER_TTL_MS, "public")
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        let tool = self.core.catalog.tool(name)?;
+        serde_json::from_value(tool.to_json()).ok()
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let caller = self.caller(&ctx)?;
+        let tools: Vec<Value> = self
+            .core
+            .tools_for(&caller.principal)
+            .map(|t| t.to_json())
+            .collect();
+        // The list depends on the caller's scopes and actor.
+        self.result(json!({"tools": tools}), LIST_TTL_MS, "private")
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let caller = self.caller(&ctx)?;
+        let arguments = request.arguments.map(Value::Object);
+        let name = request.name.to_string();
+        let result = self
+            .core
+            .call_tool(&caller.principal, &name, arguments)
+            .instrument(caller.span.clone())
+            .await
+            .map_err(rpc_error)?;
+        let mut result: CallToolResult = serde_json::from_value(result)
+            .map_err(|e| ErrorData::internal_error(format!("building tool result: {e}"), None))?;
+        // rmcp drops the field again for legacy peers.
+        result.result_type = Some(rmcp::model::ResultType::COMPLETE);
+        Ok(result.into())
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        self.caller(&ctx)?;
+        let resources: Vec<Value> = self
+            .core
+            .catalog
+            .resources
+            .iter()
+            .filter(|r| !r.is_template())
+            .map(|r| r.to_json())
+            .collect();
+        self.result(json!({"resources": resources}), LIST_TTL_MS, "private")
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        self.caller(&ctx)?;
+        let templates: Vec<Value> = self
+            .core
+            .catalog
+            .resources
+            .iter()
+            .filter(|r| r.is_template())
+            .map(|r| r.to_json())
+            .collect();
+        self.result(
+            json!({"resourceTemplates": templates}),
+            LIST_TTL_MS,
+            "private",
+        )
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let caller = self.caller(&ctx)?;
+        let body = self
+            .core
+            .read_resource(&caller.principal, &request.uri)
+            .instrument(caller.span.clone())
+            .await
+            .map_err(rpc_error)?;
+        // Contents are the caller's tenant's data.
+        let result: ReadResourceResult = self.result(body, 0, "private")?;
+        Ok(result.into())
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        self.caller(&ctx)?;
+        let prompts: Vec<Value> = self
+            .core
+            .catalog
+            .prompts
+            .iter()
+            .map(|p| p.to_json())
+            .collect();
+        self.result(json!({"prompts": prompts}), LIST_TTL_MS, "private")
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        let caller = self.caller(&ctx)?;
+        let arguments = request
+            .arguments
+            .map(|args| Value::Object(args.into_iter().collect()));
+        let body = self
+            .core
+            .get_prompt(&caller.principal, &request.name, arguments)
+            .instrument(caller.span.clone())
+            .await
+            .map_err(rpc_error)?;
+        let mut result: GetPromptResult = serde_json::from_value(body)
+            .map_err(|e| ErrorData::internal_error(format!("building prompt: {e}"), None))?;
+        result.result_type = Some(rmcp::model::ResultType::COMPLETE);
+        Ok(result.into())
+    }
+}

@@ -1,0 +1,129 @@
+//! Prometheus text metrics: MCP request counts and the
+//! `mcp.server.operation.duration` histogram (exported as
+//! `mcp_server_operation_duration_seconds`), labelled by method and error
+//! type. A few lines of our own instead of a metrics framework.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Histogram bucket bounds in seconds (the OpenTelemetry MCP convention's
+/// advice, trimmed).
+const BUCKETS: [f64; 12] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
+];
+
+#[derive(Default)]
+struct Series {
+    counts: [u64; BUCKETS.len()],
+    total: u64,
+    sum: f64,
+}
+
+/// All MCP operation metrics of a process.
+#[derive(Default)]
+pub struct Metrics {
+    series: Mutex<BTreeMap<(String, String), Series>>,
+}
+
+impl Metrics {
+    /// Record one operation. `error_type` is empty on success.
+    pub fn record(&self, method: &str, error_type: &str, elapsed: Duration) {
+        let Ok(mut series) = self.series.lock() else {
+            return;
+        };
+        let s = series
+            .entry((method.to_owned(), error_type.to_owned()))
+            .or_default();
+        let secs = elapsed.as_secs_f64();
+        for (i, bound) in BUCKETS.iter().enumerate() {
+            if secs <= *bound {
+                s.counts[i] += 1;
+            }
+        }
+        s.total += 1;
+        s.sum += secs;
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        out.push_str("# HELP mcp_server_operation_duration_seconds Duration of MCP requests handled by the edge.\n");
+        out.push_str("# TYPE mcp_server_operation_duration_seconds histogram\n");
+        let Ok(series) = self.series.lock() else {
+            return out;
+        };
+        for ((method, error), s) in series.iter() {
+            let labels = if error.is_empty() {
+                format!("mcp_method_name=\"{}\"", escape(method))
+            } else {
+                format!(
+                    "mcp_method_name=\"{}\",error_type=\"{}\"",
+                    escape(method),
+                    escape(error)
+                )
+            };
+            for (i, bound) in BUCKETS.iter().enumerate() {
+                let _ = writeln!(
+                    out,
+                    "mcp_server_operation_duration_seconds_bucket{{{labels},le=\"{bound}\"}} {}",
+                    s.counts[i]
+                );
+            }
+            let _ = writeln!(
+                out,
+                "mcp_server_operation_duration_seconds_bucket{{{labels},le=\"+Inf\"}} {}",
+                s.total
+            );
+            let _ = writeln!(
+                out,
+                "mcp_server_operation_duration_seconds_sum{{{labels}}} {}",
+                s.sum
+            );
+            let _ = writeln!(
+                out,
+                "mcp_server_operation_duration_seconds_count{{{labels}}} {}",
+                s.total
+            );
+        }
+        out.push_str("# HELP mcp_server_requests_total MCP requests handled by the edge.\n");
+        out.push_str("# TYPE mcp_server_requests_total counter\n");
+        for ((method, error), s) in series.iter() {
+            let outcome = if error.is_empty() { "ok" } else { "error" };
+            let _ = writeln!(
+                out,
+                "mcp_server_requests_total{{mcp_method_name=\"{}\",outcome=\"{outcome}\"}} {}",
+                escape(method),
+                s.total
+            );
+        }
+        out
+    }
+}
+
+fn escape(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_cumulative_buckets() {
+        let m = Metrics::default();
+        m.record("tools/call", "", Duration::from_millis(3));
+        m.record("tools/call", "", Duration::from_millis(30));
+        m.record("tools/list", "-32602", Duration::from_millis(1));
+        let text = m.render();
+        assert!(text.contains("mcp_server_operation_duration_seconds_bucket{mcp_method_name=\"tools/call\",le=\"0.005\"} 1"));
+        assert!(text.contains("mcp_server_operation_duration_seconds_bucket{mcp_method_name=\"tools/call\",le=\"0.05\"} 2"));
+        assert!(text.contains(
+            "mcp_server_operation_duration_seconds_count{mcp_method_name=\"tools/call\"} 2"
+        ));
+        assert!(text.contains("error_type=\"-32602\""));
+    }
+}

@@ -1,0 +1,163 @@
+//! JSON Schema (2020-12) for protobuf messages, following the proto3 JSON
+//! mapping with proto field names.
+//!
+//! Presence decides what is required: a singular scalar or enum field without
+//! the proto3 `optional` keyword is required; `optional` fields, message
+//! fields, oneof members, repeated fields and maps may be omitted. Objects
+//! allow no other properties, so an unknown argument is an error. Field
+//! comments become descriptions. Recursive messages are cut off after a few
+//! levels with an open object, so a schema is always finite.
+
+use prost_reflect::{FieldDescriptor, Kind, MessageDescriptor};
+use serde_json::{Map, Value, json};
+
+/// How deep nested message schemas are expanded before an open object is used.
+const MAX_DEPTH: usize = 8;
+
+/// Which side of a call a schema describes. Outputs are rendered with every
+/// field present, so everything is required there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    Input,
+    Output,
+}
+
+/// The schema of a message as a JSON object.
+pub fn message_schema(message: &MessageDescriptor, direction: Direction) -> Value {
+    let mut schema = object_schema(message, direction, 0);
+    if let Value::Object(map) = &mut schema {
+        map.insert(
+            "$schema".to_owned(),
+            json!("https://json-schema.org/draft/2020-12/schema"),
+        );
+    }
+    schema
+}
+
+/// Whether a field must be present in tool arguments.
+pub fn is_required(field: &FieldDescriptor) -> bool {
+    !field.is_list()
+        && !field.is_map()
+        && !field.supports_presence()
+        && !matches!(field.kind(), Kind::Message(_))
+}
+
+fn object_schema(message: &MessageDescriptor, direction: Direction, depth: usize) -> Value {
+    if let Some(wkt) = well_known(message) {
+        return wkt;
+    }
+    if depth >= MAX_DEPTH {
+        return json!({"type": "object"});
+    }
+    let mut properties = Map::new();
+    let mut required = Vec::new();
+    for field in message.fields() {
+        let mut schema = field_schema(&field, direction, depth);
+        if let Some(comment) = ithaca_proto::annotations::field_comment(&field)
+            && let Value::Object(map) = &mut schema
+        {
+            map.insert("description".to_owned(), Value::String(comment));
+        }
+        let name = field.name().to_owned();
+        let must = match direction {
+            Direction::Input => is_required(&field),
+            Direction::Output => !field.supports_presence() || field.is_list() || field.is_map(),
+        };
+        if must {
+            required.push(Value::String(name.clone()));
+        }
+        properties.insert(name, schema);
+    }
+    let mut schema = Map::new();
+    schema.insert("type".to_owned(), json!("object"));
+    schema.insert("properties".to_owned(), Value::Object(properties));
+    if !required.is_empty() {
+        schema.insert("required".to_owned(), Value::Array(required));
+    }
+    schema.insert("additionalProperties".to_owned(), json!(false));
+    Value::Object(schema)
+}
+
+fn field_schema(field: &FieldDescriptor, direction: Direction, depth: usize) -> Value {
+    if field.is_map() {
+        let Kind::Message(entry) = field.kind() else {
+            return json!({"type": "object"});
+        };
+        let value = entry.map_entry_value_field();
+        return json!({
+            "type": "object",
+            "additionalProperties": singular_schema(&value.kind(), direction, depth + 1),
+        });
+    }
+    let item = singular_schema(&field.kind(), direction, depth + 1);
+    if field.is_list() {
+        return json!({"type": "array", "items": item});
+    }
+    item
+}
+
+fn singular_schema(kind: &Kind, direction: Direction, depth: usize) -> Value {
+    match kind {
+        Kind::Double | Kind::Float => json!({"type": "number"}),
+        Kind::Int32 | Kind::Sint32 | Kind::Sfixed32 => {
+            json!({"type": "integer", "minimum": i32::MIN, "maximum": i32::MAX})
+        }
+        Kind::Uint32 | Kind::Fixed32 => {
+            json!({"type": "integer", "minimum": 0, "maximum": u32::MAX})
+        }
+        // The proto3 JSON mapping writes 64-bit integers as decimal strings
+        // and reads either form.
+        Kind::Int64 | Kind::Sint64 | Kind::Sfixed64 => match direction {
+            Direction::Input => json!({"type": ["integer", "string"], "pattern": "^-?[0-9]+$"}),
+            Direction::Output => json!({"type": "string", "pattern": "^-?[0-9]+$"}),
+        },
+        Kind::Uint64 | Kind::Fixed64 => match direction {
+            Direction::Input => json!({"type": ["integer", "string"], "pattern": "^[0-9]+$"}),
+            Direction::Output => json!({"type": "string", "pattern": "^[0-9]+$"}),
+        },
+        Kind::Bool => json!({"type": "boolean"}),
+        Kind::String => json!({"type": "string"}),
+        Kind::Bytes => json!({"type": "string", "contentEncoding": "base64"}),
+        Kind::Enum(e) => {
+            let names: Vec<Value> = e
+                .values()
+                .map(|v| Value::String(v.name().to_owned()))
+                .collect();
+            json!({"type": "string", "enum": names})
+        }
+        Kind::Message(m) => object_schema(m, direction, depth),
+    }
+}
+
+/// Schemas of the well-known types, as their JSON mapping writes them.
+fn well_known(message: &MessageDescriptor) -> Option<Value> {
+    Some(match message.full_name() {
+        "google.protobuf.Struct" => json!({"type": "object"}),
+        "google.protobuf.Value" => json!({}),
+        "google.protobuf.ListValue" => json!({"type": "array"}),
+        "google.protobuf.Timestamp" => json!({"type": "string", "format": "date-time"}),
+        "google.protobuf.Duration" => {
+            json!({"type": "string", "pattern": "^-?[0-9]+(\\.[0-9]+)?s$"})
+        }
+        "google.protobuf.FieldMask" => json!({"type": "string"}),
+        "google.protobuf.Empty" => json!({"type": "object", "additionalProperties": false}),
+        "google.protobuf.Any" => {
+            json!({"type": "object", "properties": {"@type": {"type": "string"}}})
+        }
+        "google.protobuf.StringValue" => json!({"type": ["string", "null"]}),
+        "google.protobuf.BoolValue" => json!({"type": ["boolean", "null"]}),
+        "google.protobuf.BytesValue" => {
+            json!({"type": ["string", "null"], "contentEncoding": "base64"})
+        }
+        "google.protobuf.DoubleValue" | "google.protobuf.FloatValue" => {
+            json!({"type": ["number", "null"]})
+        }
+        "google.protobuf.Int32Value" | "google.protobuf.UInt32Value" => {
+            json!({"type": ["integer", "null"]})
+        }
+        "google.protobuf.Int64Value" | "google.protobuf.UInt64Value" => {
+            json!({"type": ["integer", "string", "null"]})
+        }
+        _ => return None,
+    })
+}

@@ -1,0 +1,180 @@
+//! Running the MCP edge: over HTTP (`serve edge`, `up`) and over stdio
+//! (`ithaca mcp`).
+
+use anyhow::{Context, bail};
+use ithaca_edge::auth::{Authenticator, MAX_CACHE_TTL};
+use ithaca_edge::http::{Callers, HttpOptions};
+use ithaca_edge::{Backends, mcp::Gateway};
+use ithaca_kit::principal::{Actor, InternalKey, Principal};
+use ithaca_kit::shutdown::CancellationToken;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+/// Every scope; local callers (stdio, authentication off) hold them all.
+pub const ALL_SCOPES: [&str; 7] = [
+    "data:read",
+    "strategy:author",
+    "runs:write",
+    "runs:cancel",
+    "approvals:read",
+    "approvals:decide",
+    "artifacts:read",
+];
+
+/// Edge options shared by `serve edge`, `up` and `mcp`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct EdgeArgs {
+    /// The auth service URL (required unless --auth off).
+    #[arg(long, env = "ITHACA_AUTH_URL")]
+    pub auth_url: Option<String>,
+    /// The session service URL (without it tools run without the session gate).
+    #[arg(long, env = "ITHACA_SESSION_URL")]
+    pub session_url: Option<String>,
+    /// Another backend whose tools are learned from its gRPC reflection
+    /// (repeatable).
+    #[arg(long = "backend", env = "ITHACA_BACKENDS", value_delimiter = ',')]
+    pub backends: Vec<String>,
+    /// `on` verifies bearer keys; `off` serves one local principal and only
+    /// on loopback.
+    #[arg(long, env = "ITHACA_EDGE_AUTH", default_value = "on")]
+    pub auth: AuthMode,
+    /// Tenant of the local principal when authentication is off.
+    #[arg(long, env = "ITHACA_TENANT", default_value = "local")]
+    pub local_tenant: String,
+    /// Largest request body in bytes.
+    #[arg(long, env = "ITHACA_BODY_LIMIT", default_value_t = 1024 * 1024)]
+    pub body_limit: usize,
+    /// Longest a request may take, in milliseconds.
+    #[arg(long, env = "ITHACA_REQUEST_TIMEOUT_MS", default_value_t = 30_000)]
+    pub request_timeout_ms: u64,
+    /// Deadline of each backend call, in milliseconds.
+    #[arg(long, env = "ITHACA_BACKEND_TIMEOUT_MS", default_value_t = 10_000)]
+    pub backend_timeout_ms: u64,
+    /// How long a verified key is trusted before auth is asked again, in
+    /// milliseconds (at most 5000).
+    #[arg(long, env = "ITHACA_KEY_CACHE_MS", default_value_t = 5_000)]
+    pub key_cache_ms: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum AuthMode {
+    On,
+    Off,
+}
+
+/// The principal of a local, unauthenticated caller: every scope, an agent
+/// id unique to this process.
+pub fn local_principal(tenant: &str) -> Principal {
+    let agent = format!("local-{}", uuid::Uuid::new_v4().simple());
+    Principal {
+        tenant_id: tenant.to_owned(),
+        key_id: String::new(),
+        agent_id: agent,
+        scopes: ALL_SCOPES.iter().map(|s| s.to_string()).collect(),
+        actor: Actor::Agent,
+        session_id: None,
+    }
+}
+
+async fn core(args: &EdgeArgs, key: &InternalKey) -> anyhow::Result<Arc<ithaca_edge::core::Core>> {
+    let backends = Backends {
+        auth_url: args.auth_url.clone(),
+        session_url: args.session_url.clone(),
+        reflected: args.backends.clone(),
+        timeout: Duration::from_millis(args.backend_timeout_ms),
+    };
+    let core = ithaca_edge::build_core(&backends, key.clone())
+        .await
+        .context("building the MCP catalog")?;
+    Ok(Arc::new(core))
+}
+
+/// Start the HTTP edge on `listener` in a background task.
+pub async fn start_http(
+    args: &EdgeArgs,
+    key: &InternalKey,
+    listener: TcpListener,
+    public_url: String,
+    shutdown: CancellationToken,
+) -> anyhow::Result<JoinHandle<anyhow::Result<()>>> {
+    let addr = listener.local_addr()?;
+    let callers = match args.auth {
+        AuthMode::On => {
+            let url = args
+                .auth_url
+                .as_deref()
+                .context("--auth-url is required while authentication is on")?;
+            let channel = ithaca_kit::client::channel(url)?;
+            Callers::Keys(Box::new(Authenticator::new(
+                channel,
+                key.clone(),
+                Duration::from_millis(args.key_cache_ms).min(MAX_CACHE_TTL),
+            )))
+        }
+        AuthMode::Off => {
+            if !addr.ip().is_loopback() {
+                bail!(
+                    "refusing to serve MCP without authentication on {addr}: bind a loopback address or turn --auth on"
+                );
+            }
+            Callers::Local(local_principal(&args.local_tenant))
+        }
+    };
+    let core = core(args, key).await?;
+    let options = HttpOptions {
+        public_url,
+        body_limit: args.body_limit,
+        request_timeout: Duration::from_millis(args.request_timeout_ms),
+    };
+    let app = ithaca_edge::http::router(core, callers, options);
+    Ok(tokio::spawn(async move {
+        let server =
+            axum::serve(listener, app).with_graceful_shutdown(shutdown.clone().cancelled_owned());
+        tokio::select! {
+            result = server => result.context("edge server"),
+            _ = async { shutdown.cancelled().await; tokio::time::sleep(ithaca_kit::server::DRAIN_TIMEOUT).await } => {
+                tracing::warn!("edge requests did not finish in time; stopping anyway");
+                Ok(())
+            }
+        }
+    }))
+}
+
+/// Serve MCP on stdin/stdout for `principal` until the client closes stdin.
+pub async fn run_stdio(
+    args: &EdgeArgs,
+    key: &InternalKey,
+    principal: Principal,
+) -> anyhow::Result<()> {
+    use rmcp::ServiceExt;
+    let core = core(args, key).await?;
+    let gateway = Gateway::stdio(core, principal);
+    let running = match gateway.serve(rmcp::transport::stdio()).await {
+        Ok(r) => r,
+        // A client that hangs up before its first request is not an error.
+        Err(err) => {
+            tracing::info!(error = %err, "stdio client left before any request");
+            return Ok(());
+        }
+    };
+    if let Err(err) = running.waiting().await {
+        tracing::info!(error = %err, "stdio session ended");
+    }
+    Ok(())
+}
+
+/// The listen address of the HTTP edge: `DOOMBERG_MCP_PORT` (default 8080).
+pub fn default_listen(all_interfaces: bool) -> SocketAddr {
+    let port = std::env::var("DOOMBERG_MCP_PORT")
+        .ok()
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or(8080);
+    if all_interfaces {
+        SocketAddr::from(([0, 0, 0, 0], port))
+    } else {
+        SocketAddr::from(([127, 0, 0, 1], port))
+    }
+}

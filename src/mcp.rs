@@ -1,0 +1,74 @@
+//! `ithaca mcp`: MCP for an agent that launches Ithaca itself. Over stdio by
+//! default (no authentication: the local machine is the trust boundary), or
+//! the HTTP stack when `DOOMBERG_MCP_TRANSPORT=http`.
+
+use crate::edge::{self, EdgeArgs};
+use crate::services::Service;
+use crate::stack;
+use crate::up::{self, UpArgs};
+use ithaca_kit::config::CommonArgs;
+use ithaca_kit::shutdown;
+use ithaca_kit::telemetry;
+use std::path::PathBuf;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Transport {
+    Stdio,
+    Http,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct McpArgs {
+    /// stdio (default) or http.
+    #[arg(
+        long,
+        env = "DOOMBERG_MCP_TRANSPORT",
+        default_value = "stdio",
+        ignore_case = true
+    )]
+    pub transport: Transport,
+    /// Data directory of the in-process services (SQLite, internal key).
+    #[arg(long, env = "ITHACA_DATA_DIR", default_value = stack::DEFAULT_DATA_DIR)]
+    pub data_dir: PathBuf,
+    #[command(flatten)]
+    pub edge: EdgeArgs,
+}
+
+pub async fn run(common: &CommonArgs, args: McpArgs) -> anyhow::Result<()> {
+    if args.transport == Transport::Http {
+        let up_args = UpArgs {
+            data_dir: args.data_dir,
+            port_base: 50051,
+            mcp_port: None,
+            public_url: None,
+        };
+        return up::run(common, up_args).await;
+    }
+    // stdout carries the protocol; logs go to stderr.
+    let _telemetry = telemetry::init("ithaca-mcp", common.log_format)?;
+    let key = up::internal_key(common, &args.data_dir)?;
+    if args.edge.auth_url.is_some()
+        || args.edge.session_url.is_some()
+        || !args.edge.backends.is_empty()
+    {
+        // A thin stdio edge in front of configured services.
+        let principal = edge::local_principal(&args.edge.local_tenant);
+        return edge::run_stdio(&args.edge, &key, principal).await;
+    }
+    let shutdown = shutdown::on_signals();
+    let stack =
+        up::start_services(&args.data_dir, 0, &key, "http://127.0.0.1:8080", &shutdown).await?;
+    let edge_args = EdgeArgs {
+        auth_url: stack.url(Service::Auth),
+        session_url: stack.url(Service::Session),
+        ..args.edge
+    };
+    let principal = edge::local_principal(&stack.tenant_id);
+    tracing::info!(tenant_id = %stack.tenant_id, agent_id = %principal.agent_id, "serving MCP over stdio");
+    let result = edge::run_stdio(&edge_args, &key, principal).await;
+    shutdown.cancel();
+    if let Some(err) = up::join_all(stack.tasks).await {
+        tracing::warn!(error = %err, "a service stopped with an error");
+    }
+    result
+}
