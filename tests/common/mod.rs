@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod http;
+
 use ithaca_kit::client::{self, Outbound};
 use ithaca_kit::db::Db;
 use ithaca_kit::principal::{Actor, InternalKey, Principal};
@@ -118,16 +120,19 @@ pub async fn start_auth(db_url: &str, schema: &str) -> InProcess {
 }
 
 pub async fn start_session(db_url: &str, schema: &str) -> InProcess {
+    start_session_with(db_url, schema, ithaca_session::Config::default()).await
+}
+
+pub async fn start_session_with(
+    db_url: &str,
+    schema: &str,
+    config: ithaca_session::Config,
+) -> InProcess {
     let db = ithaca_session::open_db(db_url, schema)
         .await
         .expect("open session db");
     let shutdown = CancellationToken::new();
-    let options = ithaca_session::serve_options(
-        db.clone(),
-        ithaca_session::Config::default(),
-        key(),
-        shutdown.clone(),
-    );
+    let options = ithaca_session::serve_options(db.clone(), config, key(), shutdown.clone());
     run_in_process(db, options, shutdown).await
 }
 

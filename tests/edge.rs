@@ -1,0 +1,866 @@
+//! The MCP edge over HTTP, black-box: both protocol eras, keys and scopes,
+//! the session gate and trace, the SSE trace stream, limits, and the
+//! bad-input table of the edge issue. Auth and session run in-process on
+//! real gRPC; requests are raw HTTP so every status and header is checked.
+
+mod common;
+
+use common::http::{self, Reply};
+use ithaca_edge::auth::Authenticator;
+use ithaca_edge::http::{Callers, HttpOptions};
+use ithaca_kit::principal::Principal;
+use ithaca_proto::auth::v1 as pb;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+
+struct Stack {
+    url: String,
+    tenant: String,
+    agent: String,
+    human: String,
+    auth_url: String,
+    _auth: common::InProcess,
+    _session: common::InProcess,
+    _dir: tempfile::TempDir,
+}
+
+async fn key_for(auth_url: &str, tenant: &str, scopes: &[&str], actor: pb::Actor) -> String {
+    common::auth_client(auth_url, Principal::system(""))
+        .create_key(pb::CreateKeyRequest {
+            tenant_id: tenant.to_owned(),
+            scopes: scopes.iter().map(|s| s.to_string()).collect(),
+            actor: actor as i32,
+            label: "test".into(),
+            env: String::new(),
+        })
+        .await
+        .expect("create key")
+        .into_inner()
+        .token
+}
+
+async fn tenant(auth_url: &str, name: &str) -> String {
+    common::auth_client(auth_url, Principal::system(""))
+        .create_tenant(pb::CreateTenantRequest { name: name.into() })
+        .await
+        .expect("tenant")
+        .into_inner()
+        .tenant_id
+}
+
+async fn stack_with(options: HttpOptions, cache: Duration, session_url: Option<String>) -> Stack {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // The edge's address is the public URL session descriptors link to.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    let auth = common::start_auth(&common::sqlite_path(&dir, "auth"), "unused").await;
+    let config = ithaca_session::Config {
+        public_url: url.clone(),
+        ..Default::default()
+    };
+    let session =
+        common::start_session_with(&common::sqlite_path(&dir, "session"), "unused", config).await;
+    let tenant_id = tenant(&auth.url, "one").await;
+    let all = [
+        "data:read",
+        "strategy:author",
+        "runs:write",
+        "runs:cancel",
+        "approvals:read",
+        "artifacts:read",
+    ];
+    let agent = key_for(&auth.url, &tenant_id, &all, pb::Actor::Agent).await;
+    let human = key_for(
+        &auth.url,
+        &tenant_id,
+        &["data:read", "approvals:decide"],
+        pb::Actor::Human,
+    )
+    .await;
+
+    let backends = ithaca_edge::Backends {
+        auth_url: Some(auth.url.clone()),
+        session_url: Some(session_url.unwrap_or_else(|| session.url.clone())),
+        reflected: Vec::new(),
+        timeout: Duration::from_secs(2),
+    };
+    let core = ithaca_edge::build_core(&backends, common::key())
+        .await
+        .expect("core");
+    let channel = ithaca_kit::client::channel(&auth.url).expect("url");
+    let callers = Callers::Keys(Box::new(Authenticator::new(channel, common::key(), cache)));
+    let options = HttpOptions {
+        public_url: url.clone(),
+        ..options
+    };
+    let app = ithaca_edge::http::router(Arc::new(core), callers, options);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Stack {
+        url,
+        tenant: tenant_id,
+        agent,
+        human,
+        auth_url: auth.url.clone(),
+        _auth: auth,
+        _session: session,
+        _dir: dir,
+    }
+}
+
+async fn stack() -> Stack {
+    let options = HttpOptions {
+        body_limit: 64 * 1024,
+        ..HttpOptions::default()
+    };
+    stack_with(options, Duration::from_secs(1), None).await
+}
+
+fn meta() -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "edge-test", "version": "1"},
+    })
+}
+
+/// A well-formed 2026-07-28 request with matching headers.
+async fn modern(s: &Stack, token: &str, method: &str, mut params: Value) -> Reply {
+    params["_meta"] = meta();
+    let name = params
+        .get("name")
+        .or_else(|| params.get("uri"))
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params});
+    let auth = format!("Bearer {token}");
+    let mut headers = vec![
+        ("Authorization", auth.as_str()),
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+        ("MCP-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", method),
+    ];
+    if let Some(name) = &name {
+        headers.push(("Mcp-Name", name.as_str()));
+    }
+    http::request(
+        &s.url,
+        "POST",
+        "/mcp",
+        &headers,
+        body.to_string().as_bytes(),
+    )
+    .await
+}
+
+async fn raw(s: &Stack, token: Option<&str>, extra: &[(&str, &str)], body: &str) -> Reply {
+    let auth = token.map(|t| format!("Bearer {t}"));
+    let mut headers = vec![
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+    ];
+    if let Some(a) = &auth {
+        headers.push(("Authorization", a.as_str()));
+    }
+    headers.extend_from_slice(extra);
+    http::request(&s.url, "POST", "/mcp", &headers, body.as_bytes()).await
+}
+
+async fn call(s: &Stack, token: &str, tool: &str, args: Value) -> Value {
+    let reply = modern(
+        s,
+        token,
+        "tools/call",
+        json!({"name": tool, "arguments": args}),
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    reply.json()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn modern_era_discover_list_gate_call_and_trace() {
+    let s = stack().await;
+    let discover = modern(&s, &s.agent, "server/discover", json!({})).await;
+    assert_eq!(discover.status, 200, "{}", discover.text());
+    assert!(
+        discover.header("mcp-session-id").is_none(),
+        "stateless: no session id"
+    );
+    let d = discover.json()["result"].clone();
+    assert_eq!(d["resultType"], "complete");
+    assert_eq!(d["supportedVersions"], json!(["2026-07-28"]));
+    assert!(d["capabilities"]["tools"].is_object());
+    assert_eq!(
+        d["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
+        "ithaca"
+    );
+    assert!(
+        d["instructions"]
+            .as_str()
+            .is_some_and(|i| i.contains("session_context"))
+    );
+    assert!(d["ttlMs"].as_u64().is_some() && d["cacheScope"] == "public");
+
+    let list = modern(&s, &s.agent, "tools/list", json!({})).await.json()["result"].clone();
+    assert_eq!(list["resultType"], "complete");
+    assert_eq!(
+        list["cacheScope"], "private",
+        "the list depends on the caller"
+    );
+    let tools = list["tools"].as_array().expect("tools");
+    let ctx = tools
+        .iter()
+        .find(|t| t["name"] == "session_context")
+        .expect("session_context listed");
+    assert_eq!(ctx["inputSchema"]["required"], json!(["prompt"]));
+    assert_eq!(ctx["inputSchema"]["additionalProperties"], false);
+    assert!(
+        ctx["description"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("Open a traced research session"))
+    );
+    assert_eq!(ctx["annotations"]["readOnlyHint"], false);
+    assert!(ctx["outputSchema"]["properties"]["trace_stream"].is_object());
+
+    // The gate.
+    let early = call(&s, &s.agent, "session_close", json!({})).await["result"].clone();
+    assert_eq!(early["isError"], true);
+    assert_eq!(early["structuredContent"]["error"], "no_active_session");
+    assert!(
+        early["structuredContent"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("session_context"))
+    );
+
+    let opened = call(
+        &s,
+        &s.agent,
+        "session_context",
+        json!({"prompt": "Research NVDA\nthen AMD"}),
+    )
+    .await["result"]
+        .clone();
+    assert_eq!(opened["isError"], false, "{opened}");
+    assert_eq!(opened["resultType"], "complete");
+    let sc = &opened["structuredContent"];
+    assert_eq!(sc["title"], "Research NVDA");
+    assert_eq!(sc["tenant_id"], s.tenant);
+    assert_eq!(sc["status"], "open");
+    let sid = sc["session_id"].as_str().expect("id").to_owned();
+    assert_eq!(
+        sc["trace_stream"],
+        format!("{}/api/sessions/{sid}/events/stream", s.url)
+    );
+    assert!(
+        opened["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains(&sid))
+    );
+
+    // A resource of the session.
+    let read = modern(
+        &s,
+        &s.agent,
+        "resources/read",
+        json!({"uri": format!("doomberg://sessions/{sid}")}),
+    )
+    .await;
+    let r = read.json()["result"].clone();
+    assert_eq!(r["cacheScope"], "private");
+    let text = r["contents"][0]["text"].as_str().expect("text");
+    assert!(text.contains(&sid));
+
+    let closed = call(&s, &s.agent, "session_close", json!({})).await["result"].clone();
+    assert_eq!(closed["structuredContent"]["status"], "closed", "{closed}");
+
+    // The trace, replayed over SSE from the start.
+    let path = format!("/api/sessions/{sid}/events/stream");
+    let auth = format!("Bearer {}", s.human);
+    let text = http::read_until(&s.url, &path, &[("Authorization", &auth)], |t| {
+        t.contains("id: 6\n")
+    })
+    .await;
+    let kinds: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("event: "))
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            "session_open",
+            "reasoning",
+            "tool_call",
+            "tool_result",
+            "tool_call",
+            "tool_result"
+        ],
+        "{text}"
+    );
+    let ids: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("id: "))
+        .collect();
+    assert_eq!(ids, vec!["1", "2", "3", "4", "5", "6"]);
+
+    // Resume after an id.
+    let text = http::read_until(
+        &s.url,
+        &path,
+        &[("Authorization", &auth), ("Last-Event-ID", "4")],
+        |t| t.contains("id: 6\n"),
+    )
+    .await;
+    let ids: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("id: "))
+        .collect();
+    assert_eq!(ids, vec!["5", "6"]);
+    let text = http::read_until(
+        &s.url,
+        &format!("{path}?after=5"),
+        &[("Authorization", &auth)],
+        |t| t.contains("id: 6\n"),
+    )
+    .await;
+    assert_eq!(text.lines().filter(|l| l.starts_with("id: ")).count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn legacy_era_initialize_then_calls_without_session_ids() {
+    let s = stack().await;
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "legacy", "version": "1"}}});
+    let reply = raw(&s, Some(&s.agent), &[], &init.to_string()).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert!(reply.header("mcp-session-id").is_none());
+    let r = reply.json()["result"].clone();
+    assert_eq!(r["protocolVersion"], "2025-06-18");
+    assert_eq!(r["serverInfo"]["name"], "ithaca");
+    assert!(
+        r["instructions"]
+            .as_str()
+            .is_some_and(|i| i.contains("session_context"))
+    );
+
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let reply = raw(
+        &s,
+        Some(&s.agent),
+        &[("MCP-Protocol-Version", "2025-06-18")],
+        &note.to_string(),
+    )
+    .await;
+    assert_eq!(reply.status, 202);
+
+    for version in ["2025-06-18", "2025-11-25"] {
+        let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+        let reply = raw(
+            &s,
+            Some(&s.agent),
+            &[("MCP-Protocol-Version", version)],
+            &list.to_string(),
+        )
+        .await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        assert!(
+            reply.json()["result"]["tools"]
+                .as_array()
+                .is_some_and(|t| !t.is_empty())
+        );
+        assert!(reply.header("mcp-session-id").is_none());
+    }
+    let open = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "session_context", "arguments": {"prompt": "legacy research"}}});
+    let reply = raw(
+        &s,
+        Some(&s.agent),
+        &[("MCP-Protocol-Version", "2025-11-25")],
+        &open.to_string(),
+    )
+    .await;
+    let r = reply.json()["result"].clone();
+    assert_eq!(r["isError"], false, "{r}");
+    assert!(
+        r.get("resultType").is_none(),
+        "legacy results carry no resultType"
+    );
+
+    // SSE when the client only takes event streams is refused by neither era:
+    // a client listing both gets JSON.
+    let reply = raw(
+        &s,
+        Some(&s.agent),
+        &[("Accept", "*/*"), ("MCP-Protocol-Version", "2025-06-18")],
+        &json!({"jsonrpc": "2.0", "id": 4, "method": "tools/list"}).to_string(),
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_keys_are_401_with_a_challenge() {
+    let s = stack().await;
+    let valid = s.agent.clone();
+    let parts: Vec<&str> = valid.splitn(4, '_').collect();
+    let other_env = format!("dmbg_prod_{}_{}", parts[2], parts[3]);
+    let revoked = key_for(&s.auth_url, &s.tenant, &["data:read"], pb::Actor::Agent).await;
+    let revoked_id = revoked.splitn(4, '_').nth(2).expect("id").to_owned();
+    common::auth_client(&s.auth_url, Principal::system(""))
+        .revoke_key(pb::RevokeKeyRequest {
+            tenant_id: s.tenant.clone(),
+            key_id: revoked_id,
+        })
+        .await
+        .expect("revoke");
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).to_string();
+    for (case, token) in [
+        ("no key", None),
+        ("garbled", Some("dmbg_test_garbage")),
+        ("revoked", Some(revoked.as_str())),
+        ("other env", Some(other_env.as_str())),
+    ] {
+        let reply = raw(&s, token, &[], &body).await;
+        assert_eq!(reply.status, 401, "{case}: {}", reply.text());
+        let challenge = reply.header("www-authenticate").unwrap_or_default();
+        assert!(
+            challenge.starts_with("Bearer realm=\"doomberg-mcp\""),
+            "{case}: {challenge}"
+        );
+        assert!(challenge.contains(&format!(
+            "resource_metadata=\"{}/.well-known/oauth-protected-resource\"",
+            s.url
+        )));
+    }
+    // SkyPortal's `token` scheme is accepted too.
+    let auth = format!("token {valid}");
+    let reply = http::request(
+        &s.url,
+        "POST",
+        "/mcp",
+        &[
+            ("Authorization", &auth),
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+            ("MCP-Protocol-Version", "2025-06-18"),
+        ],
+        body.as_bytes(),
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+
+    let meta = http::request(
+        &s.url,
+        "GET",
+        "/.well-known/oauth-protected-resource",
+        &[],
+        b"",
+    )
+    .await;
+    assert_eq!(meta.status, 200);
+    assert_eq!(meta.json()["resource"], format!("{}/mcp", s.url));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revoked_keys_stop_working_within_the_cache_bound() {
+    let s = stack().await;
+    let token = key_for(&s.auth_url, &s.tenant, &["data:read"], pb::Actor::Agent).await;
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).to_string();
+    let ok = raw(
+        &s,
+        Some(&token),
+        &[("MCP-Protocol-Version", "2025-06-18")],
+        &body,
+    )
+    .await;
+    assert_eq!(ok.status, 200);
+    let key_id = token.splitn(4, '_').nth(2).expect("id").to_owned();
+    common::auth_client(&s.auth_url, Principal::system(""))
+        .revoke_key(pb::RevokeKeyRequest {
+            tenant_id: s.tenant.clone(),
+            key_id,
+        })
+        .await
+        .expect("revoke");
+    // The cache in this stack keeps a key for 1 s; the edge never keeps one
+    // longer than 5 s. Poll until refused, for at most 6 s.
+    let mut refused = false;
+    for _ in 0..60 {
+        if raw(
+            &s,
+            Some(&token),
+            &[("MCP-Protocol-Version", "2025-06-18")],
+            &body,
+        )
+        .await
+        .status
+            == 401
+        {
+            refused = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(refused, "a revoked key must stop working");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scopes_are_decided_from_the_body() {
+    let s = stack().await;
+    let no_read = key_for(&s.auth_url, &s.tenant, &["runs:write"], pb::Actor::Agent).await;
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "session_context", "arguments": {"prompt": "x"}}});
+    let reply = raw(
+        &s,
+        Some(&no_read),
+        &[("MCP-Protocol-Version", "2025-06-18")],
+        &call.to_string(),
+    )
+    .await;
+    assert_eq!(reply.status, 403);
+    assert_eq!(reply.text().trim(), "missing scope: data:read");
+    assert!(
+        reply
+            .header("www-authenticate")
+            .is_some_and(|c| c.contains("insufficient_scope"))
+    );
+    // Listing tools needs no scope, and shows nothing the key cannot call.
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    let reply = raw(
+        &s,
+        Some(&no_read),
+        &[("MCP-Protocol-Version", "2025-06-18")],
+        &list.to_string(),
+    )
+    .await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.json()["result"]["tools"], json!([]));
+    // A batch needs the union of its members' scopes, then is refused.
+    let batch = json!([list, call]).to_string();
+    let reply = raw(&s, Some(&no_read), &[], &batch).await;
+    assert_eq!(reply.status, 403);
+    let reply = raw(&s, Some(&s.agent), &[], &batch).await;
+    assert_eq!(reply.status, 400);
+    assert_eq!(reply.json()["error"]["code"], -32600);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protocol_bad_input_table() {
+    let s = stack().await;
+    let m = meta();
+    let list = |meta: Value| {
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": meta}})
+            .to_string()
+    };
+    let modern_headers = [
+        ("MCP-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", "tools/list"),
+    ];
+
+    // Header/body mismatch.
+    let reply = raw(
+        &s,
+        Some(&s.agent),
+        &[
+            ("MCP-Protocol-Version", "2026-07-28"),
+            ("Mcp-Method", "tools/call"),
+        ],
+        &list(m.clone()),
+    )
+    .await;
+    assert_eq!(
+        (reply.status, reply.json()["error"]["code"].clone()),
+        (400, json!(-32020)),
+        "{}",
+        reply.text()
+    );
+    let call_body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"_meta": m, "name": "session_context", "arguments": {"prompt": "x"}}});
+    let reply = raw(
+        &s,
+        Some(&s.agent),
+        &[
+            ("MCP-Protocol-Version", "2026-07-28"),
+            ("Mcp-Method", "tools/call"),
+            ("Mcp-Name", "other"),
+        ],
+        &call_body.to_string(),
+    )
+    .await;
+    assert_eq!(
+        (reply.status, reply.json()["error"]["code"].clone()),
+        (400, json!(-32020))
+    );
+    // The Base64 sentinel is decoded before comparing.
+    let reply = raw(
+        &s,
+        Some(&s.agent),
+        &[
+            ("MCP-Protocol-Version", "2026-07-28"),
+            ("Mcp-Method", "tools/call"),
+            ("Mcp-Name", "=?base64?c2Vzc2lvbl9jb250ZXh0?="),
+        ],
+        &call_body.to_string(),
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+
+    // Unsupported version.
+    let mut old = meta();
+    old["io.modelcontextprotocol/protocolVersion"] = json!("1900-01-01");
+    let reply = raw(
+        &s,
+        Some(&s.agent),
+        &[
+            ("MCP-Protocol-Version", "1900-01-01"),
+            ("Mcp-Method", "tools/list"),
+        ],
+        &list(old),
+    )
+    .await;
+    assert_eq!(reply.status, 400, "{}", reply.text());
+    let err = reply.json()["error"].clone();
+    assert_eq!(err["code"], -32022);
+    assert_eq!(err["data"]["requested"], "1900-01-01");
+    assert!(
+        err["data"]["supported"]
+            .as_array()
+            .is_some_and(|v| v.contains(&json!("2026-07-28")))
+    );
+
+    // Missing _meta keys.
+    let reply = raw(
+        &s,
+        Some(&s.agent),
+        &modern_headers,
+        &list(json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28"})),
+    )
+    .await;
+    assert_eq!(
+        (reply.status, reply.json()["error"]["code"].clone()),
+        (400, json!(-32602)),
+        "{}",
+        reply.text()
+    );
+
+    // Unknown and removed methods.
+    for method in ["foo/bar", "ping"] {
+        let body =
+            json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": {"_meta": meta()}})
+                .to_string();
+        let reply = raw(
+            &s,
+            Some(&s.agent),
+            &[
+                ("MCP-Protocol-Version", "2026-07-28"),
+                ("Mcp-Method", method),
+            ],
+            &body,
+        )
+        .await;
+        assert_eq!(
+            (reply.status, reply.json()["error"]["code"].clone()),
+            (404, json!(-32601)),
+            "{method}"
+        );
+    }
+
+    // Unknown tool.
+    let reply = modern(
+        &s,
+        &s.agent,
+        "tools/call",
+        json!({"name": "no_such_tool", "arguments": {}}),
+    )
+    .await;
+    assert_eq!(reply.json()["error"]["code"], -32602, "{}", reply.text());
+
+    // Wrong types, unknown and missing arguments name the field.
+    for (args, field) in [
+        (json!({"prompt": 42}), "prompt"),
+        (json!({"prompt": "x", "colour": "red"}), "colour"),
+        (json!({}), "prompt"),
+        (json!({"prompt": "x", "title": ["a"]}), "title"),
+    ] {
+        let r = call(&s, &s.agent, "session_context", args.clone()).await["result"].clone();
+        assert_eq!(r["isError"], true, "{args}");
+        assert_eq!(r["structuredContent"]["error"], "INVALID_ARGUMENT");
+        assert!(
+            r["structuredContent"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with(field)),
+            "{r}"
+        );
+    }
+
+    // Invalid JSON, deep nesting, non-objects.
+    let reply = raw(&s, Some(&s.agent), &[], "{\"jsonrpc\": \"2.0\", ").await;
+    assert_eq!(
+        (reply.status, reply.json()["error"]["code"].clone()),
+        (400, json!(-32700))
+    );
+    let deep = format!("{}{}", "[".repeat(5000), "]".repeat(5000));
+    let reply = raw(&s, Some(&s.agent), &[], &deep).await;
+    assert_eq!(reply.status, 400);
+    let reply = raw(&s, Some(&s.agent), &[], "\"just a string\"").await;
+    assert_eq!(
+        (reply.status, reply.json()["error"]["code"].clone()),
+        (400, json!(-32600))
+    );
+
+    // Oversized body.
+    let big = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\",\"pad\":\"{}\"}}",
+        "x".repeat(100 * 1024)
+    );
+    let reply = raw(&s, Some(&s.agent), &[], &big).await;
+    assert_eq!(reply.status, 413);
+
+    // GET and DELETE, notifications.
+    let auth = format!("Bearer {}", s.agent);
+    for method in ["GET", "DELETE"] {
+        let reply = http::request(
+            &s.url,
+            method,
+            "/mcp",
+            &[("Authorization", &auth), ("Accept", "text/event-stream")],
+            b"",
+        )
+        .await;
+        assert_eq!(reply.status, 405, "{method}");
+    }
+
+    // A foreign Host or Origin.
+    let reply = raw(
+        &s,
+        Some(&s.agent),
+        &[("Host", "evil.example.com")],
+        &list(meta()),
+    )
+    .await;
+    assert_eq!(reply.status, 403);
+    let reply = raw(
+        &s,
+        Some(&s.agent),
+        &[("Origin", "http://evil.example.com")],
+        &list(meta()),
+    )
+    .await;
+    assert_eq!(reply.status, 403);
+    let reply = raw(
+        &s,
+        Some(&s.agent),
+        &[
+            ("Host", "localhost:9"),
+            ("MCP-Protocol-Version", "2025-06-18"),
+        ],
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).to_string(),
+    )
+    .await;
+    assert_eq!(reply.status, 200, "loopback names are accepted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_tenants_sessions_are_not_found_and_nothing_leaks() {
+    let s = stack().await;
+    let opened = call(
+        &s,
+        &s.agent,
+        "session_context",
+        json!({"prompt": "secret research"}),
+    )
+    .await["result"]
+        .clone();
+    let sid = opened["structuredContent"]["session_id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+
+    let other_tenant = tenant(&s.auth_url, "two").await;
+    let intruder = key_for(&s.auth_url, &other_tenant, &["data:read"], pb::Actor::Agent).await;
+    let r = call(
+        &s,
+        &intruder,
+        "session_context",
+        json!({"prompt": "let me in", "session_id": sid}),
+    )
+    .await["result"]
+        .clone();
+    assert_eq!(r["isError"], true);
+    assert_eq!(r["structuredContent"]["error"], "NOT_FOUND");
+    assert!(!r.to_string().contains("secret research"));
+
+    let read = modern(
+        &s,
+        &intruder,
+        "resources/read",
+        json!({"uri": format!("doomberg://sessions/{sid}")}),
+    )
+    .await;
+    assert_eq!(read.json()["error"]["code"], -32602, "{}", read.text());
+
+    let auth = format!("Bearer {intruder}");
+    let stream = http::request(
+        &s.url,
+        "GET",
+        &format!("/api/sessions/{sid}/events/stream"),
+        &[("Authorization", &auth)],
+        b"",
+    )
+    .await;
+    assert_eq!(stream.status, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_service_is_a_clear_retryable_error() {
+    // A session URL nobody listens on.
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        format!("http://{}", l.local_addr().expect("addr"))
+    };
+    let s = stack_with(HttpOptions::default(), Duration::from_secs(1), Some(dead)).await;
+    let started = std::time::Instant::now();
+    let r = call(&s, &s.agent, "session_context", json!({"prompt": "x"})).await["result"].clone();
+    assert_eq!(r["isError"], true);
+    assert_eq!(
+        r["structuredContent"]["error"], "SERVICE_UNAVAILABLE",
+        "{r}"
+    );
+    assert_eq!(r["structuredContent"]["retryable"], true);
+    println!("unreachable backend answered in {:?}", started.elapsed());
+    // Discovery and listing still work.
+    assert_eq!(
+        modern(&s, &s.agent, "tools/list", json!({})).await.status,
+        200
+    );
+    let ready = http::request(&s.url, "GET", "/readyz", &[], b"").await;
+    assert_eq!(ready.status, 503, "{}", ready.text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_readiness_and_metrics() {
+    let s = stack().await;
+    assert_eq!(
+        http::request(&s.url, "GET", "/healthz", &[], b"")
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        http::request(&s.url, "GET", "/readyz", &[], b"")
+            .await
+            .status,
+        200
+    );
+    modern(&s, &s.agent, "tools/list", json!({})).await;
+    let metrics = http::request(&s.url, "GET", "/metrics", &[], b"")
+        .await
+        .text();
+    assert!(
+        metrics.contains(
+            "mcp_server_operation_duration_seconds_bucket{mcp_method_name=\"tools/list\""
+        ),
+        "{metrics}"
+    );
+}
