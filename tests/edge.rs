@@ -408,7 +408,7 @@ async fn bad_keys_are_401_with_a_challenge() {
     let parts: Vec<&str> = valid.splitn(4, '_').collect();
     let other_env = format!("dmbg_prod_{}_{}", parts[2], parts[3]);
     let revoked = key_for(&s.auth_url, &s.tenant, &["data:read"], pb::Actor::Agent).await;
-    let revoked_id = revoked.splitn(4, '_').nth(2).expect("id").to_owned();
+    let revoked_id = revoked.split('_').nth(2).expect("id").to_owned();
     common::auth_client(&s.auth_url, Principal::system(""))
         .revoke_key(pb::RevokeKeyRequest {
             tenant_id: s.tenant.clone(),
@@ -477,7 +477,7 @@ async fn revoked_keys_stop_working_within_the_cache_bound() {
     )
     .await;
     assert_eq!(ok.status, 200);
-    let key_id = token.splitn(4, '_').nth(2).expect("id").to_owned();
+    let key_id = token.split('_').nth(2).expect("id").to_owned();
     common::auth_client(&s.auth_url, Principal::system(""))
         .revoke_key(pb::RevokeKeyRequest {
             tenant_id: s.tenant.clone(),
