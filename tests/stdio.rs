@@ -1,0 +1,197 @@
+//! `ithaca mcp` over stdio: an agent launches it, speaks both eras in
+//! newline-delimited JSON-RPC, opens a session and calls tools; the services
+//! run in-process on SQLite under the data directory.
+
+mod common;
+
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+struct Agent {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Agent {
+    fn launch(data_dir: &std::path::Path) -> Agent {
+        let mut cmd = common::ithaca();
+        cmd.env_remove("ITHACA_INTERNAL_KEY")
+            .args(["mcp", "--data-dir"])
+            .arg(data_dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let mut child = cmd.spawn().expect("spawn ithaca mcp");
+        let stdin = child.stdin.take().expect("stdin");
+        let stdout: ChildStdout = child.stdout.take().expect("stdout");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Agent {
+            child,
+            stdin: Some(stdin),
+            lines,
+        }
+    }
+
+    fn send(&mut self, message: Value) {
+        let stdin = self.stdin.as_mut().expect("stdin is open");
+        writeln!(stdin, "{message}").expect("write a line");
+        stdin.flush().expect("flush");
+    }
+
+    /// The reply to request `id` (every stdout line must be JSON-RPC).
+    fn reply(&mut self, id: i64) -> Value {
+        loop {
+            let line = self
+                .lines
+                .recv_timeout(Duration::from_secs(60))
+                .expect("a reply within 60 s");
+            let v: Value = serde_json::from_str(&line)
+                .unwrap_or_else(|e| panic!("stdout carried a non-JSON line ({e}): {line}"));
+            assert_eq!(v["jsonrpc"], "2.0", "{line}");
+            if v["id"] == json!(id) {
+                return v;
+            }
+        }
+    }
+}
+
+impl Agent {
+    /// Close stdin, as a client does, and expect a clean exit.
+    fn close_and_wait(&mut self) {
+        self.stdin = None;
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                assert!(status.success(), "exit status {status:?}");
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "ithaca mcp did not exit after stdin closed"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn meta() -> Value {
+    json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}})
+}
+
+#[test]
+fn modern_era_over_stdio() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut agent = Agent::launch(dir.path());
+
+    agent.send(json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {"_meta": meta()}}));
+    let d = agent.reply(1);
+    assert_eq!(
+        d["result"]["supportedVersions"],
+        json!(["2026-07-28"]),
+        "{d}"
+    );
+
+    agent.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"_meta": meta(), "name": "session_close", "arguments": {}}}));
+    let gated = agent.reply(2);
+    assert_eq!(
+        gated["result"]["structuredContent"]["error"], "no_active_session",
+        "{gated}"
+    );
+
+    agent.send(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"_meta": meta(), "name": "session_context", "arguments": {"prompt": "stdio research"}}}));
+    let opened = agent.reply(3);
+    assert_eq!(opened["result"]["isError"], false, "{opened}");
+    let sid = opened["result"]["structuredContent"]["session_id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+
+    agent.send(
+        json!({"jsonrpc": "2.0", "id": 4, "method": "resources/read",
+        "params": {"_meta": meta(), "uri": format!("doomberg://sessions/{sid}")}}),
+    );
+    let read = agent.reply(4);
+    assert!(
+        read["result"]["contents"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains(&sid)),
+        "{read}"
+    );
+
+    // Requests are checked one by one: no _meta is an error, not a crash.
+    agent.send(json!({"jsonrpc": "2.0", "id": 5, "method": "tools/list"}));
+    assert_eq!(agent.reply(5)["error"]["code"], -32602);
+
+    // The agent id is per process: the session opened above is current.
+    agent.send(json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call",
+        "params": {"_meta": meta(), "name": "session_close", "arguments": {}}}));
+    let closed = agent.reply(6);
+    assert_eq!(
+        closed["result"]["structuredContent"]["status"], "closed",
+        "{closed}"
+    );
+
+    agent.close_and_wait();
+    assert!(
+        dir.path().join("session.db").exists(),
+        "services keep their data under the data directory"
+    );
+}
+
+#[test]
+fn legacy_era_over_stdio() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut agent = Agent::launch(dir.path());
+    agent.send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}));
+    let init = agent.reply(1);
+    assert_eq!(init["result"]["protocolVersion"], "2025-06-18", "{init}");
+    assert!(
+        init["result"]["instructions"]
+            .as_str()
+            .is_some_and(|i| i.contains("session_context"))
+    );
+    agent.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    agent.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
+    let list = agent.reply(2);
+    assert!(
+        list["result"]["tools"]
+            .as_array()
+            .is_some_and(|t| t.iter().any(|t| t["name"] == "session_context")),
+        "{list}"
+    );
+    agent.send(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "session_context", "arguments": {"prompt": "legacy stdio"}}}));
+    let opened = agent.reply(3);
+    assert_eq!(opened["result"]["isError"], false, "{opened}");
+    agent.send(json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+        "params": {"name": "session_context", "arguments": {"prompt": 1}}}));
+    let bad = agent.reply(4);
+    assert!(
+        bad["result"]["structuredContent"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("prompt")),
+        "{bad}"
+    );
+    agent.close_and_wait();
+}
