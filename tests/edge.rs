@@ -864,3 +864,93 @@ async fn health_readiness_and_metrics() {
         "{metrics}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_spans_continue_the_callers_trace_into_grpc() {
+    use opentelemetry::trace::TraceId;
+    use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
+    let exporter = InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(exporter.clone())
+        .build();
+    ithaca_kit::telemetry::install(provider.clone(), ithaca_kit::telemetry::LogFormat::Text)
+        .expect("install");
+
+    let s = stack().await;
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let parent = "00f067aa0ba902b7";
+    let mut params = json!({"name": "session_context", "arguments": {"prompt": "traced"}});
+    params["_meta"] = meta();
+    params["_meta"]["traceparent"] = json!(format!("00-{trace}-{parent}-01"));
+    let body = json!({"jsonrpc": "2.0", "id": 99, "method": "tools/call", "params": params});
+    let reply = raw(
+        &s,
+        Some(&s.agent),
+        &[
+            ("MCP-Protocol-Version", "2026-07-28"),
+            ("Mcp-Method", "tools/call"),
+            ("Mcp-Name", "session_context"),
+        ],
+        &body.to_string(),
+    )
+    .await;
+    let result = reply.json()["result"].clone();
+    assert_eq!(result["isError"], false, "{result}");
+    let sid = result["structuredContent"]["session_id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+
+    provider.force_flush().expect("flush");
+    let spans = exporter.get_finished_spans().expect("spans");
+    let trace_id = TraceId::from_hex(trace).expect("hex");
+    let mcp = spans
+        .iter()
+        .find(|s| s.name == "tools/call session_context" && s.span_context.trace_id() == trace_id)
+        .unwrap_or_else(|| {
+            panic!(
+                "an MCP server span in the caller's trace; got {:?}",
+                spans.iter().map(|s| &s.name).collect::<Vec<_>>()
+            )
+        });
+    assert_eq!(
+        mcp.parent_span_id.to_string(),
+        parent,
+        "the request's _meta.traceparent is the parent"
+    );
+    let attr = |key: &str| {
+        mcp.attributes
+            .iter()
+            .find(|kv| kv.key.as_str() == key)
+            .map(|kv| kv.value.to_string())
+    };
+    assert_eq!(attr("mcp.method.name").as_deref(), Some("tools/call"));
+    assert_eq!(attr("gen_ai.tool.name").as_deref(), Some("session_context"));
+    assert_eq!(
+        attr("gen_ai.operation.name").as_deref(),
+        Some("execute_tool")
+    );
+    assert_eq!(attr("mcp.protocol.version").as_deref(), Some("2026-07-28"));
+    assert_eq!(attr("jsonrpc.request.id").as_deref(), Some("99"));
+    assert!(
+        spans.iter().any(
+            |s| s.name == "ithaca.session.v1.SessionService/SessionContext"
+                && s.span_context.trace_id() == trace_id
+        ),
+        "the session service continued the same trace"
+    );
+
+    // The trace events of that call carry the caller's trace id.
+    let auth = format!("Bearer {}", s.agent);
+    let text = http::read_until(
+        &s.url,
+        &format!("/api/sessions/{sid}/events/stream"),
+        &[("Authorization", &auth)],
+        |t| t.contains("id: 4\n"),
+    )
+    .await;
+    assert!(
+        text.contains(&format!("\"trace_id\":\"{trace}\"")),
+        "{text}"
+    );
+}
