@@ -200,7 +200,7 @@ pub async fn run(common: &CommonArgs, args: UpArgs) -> anyhow::Result<()> {
     let token = stack
         .new_keys
         .as_ref()
-        .map_or("<agent key>", |(agent, _)| agent.as_str());
+        .map_or("<AGENT_KEY>", |(agent, _)| agent.as_str());
     println!("  client config:");
     println!(
         "    {{\"mcpServers\": {{\"ithaca\": {{\"type\": \"http\", \"url\": \"{mcp_url}\", \"headers\": {{\"Authorization\": \"Bearer {token}\"}}}}}}}}"

@@ -71,6 +71,30 @@ async fn up_keys_and_restart() {
         ServingStatus::Serving as i32
     );
 
+    // MCP is served at the printed URL, for the printed agent key.
+    let mcp_url = value_after(&lines, "mcp").to_owned();
+    let base = mcp_url.trim_end_matches("/mcp");
+    let bearer = format!("Bearer {agent_key}");
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"cli-test","version":"1"}}}"#;
+    let reply = common::http::request(
+        base,
+        "POST",
+        "/mcp",
+        &[
+            ("Authorization", &bearer),
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+        ],
+        init.as_bytes(),
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(reply.json()["result"]["serverInfo"]["name"], "ithaca");
+    assert!(
+        lines.iter().any(|l| l.contains("\"mcpServers\"")),
+        "a client config is printed"
+    );
+
     // The printed keys verify.
     for key in [&agent_key, &human_key] {
         let out = keys(&data, &["verify", key]);
