@@ -214,3 +214,17 @@ fn keys_without_a_stack_say_what_is_missing() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no internal key"));
 }
+
+#[test]
+fn an_unauthenticated_edge_refuses_non_loopback_addresses() {
+    let out = common::ithaca()
+        .args(["serve", "edge", "--auth", "off", "--listen", "0.0.0.0:0"])
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("refusing to serve MCP without authentication"),
+        "{err}"
+    );
+}
