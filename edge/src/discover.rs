@@ -43,23 +43,36 @@ pub async fn reflect(channel: Channel) -> Result<(Vec<String>, DescriptorPool), 
     // Raw file bytes by name: re-encoding through prost-types would drop the
     // method-option extensions the catalog reads.
     let mut files: BTreeMap<String, Vec<u8>> = BTreeMap::new();
-    for service in &services {
-        match ask(
-            &mut client,
-            MessageRequest::FileContainingSymbol(service.clone()),
-        )
-        .await?
-        {
+    let mut wanted: Vec<MessageRequest> = services
+        .iter()
+        .map(|s| MessageRequest::FileContainingSymbol(s.clone()))
+        .collect();
+    // Servers may answer with the file alone; fetch missing imports by name
+    // until the set is closed.
+    while let Some(request) = wanted.pop() {
+        let what = format!("{request:?}");
+        match ask(&mut client, request).await? {
             MessageResponse::FileDescriptorResponse(r) => {
                 for bytes in r.file_descriptor_proto {
-                    let name =
-                        file_name(&bytes).unwrap_or_else(|| format!("unnamed-{}", files.len()));
+                    let Some((name, imports)) = file_header(&bytes) else {
+                        return Err(DiscoverError::Unexpected(
+                            "an undecodable file descriptor".into(),
+                        ));
+                    };
+                    for import in imports {
+                        let pending = wanted.iter().any(
+                            |w| matches!(w, MessageRequest::FileByFilename(f) if *f == import),
+                        );
+                        if !files.contains_key(&import) && !pending {
+                            wanted.push(MessageRequest::FileByFilename(import));
+                        }
+                    }
                     files.entry(name).or_insert(bytes);
                 }
             }
             MessageResponse::ErrorResponse(e) => {
                 return Err(DiscoverError::Unexpected(format!(
-                    "{service}: {}",
+                    "{what}: {}",
                     e.error_message
                 )));
             }
@@ -98,10 +111,11 @@ async fn ask(
         .ok_or_else(|| DiscoverError::Unexpected("reflection response without a message".into()))
 }
 
-/// The `name` (field 1) of an encoded FileDescriptorProto.
-fn file_name(bytes: &[u8]) -> Option<String> {
+/// The name and imports of an encoded FileDescriptorProto.
+fn file_header(bytes: &[u8]) -> Option<(String, Vec<String>)> {
     use prost::Message;
-    prost_types::FileDescriptorProto::decode(bytes).ok()?.name
+    let file = prost_types::FileDescriptorProto::decode(bytes).ok()?;
+    Some((file.name?, file.dependency))
 }
 
 fn encode_varint(mut n: u64, out: &mut Vec<u8>) {
