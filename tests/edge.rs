@@ -192,7 +192,10 @@ async fn modern_era_discover_list_gate_call_and_trace() {
     );
     let d = discover.json()["result"].clone();
     assert_eq!(d["resultType"], "complete");
-    assert_eq!(d["supportedVersions"], json!(["2026-07-28"]));
+    assert_eq!(
+        d["supportedVersions"],
+        json!(["2025-06-18", "2025-11-25", "2026-07-28"])
+    );
     assert!(d["capabilities"]["tools"].is_object());
     assert_eq!(
         d["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],

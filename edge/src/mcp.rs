@@ -129,6 +129,10 @@ fn capabilities() -> ServerCapabilities {
         "tools": {"listChanged": false},
         "resources": {"listChanged": false, "subscribe": false},
         "prompts": {"listChanged": false},
+        // Completion requests are answered (with no suggestions yet) and a
+        // log level is accepted; no log notifications are sent.
+        "completions": {},
+        "logging": {},
     });
     serde_json::from_value(caps).expect("static capabilities deserialize")
 }
@@ -149,14 +153,40 @@ impl ServerHandler for Gateway {
         &self,
         _ctx: RequestContext<RoleServer>,
     ) -> Result<DiscoverResult, ErrorData> {
-        // Only stateless revisions are listed: a client that reads
-        // 2025-11-25 here would send it without `initialize`.
+        // Every served revision is listed, so this list and the `supported`
+        // list of an UnsupportedProtocolVersion error (which rmcp builds from
+        // `supported_protocol_versions`) agree; clients that read a legacy
+        // revision here go through `initialize` for it.
         let body = json!({
-            "supportedVersions": ["2026-07-28"],
+            "supportedVersions": VERSIONS.iter().map(|v| v.to_string()).collect::<Vec<_>>(),
             "capabilities": capabilities(),
             "instructions": INSTRUCTIONS,
         });
         self.result(body, DISCOVER_TTL_MS, "public")
+    }
+
+    #[allow(deprecated)] // logging/setLevel is deprecated (SEP-2577) but legacy clients send it
+    async fn set_level(
+        &self,
+        _request: rmcp::model::SetLevelRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.caller(&ctx)?;
+        Ok(())
+    }
+
+    async fn complete(
+        &self,
+        _request: rmcp::model::CompleteRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CompleteResult, ErrorData> {
+        self.caller(&ctx)?;
+        // No argument of ours has suggestions to offer yet.
+        self.result(
+            json!({"completion": {"values": [], "hasMore": false}}),
+            0,
+            "private",
+        )
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
