@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Runs the official MCP conformance suite against the edge fronting the
+# fixture backend (authentication off, loopback), for both revisions, with
+# the expected-failures files beside this script.
+#
+# Usage: tests/conformance/run.sh TOOLS_DIR BIN_DIR [OUT_DIR]
+#   TOOLS_DIR  where tests/clients/install.sh installed the clients
+#   BIN_DIR    where the built `ithaca` and `ithaca-fixture` binaries are
+set -Eeuo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+tools="${1:?usage: run.sh TOOLS_DIR BIN_DIR [OUT_DIR]}"
+bin="${2:?usage: run.sh TOOLS_DIR BIN_DIR [OUT_DIR]}"
+out="${3:-$(mktemp -d)}"
+mkdir -p "$out"
+[[ -x "$tools/bin/conformance" ]] || { echo "conformance: $tools/bin/conformance is missing; run tests/clients/install.sh" >&2; exit 1; }
+[[ -x "$bin/ithaca" && -x "$bin/ithaca-fixture" ]] || { echo "conformance: build ithaca and ithaca-fixture first ($bin)" >&2; exit 1; }
+
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
+
+# Start a process and wait for its "listening on ADDR" line.
+start() {
+  local log="$1"; shift
+  "$@" >"$log" 2>"$log.err" &
+  pids+=("$!")
+  for _ in $(seq 1 100); do
+    local addr
+    addr="$(sed -n 's/.*listening on \([0-9.:]*\).*/\1/p' "$log" | head -n1)"
+    if [[ -n "$addr" ]]; then echo "$addr"; return 0; fi
+    sleep 0.1
+  done
+  echo "conformance: $* did not start; its stderr:" >&2; cat "$log.err" >&2; return 1
+}
+
+fixture="$(start "$out/fixture.log" "$bin/ithaca-fixture" --listen 127.0.0.1:0)"
+edge="$(start "$out/edge.log" env ITHACA_INTERNAL_KEY="conformance-run-internal-key-0123456789" RUST_LOG=warn \
+  "$bin/ithaca" serve edge --auth off --listen 127.0.0.1:0 --backend "http://$fixture")"
+url="http://$edge/mcp"
+echo "conformance: edge at $url fronting the fixture at $fixture"
+
+status=0
+for rev in 2025-11-25 2026-07-28; do
+  echo "==> conformance --requirements $rev"
+  if ! "$tools/bin/conformance" server --url "$url" --requirements "$rev" \
+      --expected-failures "$here/expected-failures-$rev.yml" -o "$out/$rev" >"$out/$rev.log" 2>&1; then
+    status=1
+    echo "conformance: $rev FAILED" >&2
+  fi
+  sed -n '/=== SUMMARY ===/,$p' "$out/$rev.log" | grep -E '^(Total|Baseline|  [~✗+-])|unexpected|Unexpected|Stale|stale' || true
+done
+echo "conformance: logs in $out"
+exit "$status"
