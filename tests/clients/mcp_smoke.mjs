@@ -201,15 +201,18 @@ async function main() {
 
     const calls = [[o.sessionTool, { prompt: o.prompt }]];
     if (o.tool) calls.push([o.tool, o.toolArgs]);
+    let sessionId;
     for (const [name, args] of calls) {
       const r = await client.callTool({ name, arguments: args });
+      if (name === o.sessionTool && r.structuredContent) sessionId = r.structuredContent.session_id;
       const detail = { tool: name, is_error: r.isError === true, content: summarize(r.content) };
       if (r.structuredContent !== undefined) detail.structured = r.structuredContent;
       log('tools/call', r.isError !== true, detail);
       if (r.isError === true) throw new StepFailed(`tool ${name} returned isError`);
     }
 
-    let uri = o.resource;
+    // `{session_id}` in --resource is the id session_context returned.
+    let uri = o.resource && sessionId ? o.resource.replace('{session_id}', sessionId) : o.resource;
     if (!uri) {
       const { resources } = await client.listResources();
       if (!resources.length) {

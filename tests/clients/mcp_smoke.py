@@ -97,7 +97,7 @@ def _content_summary(blocks: list[Any]) -> list[dict[str, Any]]:
     return out
 
 
-async def _call(client: Client, name: str, arguments: dict[str, Any]) -> None:
+async def _call(client: Client, name: str, arguments: dict[str, Any]) -> Any:
     result = await client.call_tool(name, arguments)
     detail = {"tool": name, "is_error": result.is_error, "content": _content_summary(result.content)}
     if result.structured_content is not None:
@@ -105,6 +105,7 @@ async def _call(client: Client, name: str, arguments: dict[str, Any]) -> None:
     _log("tools/call", not result.is_error, **detail)
     if result.is_error:
         raise StepFailed(f"tool {name} returned isError")
+    return result.structured_content
 
 
 async def _run(args: argparse.Namespace) -> None:
@@ -150,11 +151,14 @@ async def _run(args: argparse.Namespace) -> None:
                 _log("tools/list", False, missing=wanted)
                 raise StepFailed(f"tool {wanted!r} not listed")
 
-        await _call(client, args.session_tool, {"prompt": args.prompt})
+        opened = await _call(client, args.session_tool, {"prompt": args.prompt})
         if args.tool:
             await _call(client, args.tool, args.tool_args)
 
         uri = args.resource
+        # `{session_id}` in --resource is the id session_context returned.
+        if uri and isinstance(opened, dict) and opened.get("session_id"):
+            uri = uri.replace("{session_id}", str(opened["session_id"]))
         if not uri:
             listed = await client.list_resources()
             if not listed.resources:

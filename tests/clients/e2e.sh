@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Real third-party MCP clients against `ithaca up` (HTTP, bearer key) and
+# `ithaca mcp` (stdio): the official Python SDK in each of its modes, the
+# TypeScript SDK client pinned to 2026-07-28 and to legacy, and the MCP
+# Inspector CLI in both eras. Each lists tools, opens a session with
+# session_context, calls a gated tool and reads the session's resource.
+#
+# Usage: tests/clients/e2e.sh TOOLS_DIR BIN_DIR
+set -Eeuo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+tools="${1:?usage: e2e.sh TOOLS_DIR BIN_DIR}"
+bin="${2:?usage: e2e.sh TOOLS_DIR BIN_DIR}"
+for t in python node mcp-inspector; do
+  [[ -x "$tools/bin/$t" ]] || { echo "e2e: $tools/bin/$t is missing; run tests/clients/install.sh" >&2; exit 1; }
+done
+[[ -x "$bin/ithaca" ]] || { echo "e2e: $bin/ithaca is missing; build it first" >&2; exit 1; }
+
+work="$(mktemp -d)"
+pid=""
+cleanup() { [[ -n "$pid" ]] && kill "$pid" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT
+export HOME="$work/home"   # the inspector keeps state under ~/.mcp-inspector
+mkdir -p "$HOME"
+
+RUST_LOG=warn "$bin/ithaca" up --port-base 0 --data-dir "$work/stack" >"$work/up.log" 2>"$work/up.err" &
+pid=$!
+for _ in $(seq 1 300); do grep -q "ithaca: ready" "$work/up.log" 2>/dev/null && break; sleep 0.1; done
+grep -q "ithaca: ready" "$work/up.log" || { echo "e2e: ithaca up did not get ready" >&2; cat "$work/up.err" >&2; exit 1; }
+url="$(awk '$1 == "mcp" {print $2}' "$work/up.log")"
+key="$(awk '$1 == "agent" && $2 == "key" {print $3}' "$work/up.log")"
+echo "e2e: ithaca up serves $url"
+
+failures=0
+run() {
+  local name="$1"; shift
+  if "$@" >"$work/out" 2>&1; then
+    echo "  ok    $name"
+  else
+    echo "  FAIL  $name"; sed 's/^/        /' "$work/out"; failures=$((failures + 1))
+  fi
+}
+resource='doomberg://sessions/{session_id}'
+
+for mode in 2026-07-28 legacy auto; do
+  run "python mcp 2.3 ($mode)" "$tools/bin/python" "$here/mcp_smoke.py" "$url" --token "$key" --mode "$mode" \
+    --tool session_close --resource "$resource"
+done
+for mode in 2026-07-28 legacy; do
+  run "typescript client 2.4 ($mode)" "$tools/bin/node" "$here/mcp_smoke.mjs" "$url" --token "$key" --mode "$mode" \
+    --tool session_close --resource "$resource"
+done
+
+inspector() {
+  local era="$1"
+  local I="$tools/bin/mcp-inspector" H="Authorization: Bearer $key"
+  "$I" --cli "$url" --protocol-era "$era" --header "$H" --method tools/list --format json >"$work/list.json"
+  grep -q '"session_context"' "$work/list.json"
+  "$I" --cli "$url" --protocol-era "$era" --header "$H" --method tools/call --tool-name session_context \
+    --tool-args-json '{"prompt":"inspector research"}' --format json >"$work/open.json"
+  local sid
+  sid="$("$tools/bin/python" -c 'import json,sys; r=json.load(open(sys.argv[1])); r=r.get("result", r); print(r["structuredContent"]["session_id"])' "$work/open.json")"
+  "$I" --cli "$url" --protocol-era "$era" --header "$H" --method resources/read --uri "doomberg://sessions/$sid" --format json >"$work/read.json"
+  grep -q "$sid" "$work/read.json"
+  "$I" --cli "$url" --protocol-era "$era" --header "$H" --method tools/call --tool-name session_close \
+    --tool-args-json '{}' --format json >"$work/close.json"
+  grep -q '"closed"' "$work/close.json"
+}
+for era in modern legacy; do
+  run "inspector cli 2.12 ($era)" inspector "$era"
+done
+
+run "python mcp 2.3 over stdio (ithaca mcp)" "$tools/bin/python" "$here/mcp_smoke.py" --tool session_close \
+  --resource "$resource" --stdio -- "$bin/ithaca" mcp --data-dir "$work/stdio"
+
+if (( failures > 0 )); then
+  echo "e2e: $failures client run(s) failed" >&2
+  exit 1
+fi
+echo "e2e: every client passed"
