@@ -33,6 +33,9 @@ pub struct EdgeArgs {
     /// The session service URL (without it tools run without the session gate).
     #[arg(long, env = "ITHACA_SESSION_URL")]
     pub session_url: Option<String>,
+    /// The broker service URL (market data tools).
+    #[arg(long, env = "ITHACA_BROKER_URL")]
+    pub broker_url: Option<String>,
     /// Another backend whose tools are learned from its gRPC reflection
     /// (repeatable).
     #[arg(long = "backend", env = "ITHACA_BACKENDS", value_delimiter = ',')]
@@ -83,6 +86,7 @@ async fn core(args: &EdgeArgs, key: &InternalKey) -> anyhow::Result<Arc<ithaca_e
     let backends = Backends {
         auth_url: args.auth_url.clone(),
         session_url: args.session_url.clone(),
+        broker_url: args.broker_url.clone(),
         reflected: args.backends.clone(),
         timeout: Duration::from_millis(args.backend_timeout_ms),
     };

@@ -14,6 +14,7 @@
 
 mod admin;
 mod edge;
+mod ingest;
 mod mcp;
 mod serve;
 mod services;
@@ -47,6 +48,9 @@ enum Command {
     /// Create, list, revoke and verify API keys on a running auth service.
     #[command(subcommand)]
     Keys(admin::KeysCommand),
+    /// Load data into a running stack (daily bars into the broker).
+    #[command(subcommand)]
+    Ingest(ingest::IngestCommand),
     /// Create and list tenants on a running auth service.
     #[command(subcommand)]
     Tenants(admin::TenantsCommand),
@@ -73,6 +77,7 @@ fn main() -> ExitCode {
             Command::Serve(args) => serve::run(&cli.common, args).await,
             Command::Keys(cmd) => admin::keys(&cli.common, cmd).await,
             Command::Tenants(cmd) => admin::tenants(&cli.common, cmd).await,
+            Command::Ingest(cmd) => ingest::run(&cli.common, cmd).await,
             Command::Mcp(args) => mcp::run(&cli.common, args).await,
         }
     });

@@ -61,6 +61,7 @@ pub async fn run(common: &CommonArgs, args: McpArgs) -> anyhow::Result<()> {
     let edge_args = EdgeArgs {
         auth_url: stack.url(Service::Auth),
         session_url: stack.url(Service::Session),
+        broker_url: stack.url(Service::Broker),
         ..args.edge
     };
     let principal = edge::local_principal(&stack.tenant_id);

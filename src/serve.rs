@@ -76,6 +76,12 @@ pub async fn start(spec: Spec) -> anyhow::Result<JoinHandle<anyhow::Result<()>>>
             };
             ithaca_session::serve_options(db, config, key, shutdown.clone())
         }
+        Service::Broker => {
+            let db = ithaca_broker::open_db(&database_url, &schema)
+                .await
+                .with_context(|| format!("opening the {service} database"))?;
+            ithaca_broker::serve_options(db, key)
+        }
         Service::Edge => bail!("the edge has no database; start it with `ithaca serve edge`"),
         other => bail!("the {other} service is not built yet; it arrives with its own issue"),
     };

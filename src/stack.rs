@@ -50,6 +50,7 @@ pub fn database_url(doomberg_db: Option<&str>, data_dir: &Path, service: &str) -
 pub struct StackInfo {
     pub auth_url: Option<String>,
     pub session_url: Option<String>,
+    pub broker_url: Option<String>,
     pub tenant_id: Option<String>,
 }
 
@@ -65,6 +66,7 @@ impl StackInfo {
         StackInfo {
             auth_url: field("auth_url"),
             session_url: field("session_url"),
+            broker_url: field("broker_url"),
             tenant_id: field("tenant_id"),
         }
     }
@@ -73,6 +75,7 @@ impl StackInfo {
         let v = json!({
             "auth_url": self.auth_url,
             "session_url": self.session_url,
+            "broker_url": self.broker_url,
             "tenant_id": self.tenant_id,
             "pid": std::process::id(),
         });

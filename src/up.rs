@@ -21,7 +21,7 @@ use tokio::task::JoinHandle;
 
 /// The gRPC services `ithaca up` runs today. Skills, broker and approvals
 /// join this list as their issues land.
-const LOCAL_SERVICES: [Service; 2] = [Service::Auth, Service::Session];
+const LOCAL_SERVICES: [Service; 3] = [Service::Auth, Service::Session, Service::Broker];
 
 #[derive(Debug, clap::Args)]
 pub struct UpArgs {
@@ -115,6 +115,13 @@ pub async fn start_services(
     let (tenant_id, new_keys) = bootstrap(&mut auth).await?;
     // An open client connection would hold the server's graceful shutdown.
     drop(auth);
+    if let Some(url) = urls
+        .iter()
+        .find(|(s, _)| *s == Service::Broker)
+        .map(|(_, u)| u.clone())
+    {
+        load_demo_data(&url, key).await?;
+    }
     Ok(Stack {
         tasks,
         urls,
@@ -146,6 +153,7 @@ pub async fn run(common: &CommonArgs, args: UpArgs) -> anyhow::Result<()> {
     let edge_args = EdgeArgs {
         auth_url: stack.url(Service::Auth),
         session_url: stack.url(Service::Session),
+        broker_url: stack.url(Service::Broker),
         backends: Vec::new(),
         auth: edge::AuthMode::On,
         local_tenant: stack.tenant_id.clone(),
@@ -168,6 +176,7 @@ pub async fn run(common: &CommonArgs, args: UpArgs) -> anyhow::Result<()> {
     StackInfo {
         auth_url: stack.url(Service::Auth),
         session_url: stack.url(Service::Session),
+        broker_url: stack.url(Service::Broker),
         tenant_id: Some(stack.tenant_id.clone()),
     }
     .write(&args.data_dir)?;
@@ -293,4 +302,22 @@ async fn create_key(
         .with_context(|| format!("creating the {label} key"))?
         .into_inner();
     Ok(created.token)
+}
+
+/// Ingest the shipped demo dataset when the broker has no data yet.
+async fn load_demo_data(broker_url: &str, key: &InternalKey) -> anyhow::Result<()> {
+    let mut broker = crate::ingest::broker_client(broker_url, key.clone())?;
+    let datasets = broker
+        .list_datasets(ithaca_proto::broker::v1::ListDatasetsRequest {})
+        .await
+        .context("asking the broker for datasets")?
+        .into_inner()
+        .datasets;
+    if !datasets.is_empty() {
+        return Ok(());
+    }
+    let file = crate::ingest::parse_bars(crate::ingest::DEMO_NAME, crate::ingest::DEMO_DATASET)?;
+    let dataset = crate::ingest::upload(&mut broker, file, |_, _| {}).await?;
+    tracing::info!(dataset_id = %dataset.dataset_id, rows = dataset.row_count, "demo market data loaded");
+    Ok(())
 }

@@ -391,3 +391,214 @@ async fn migrations_are_idempotent_on_reopen() {
         db.close().await;
     }
 }
+
+const DEMO: &[u8] = include_bytes!("../data/demo/stocks_daily_ohlcv_2000-2013.csv.gz");
+
+fn ingest_rows(file: ithaca_broker::csv::BarsFile) -> Vec<ithaca_broker::service::IngestRow> {
+    file.rows
+        .into_iter()
+        .map(|r| ithaca_broker::service::IngestRow {
+            line: r.line,
+            symbol: r.symbol,
+            date: r.date,
+            open: r.open,
+            high: r.high,
+            low: r.low,
+            close: r.close,
+            volume: r.volume,
+            adj_close: r.adj_close,
+        })
+        .collect()
+}
+
+async fn broker_suite(db: Db) {
+    use ithaca_broker::service::HistoryQuery;
+    let svc = ithaca_broker::service(db);
+    let system = Principal::system("");
+    let agent = common::agent("tenant-a", "agent-a");
+
+    // A malformed row: reported with its line, nothing stored.
+    let bad = "Ticker,Date,Open,High,Low,Close,Volume,Adj Close\nAAPL,2000-03-01,10,11,9,10.5,100,1.0\nAAPL,2000-03-02,10,9,11,10,100,1.0\n";
+    let parsed = ithaca_broker::csv::parse_bars("bad.csv", bad.as_bytes()).expect("parses");
+    let err = svc
+        .ingest(
+            &system,
+            "bad.csv",
+            &parsed.checksum.clone(),
+            ingest_rows(parsed),
+        )
+        .await
+        .expect_err("inconsistent bar");
+    assert!(err.message.starts_with("line 3:"), "{}", err.message);
+    assert!(
+        svc.symbols(&agent).await.expect("symbols").is_empty(),
+        "nothing half-ingested"
+    );
+    assert!(svc.datasets(&agent).await.expect("datasets").is_empty());
+
+    let demo = ithaca_broker::csv::parse_bars("demo.csv", DEMO).expect("demo parses");
+    let checksum = demo.checksum.clone();
+    let rows = ingest_rows(demo);
+    let err = svc
+        .ingest(&agent, "demo.csv", &checksum, rows.clone())
+        .await
+        .expect_err("agents do not ingest");
+    assert_eq!(err.code, Code::PermissionDenied);
+    let first = svc
+        .ingest(&system, "demo.csv", &checksum, rows.clone())
+        .await
+        .expect("ingest");
+    assert!(!first.already_present);
+    assert_eq!(first.dataset.row_count, 12_154);
+    assert_eq!(first.dataset.symbols, "AAPL FB GOOG IBM MSFT");
+    assert_eq!(
+        (
+            first.dataset.first_date.as_str(),
+            first.dataset.last_date.as_str()
+        ),
+        ("2000-03-01", "2013-03-01")
+    );
+    let again = svc
+        .ingest(&system, "demo.csv", &checksum, rows)
+        .await
+        .expect("re-ingest");
+    assert!(again.already_present, "the same file twice changes nothing");
+    assert_eq!(again.dataset.dataset_id, first.dataset.dataset_id);
+    assert_eq!(svc.datasets(&agent).await.expect("datasets").len(), 1);
+
+    let symbols = svc.symbols(&agent).await.expect("symbols");
+    let fb = symbols.iter().find(|s| s.symbol == "FB").expect("FB");
+    assert_eq!((fb.bars, fb.first_date.as_str()), (196, "2012-05-18"));
+
+    let q = |symbol: &str| HistoryQuery {
+        symbol: symbol.into(),
+        ..Default::default()
+    };
+    let h = svc
+        .history(
+            &agent,
+            HistoryQuery {
+                start: Some("2013-02-25".into()),
+                fields: vec!["adj_close".into()],
+                ..q("aapl")
+            },
+        )
+        .await
+        .expect("history");
+    assert_eq!(h.symbol, "AAPL");
+    assert_eq!(
+        h.bars.iter().map(|b| b.date.as_str()).collect::<Vec<_>>(),
+        vec![
+            "2013-02-25",
+            "2013-02-26",
+            "2013-02-27",
+            "2013-02-28",
+            "2013-03-01"
+        ]
+    );
+    assert_eq!(h.fields, vec!["adj_close"]);
+    assert!(!h.truncated);
+    let h = svc
+        .history(
+            &agent,
+            HistoryQuery {
+                limit: Some(10),
+                ..q("IBM")
+            },
+        )
+        .await
+        .expect("bounded");
+    assert_eq!((h.bars.len(), h.truncated), (10, true));
+    assert_eq!(h.bars[0].date, "2000-03-01");
+    let h = svc.history(&agent, q("MSFT")).await.expect("default limit");
+    assert_eq!((h.bars.len(), h.truncated), (1000, true));
+
+    let err = svc
+        .history(&agent, q("NVDA"))
+        .await
+        .expect_err("unknown symbol");
+    assert_eq!(
+        (err.code, err.domain),
+        (Code::NotFound, Some("UNKNOWN_SYMBOL"))
+    );
+    assert!(
+        err.message.contains("AAPL"),
+        "names the known symbols: {}",
+        err.message
+    );
+    let err = svc
+        .history(
+            &agent,
+            HistoryQuery {
+                start: Some("1990-01-01".into()),
+                end: Some("1990-12-31".into()),
+                ..q("AAPL")
+            },
+        )
+        .await
+        .expect_err("no bars");
+    assert_eq!(err.domain, Some("NO_DATA"));
+    let err = svc
+        .history(
+            &agent,
+            HistoryQuery {
+                end: Some("2010-01-01".into()),
+                ..q("FB")
+            },
+        )
+        .await
+        .expect_err("before the IPO");
+    assert_eq!(err.domain, Some("NO_DATA"));
+    for (query, field) in [
+        (
+            HistoryQuery {
+                start: Some("2001-02-30".into()),
+                ..q("AAPL")
+            },
+            "start",
+        ),
+        (
+            HistoryQuery {
+                fields: vec!["price".into()],
+                ..q("AAPL")
+            },
+            "fields",
+        ),
+        (
+            HistoryQuery {
+                limit: Some(0),
+                ..q("AAPL")
+            },
+            "limit",
+        ),
+        (q("AAPL; DROP TABLE bars"), "symbol"),
+    ] {
+        let err = svc.history(&agent, query).await.expect_err("bad input");
+        assert!(
+            err.message.starts_with(field),
+            "{} names {field}",
+            err.message
+        );
+    }
+}
+
+#[tokio::test]
+async fn broker_store_sqlite() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = ithaca_broker::open_db(&common::sqlite_path(&dir, "broker"), "unused")
+        .await
+        .expect("open");
+    broker_suite(db).await;
+}
+
+#[tokio::test]
+async fn broker_store_postgres() {
+    let Some(url) = common::postgres("broker_store_postgres") else {
+        return;
+    };
+    let schema = common::unique_schema("broker");
+    let db = ithaca_broker::open_db(&url, &schema).await.expect("open");
+    broker_suite(db.clone()).await;
+    db.close().await;
+    common::drop_schema(&url, &schema).await;
+}

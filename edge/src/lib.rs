@@ -39,6 +39,8 @@ pub struct Backends {
     pub auth_url: Option<String>,
     /// The session service (gate and trace).
     pub session_url: Option<String>,
+    /// The broker service (market data).
+    pub broker_url: Option<String>,
     /// Further backends whose descriptors come from their reflection.
     pub reflected: Vec<String>,
     /// Deadline of each backend call.
@@ -77,6 +79,12 @@ pub async fn build_core(backends: &Backends, key: InternalKey) -> Result<core::C
     if let Some(url) = &backends.session_url {
         routes.insert(
             ithaca_proto::service_names::SESSION.to_owned(),
+            Backend::new(url, timeout)?,
+        );
+    }
+    if let Some(url) = &backends.broker_url {
+        routes.insert(
+            ithaca_proto::service_names::BROKER.to_owned(),
             Backend::new(url, timeout)?,
         );
     }

@@ -35,9 +35,16 @@ pub mod session {
     }
 }
 
+pub mod broker {
+    pub mod v1 {
+        include!(concat!(env!("OUT_DIR"), "/ithaca.broker.v1.rs"));
+    }
+}
+
 /// Fully qualified names of the gRPC services, as health checks and
 /// reflection name them.
 pub mod service_names {
     pub const AUTH: &str = "ithaca.auth.v1.AuthService";
     pub const SESSION: &str = "ithaca.session.v1.SessionService";
+    pub const BROKER: &str = "ithaca.broker.v1.BrokerService";
 }

@@ -1,0 +1,174 @@
+//! The tonic adapter: protobuf in, domain call, protobuf out. No logic here.
+
+use crate::service::{BrokerService, HistoryQuery, IngestRow};
+use crate::store::DatasetRow;
+use ithaca_kit::error::ServiceError;
+use ithaca_kit::{clock, principal};
+use ithaca_proto::broker::v1 as pb;
+use ithaca_proto::broker::v1::broker_service_server::BrokerService as Rpc;
+use tonic::{Request, Response, Status, Streaming};
+
+/// Largest ingest accepted, in rows.
+const MAX_INGEST_ROWS: usize = 2_000_000;
+
+/// The gRPC face of [`BrokerService`].
+#[derive(Clone, Debug)]
+pub struct Grpc {
+    pub service: BrokerService,
+}
+
+fn dataset(row: DatasetRow, already_present: bool) -> pb::Dataset {
+    pb::Dataset {
+        dataset_id: row.dataset_id,
+        source: row.source,
+        symbols: row.symbols.split_whitespace().map(str::to_owned).collect(),
+        row_count: row.row_count,
+        first_date: row.first_date,
+        last_date: row.last_date,
+        checksum: row.checksum,
+        ingested_at: clock::rfc3339(row.ingested_at_ms),
+        already_present,
+    }
+}
+
+#[tonic::async_trait]
+impl Rpc for Grpc {
+    async fn list_symbols(
+        &self,
+        request: Request<pb::ListSymbolsRequest>,
+    ) -> Result<Response<pb::ListSymbolsResponse>, Status> {
+        let caller = principal::of(&request)?;
+        let rows = self.service.symbols(&caller).await?;
+        Ok(Response::new(pb::ListSymbolsResponse {
+            symbols: rows
+                .into_iter()
+                .map(|s| pb::SymbolSummary {
+                    symbol: s.symbol,
+                    bars: s.bars,
+                    first_date: s.first_date,
+                    last_date: s.last_date,
+                })
+                .collect(),
+        }))
+    }
+
+    async fn list_datasets(
+        &self,
+        request: Request<pb::ListDatasetsRequest>,
+    ) -> Result<Response<pb::ListDatasetsResponse>, Status> {
+        let caller = principal::of(&request)?;
+        let rows = self.service.datasets(&caller).await?;
+        Ok(Response::new(pb::ListDatasetsResponse {
+            datasets: rows.into_iter().map(|d| dataset(d, false)).collect(),
+        }))
+    }
+
+    async fn get_price_history(
+        &self,
+        request: Request<pb::GetPriceHistoryRequest>,
+    ) -> Result<Response<pb::GetPriceHistoryResponse>, Status> {
+        let caller = principal::of(&request)?;
+        let req = request.into_inner();
+        let history = self
+            .service
+            .history(
+                &caller,
+                HistoryQuery {
+                    symbol: req.symbol,
+                    start: req.start,
+                    end: req.end,
+                    fields: req.fields,
+                    limit: req.limit,
+                },
+            )
+            .await?;
+        let want = |f: &str| history.fields.contains(&f);
+        let dataset_id = history
+            .bars
+            .last()
+            .map(|b| b.dataset_id.clone())
+            .unwrap_or_default();
+        let bars: Vec<pb::Bar> = history
+            .bars
+            .iter()
+            .map(|b| pb::Bar {
+                date: b.date.clone(),
+                open: want("open").then_some(b.open),
+                high: want("high").then_some(b.high),
+                low: want("low").then_some(b.low),
+                close: want("close").then_some(b.close),
+                volume: want("volume").then_some(b.volume),
+                adj_close: want("adj_close").then_some(b.adj_close),
+            })
+            .collect();
+        Ok(Response::new(pb::GetPriceHistoryResponse {
+            count: bars.len() as i64,
+            symbol: history.symbol,
+            bars,
+            truncated: history.truncated,
+            dataset_id,
+        }))
+    }
+
+    async fn get_data_providers(
+        &self,
+        request: Request<pb::GetDataProvidersRequest>,
+    ) -> Result<Response<pb::DataProviders>, Status> {
+        let caller = principal::of(&request)?;
+        let datasets = self.service.datasets(&caller).await?;
+        let providers = if datasets.is_empty() {
+            Vec::new()
+        } else {
+            vec![pb::DataProvider {
+                name: "Public end-of-day prices (WIKI, public domain)".to_owned(),
+                kind: "daily_bars".to_owned(),
+                credential_configured: false,
+            }]
+        };
+        Ok(Response::new(pb::DataProviders {
+            kind: "data.providers".to_owned(),
+            providers,
+            datasets: datasets.into_iter().map(|d| dataset(d, false)).collect(),
+        }))
+    }
+
+    async fn ingest_bars(
+        &self,
+        request: Request<Streaming<pb::IngestBarsChunk>>,
+    ) -> Result<Response<pb::Dataset>, Status> {
+        let caller = principal::of(&request)?;
+        let mut stream = request.into_inner();
+        let (mut source, mut checksum, mut rows) = (String::new(), String::new(), Vec::new());
+        while let Some(chunk) = stream.message().await? {
+            if source.is_empty() {
+                source = chunk.source;
+                checksum = chunk.checksum;
+            }
+            if rows.len() + chunk.rows.len() > MAX_INGEST_ROWS {
+                return Err(ServiceError::invalid(format!(
+                    "rows: at most {MAX_INGEST_ROWS} rows per ingest"
+                ))
+                .into());
+            }
+            rows.extend(chunk.rows.into_iter().map(|r| IngestRow {
+                line: r.line,
+                symbol: r.symbol,
+                date: r.date,
+                open: r.open,
+                high: r.high,
+                low: r.low,
+                close: r.close,
+                volume: r.volume,
+                adj_close: r.adj_close,
+            }));
+        }
+        let ingested = self
+            .service
+            .ingest(&caller, &source, &checksum, rows)
+            .await?;
+        Ok(Response::new(dataset(
+            ingested.dataset,
+            ingested.already_present,
+        )))
+    }
+}
