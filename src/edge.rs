@@ -36,6 +36,9 @@ pub struct EdgeArgs {
     /// The broker service URL (market data tools).
     #[arg(long, env = "ITHACA_BROKER_URL")]
     pub broker_url: Option<String>,
+    /// The skills service URL (skill catalog and runs).
+    #[arg(long, env = "ITHACA_SKILLS_URL")]
+    pub skills_url: Option<String>,
     /// Another backend whose tools are learned from its gRPC reflection
     /// (repeatable).
     #[arg(long = "backend", env = "ITHACA_BACKENDS", value_delimiter = ',')]
@@ -87,6 +90,7 @@ async fn core(args: &EdgeArgs, key: &InternalKey) -> anyhow::Result<Arc<ithaca_e
         auth_url: args.auth_url.clone(),
         session_url: args.session_url.clone(),
         broker_url: args.broker_url.clone(),
+        skills_url: args.skills_url.clone(),
         reflected: args.backends.clone(),
         timeout: Duration::from_millis(args.backend_timeout_ms),
     };

@@ -62,6 +62,7 @@ pub async fn run(common: &CommonArgs, args: McpArgs) -> anyhow::Result<()> {
         auth_url: stack.url(Service::Auth),
         session_url: stack.url(Service::Session),
         broker_url: stack.url(Service::Broker),
+        skills_url: stack.url(Service::Skills),
         ..args.edge
     };
     let principal = edge::local_principal(&stack.tenant_id);

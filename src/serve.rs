@@ -45,6 +45,9 @@ pub struct Spec {
     pub schema: String,
     pub key: InternalKey,
     pub public_url: String,
+    /// Services this one calls (skills calls broker and session).
+    pub broker_url: Option<String>,
+    pub session_url: Option<String>,
     pub shutdown: CancellationToken,
 }
 
@@ -57,6 +60,8 @@ pub async fn start(spec: Spec) -> anyhow::Result<JoinHandle<anyhow::Result<()>>>
         schema,
         key,
         public_url,
+        broker_url,
+        session_url,
         shutdown,
     } = spec;
     let options = match service {
@@ -81,6 +86,16 @@ pub async fn start(spec: Spec) -> anyhow::Result<JoinHandle<anyhow::Result<()>>>
                 .await
                 .with_context(|| format!("opening the {service} database"))?;
             ithaca_broker::serve_options(db, key)
+        }
+        Service::Skills => {
+            let db = ithaca_skills::open_db(&database_url, &schema)
+                .await
+                .with_context(|| format!("opening the {service} database"))?;
+            let config = ithaca_skills::Config {
+                broker_url,
+                session_url,
+            };
+            ithaca_skills::serve_options(db, key, &config)?
         }
         Service::Edge => bail!("the edge has no database; start it with `ithaca serve edge`"),
         other => bail!("the {other} service is not built yet; it arrives with its own issue"),
@@ -123,6 +138,8 @@ pub async fn run(common: &CommonArgs, args: ServeArgs) -> anyhow::Result<()> {
             .unwrap_or_else(|| format!("ithaca_{}", args.service)),
         key,
         public_url: args.public_url,
+        broker_url: args.edge.broker_url.clone(),
+        session_url: args.edge.session_url.clone(),
         shutdown: shutdown.clone(),
     })
     .await?;

@@ -21,7 +21,12 @@ use tokio::task::JoinHandle;
 
 /// The gRPC services `ithaca up` runs today. Skills, broker and approvals
 /// join this list as their issues land.
-const LOCAL_SERVICES: [Service; 3] = [Service::Auth, Service::Session, Service::Broker];
+const LOCAL_SERVICES: [Service; 4] = [
+    Service::Auth,
+    Service::Session,
+    Service::Broker,
+    Service::Skills,
+];
 
 #[derive(Debug, clap::Args)]
 pub struct UpArgs {
@@ -100,6 +105,8 @@ pub async fn start_services(
             schema: format!("ithaca_{service}"),
             key: key.clone(),
             public_url: public_url.to_owned(),
+            broker_url: url_of(&urls, Service::Broker),
+            session_url: url_of(&urls, Service::Session),
             shutdown: shutdown.clone(),
         })
         .await?;
@@ -154,6 +161,7 @@ pub async fn run(common: &CommonArgs, args: UpArgs) -> anyhow::Result<()> {
         auth_url: stack.url(Service::Auth),
         session_url: stack.url(Service::Session),
         broker_url: stack.url(Service::Broker),
+        skills_url: stack.url(Service::Skills),
         backends: Vec::new(),
         auth: edge::AuthMode::On,
         local_tenant: stack.tenant_id.clone(),
@@ -320,4 +328,10 @@ async fn load_demo_data(broker_url: &str, key: &InternalKey) -> anyhow::Result<(
     let dataset = crate::ingest::upload(&mut broker, file, |_, _| {}).await?;
     tracing::info!(dataset_id = %dataset.dataset_id, rows = dataset.row_count, "demo market data loaded");
     Ok(())
+}
+
+fn url_of(urls: &[(Service, String)], service: Service) -> Option<String> {
+    urls.iter()
+        .find(|(s, _)| *s == service)
+        .map(|(_, u)| u.clone())
 }

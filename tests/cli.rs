@@ -191,7 +191,7 @@ fn unknown_and_unbuilt_services_are_clear_errors() {
     let out = common::ithaca()
         .args([
             "serve",
-            "skills",
+            "approvals",
             "--listen",
             "127.0.0.1:0",
             "--database-url",

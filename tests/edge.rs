@@ -85,6 +85,7 @@ async fn stack_with(options: HttpOptions, cache: Duration, session_url: Option<S
         auth_url: Some(auth.url.clone()),
         session_url: Some(session_url.unwrap_or_else(|| session.url.clone())),
         broker_url: None,
+        skills_url: None,
         reflected: Vec::new(),
         timeout: Duration::from_secs(2),
     };

@@ -41,6 +41,8 @@ pub struct Backends {
     pub session_url: Option<String>,
     /// The broker service (market data).
     pub broker_url: Option<String>,
+    /// The skills service (catalog and runs).
+    pub skills_url: Option<String>,
     /// Further backends whose descriptors come from their reflection.
     pub reflected: Vec<String>,
     /// Deadline of each backend call.
@@ -85,6 +87,12 @@ pub async fn build_core(backends: &Backends, key: InternalKey) -> Result<core::C
     if let Some(url) = &backends.broker_url {
         routes.insert(
             ithaca_proto::service_names::BROKER.to_owned(),
+            Backend::new(url, timeout)?,
+        );
+    }
+    if let Some(url) = &backends.skills_url {
+        routes.insert(
+            ithaca_proto::service_names::SKILLS.to_owned(),
             Backend::new(url, timeout)?,
         );
     }

@@ -35,6 +35,12 @@ pub mod session {
     }
 }
 
+pub mod skills {
+    pub mod v1 {
+        include!(concat!(env!("OUT_DIR"), "/ithaca.skills.v1.rs"));
+    }
+}
+
 pub mod broker {
     pub mod v1 {
         include!(concat!(env!("OUT_DIR"), "/ithaca.broker.v1.rs"));
@@ -47,4 +53,5 @@ pub mod service_names {
     pub const AUTH: &str = "ithaca.auth.v1.AuthService";
     pub const SESSION: &str = "ithaca.session.v1.SessionService";
     pub const BROKER: &str = "ithaca.broker.v1.BrokerService";
+    pub const SKILLS: &str = "ithaca.skills.v1.SkillsService";
 }

@@ -1,0 +1,199 @@
+//! The tonic adapter: protobuf in, domain call, protobuf out. No logic here.
+
+use crate::catalog::Manifest;
+use crate::service::{RunView, SkillsService};
+use ithaca_kit::{clock, json, principal};
+use ithaca_proto::mcp::v1 as mcp;
+use ithaca_proto::skills::v1 as pb;
+use ithaca_proto::skills::v1::skills_service_server::SkillsService as Rpc;
+use serde_json::Value;
+use tonic::{Request, Response, Status};
+
+/// The gRPC face of [`SkillsService`].
+#[derive(Clone, Debug)]
+pub struct Grpc {
+    pub service: SkillsService,
+}
+
+fn summary(m: &Manifest) -> pb::SkillSummary {
+    pb::SkillSummary {
+        skill_id: m.skill_id.into(),
+        version: m.version.into(),
+        name: m.name.into(),
+        description: m.description.into(),
+        runtime_profile: m.profile.into(),
+        asset_class: m.asset_class.into(),
+        source_classes: m.source_classes.iter().map(|s| s.to_string()).collect(),
+        trigger_compatible: m.trigger_compatible,
+        intents: m.intents.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+fn manifest(m: Manifest) -> pb::SkillManifest {
+    pb::SkillManifest {
+        skill_id: m.skill_id.into(),
+        version: m.version.into(),
+        name: m.name.into(),
+        description: m.description.into(),
+        input_schema: Some(json::to_struct(m.input_schema)),
+        output_schema: Some(json::to_struct(m.output_schema)),
+        runtime: Some(pb::Runtime {
+            profile: m.profile.into(),
+        }),
+        asset_class: m.asset_class.into(),
+        source_classes: m.source_classes.iter().map(|s| s.to_string()).collect(),
+        trigger_compatible: m.trigger_compatible,
+        intents: m.intents.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+fn parse_json(text: &str) -> Option<prost_types::Struct> {
+    serde_json::from_str::<Value>(text)
+        .ok()
+        .map(json::to_struct)
+}
+
+fn run(view: RunView) -> pb::Run {
+    let r = view.run;
+    pb::Run {
+        inputs: parse_json(&r.inputs),
+        outputs: r.outputs.as_deref().and_then(parse_json),
+        run_id: r.run_id,
+        skill_id: r.skill_id,
+        version: r.version,
+        status: r.status,
+        error: r.error,
+        artifacts: view
+            .artifacts
+            .into_iter()
+            .map(|a| pb::Artifact {
+                size: a.body.len() as i64,
+                artifact_id: a.artifact_id,
+                name: a.name,
+                mime_type: a.mime_type,
+            })
+            .collect(),
+        session_id: r.session_id,
+        created_at: clock::rfc3339(r.created_at_ms),
+        updated_at: clock::rfc3339(r.updated_at_ms),
+    }
+}
+
+#[tonic::async_trait]
+impl Rpc for Grpc {
+    async fn search_skills(
+        &self,
+        request: Request<pb::SearchSkillsRequest>,
+    ) -> Result<Response<pb::SearchSkillsResponse>, Status> {
+        principal::of(&request)?;
+        let r = request.get_ref();
+        let (hits, count, truncated) = self.service.search(
+            r.query.as_deref(),
+            r.asset_class.as_deref(),
+            r.intent.as_deref(),
+            r.limit,
+        )?;
+        Ok(Response::new(pb::SearchSkillsResponse {
+            skills: hits.iter().map(summary).collect(),
+            count: count as i32,
+            truncated,
+        }))
+    }
+
+    async fn describe_skill(
+        &self,
+        request: Request<pb::DescribeSkillRequest>,
+    ) -> Result<Response<pb::SkillManifest>, Status> {
+        principal::of(&request)?;
+        let r = request.get_ref();
+        Ok(Response::new(manifest(
+            self.service.describe(&r.skill_id, r.version.as_deref())?,
+        )))
+    }
+
+    async fn get_catalog(
+        &self,
+        request: Request<pb::GetCatalogRequest>,
+    ) -> Result<Response<pb::SearchSkillsResponse>, Status> {
+        principal::of(&request)?;
+        let (hits, count, _) = self.service.search(None, None, None, Some(50))?;
+        Ok(Response::new(pb::SearchSkillsResponse {
+            skills: hits.iter().map(summary).collect(),
+            count: count as i32,
+            truncated: false,
+        }))
+    }
+
+    async fn get_skill(
+        &self,
+        request: Request<pb::GetSkillRequest>,
+    ) -> Result<Response<pb::SkillManifest>, Status> {
+        principal::of(&request)?;
+        let r = request.get_ref();
+        Ok(Response::new(manifest(
+            self.service.describe(&r.skill_id, Some(&r.version))?,
+        )))
+    }
+
+    async fn run_skill(
+        &self,
+        request: Request<pb::RunSkillRequest>,
+    ) -> Result<Response<pb::Run>, Status> {
+        let caller = principal::of(&request)?;
+        let r = request.into_inner();
+        let inputs = r.inputs.map_or(Value::Null, json::from_struct);
+        let view = self
+            .service
+            .run(&caller, &r.skill_id, r.version.as_deref(), inputs)
+            .await?;
+        Ok(Response::new(run(view)))
+    }
+
+    async fn get_run(
+        &self,
+        request: Request<pb::GetRunRequest>,
+    ) -> Result<Response<pb::Run>, Status> {
+        let caller = principal::of(&request)?;
+        Ok(Response::new(run(self
+            .service
+            .get_run(&caller, &request.get_ref().run_id)
+            .await?)))
+    }
+
+    async fn read_run(
+        &self,
+        request: Request<pb::GetRunRequest>,
+    ) -> Result<Response<pb::Run>, Status> {
+        let caller = principal::of(&request)?;
+        Ok(Response::new(run(self
+            .service
+            .get_run(&caller, &request.get_ref().run_id)
+            .await?)))
+    }
+
+    async fn get_artifact(
+        &self,
+        request: Request<pb::GetArtifactRequest>,
+    ) -> Result<Response<mcp::ToolContent>, Status> {
+        let caller = principal::of(&request)?;
+        let a = self
+            .service
+            .artifact(&caller, &request.get_ref().artifact_id)
+            .await?;
+        let resource = mcp::Content {
+            kind: Some(mcp::content::Kind::Resource(mcp::EmbeddedResource {
+                uri: format!("doomberg://runs/{}/artifacts/{}", a.run_id, a.artifact_id),
+                mime_type: a.mime_type.clone(),
+                body: Some(mcp::embedded_resource::Body::Text(a.body.clone())),
+            })),
+        };
+        let structured = serde_json::json!({
+            "artifact_id": a.artifact_id, "run_id": a.run_id, "name": a.name,
+            "mime_type": a.mime_type, "size": a.body.len(),
+        });
+        Ok(Response::new(mcp::ToolContent {
+            content: vec![resource],
+            structured: Some(json::to_struct(structured)),
+        }))
+    }
+}

@@ -1,0 +1,66 @@
+//! The skills service: a versioned catalog of analyses with progressive
+//! discovery, and runs with artifacts computed from the broker's market data.
+//!
+//! - [`catalog`]: the built-in manifests and ranked search.
+//! - [`validate`]: run inputs checked against a manifest's input schema.
+//! - [`compute`]: volatility, returns, correlations, momentum backtests.
+//! - [`plot`]: SVG charts for artifacts.
+//! - [`service`]: runs (draft → queued → running → succeeded | failed),
+//!   artifacts and the `run_transition` trace.
+//! - [`store`]: the `runs` and `artifacts` tables (SQLite and PostgreSQL).
+//! - [`grpc`]: the `ithaca.skills.v1.SkillsService` adapter.
+//!
+//! Market data and the session trace are asked of the broker and session
+//! services over gRPC, on behalf of the caller; this crate depends on no
+//! other service crate.
+
+#![forbid(unsafe_code)]
+
+pub mod catalog;
+pub mod compute;
+pub mod grpc;
+pub mod plot;
+pub mod service;
+pub mod store;
+pub mod validate;
+
+pub use service::Config;
+
+use ithaca_kit::db::{Db, DbError};
+use ithaca_kit::principal::{InternalKey, Verifier};
+use ithaca_kit::server::ServeOptions;
+use ithaca_proto::skills::v1::skills_service_server::SkillsServiceServer;
+use tonic::service::Routes;
+
+/// The PostgreSQL schema this service owns.
+pub const SCHEMA: &str = "ithaca_skills";
+
+/// Open (and migrate) the skills database at `url`.
+pub async fn open_db(url: &str, schema: &str) -> Result<Db, DbError> {
+    Db::open(url, schema, store::MIGRATIONS).await
+}
+
+/// The domain service over `db`.
+pub fn service(
+    db: Db,
+    key: InternalKey,
+    config: &Config,
+) -> Result<service::SkillsService, ithaca_kit::client::BadUrl> {
+    service::SkillsService::new(store::Store::new(db), key, config)
+}
+
+/// The gRPC routes of the skills service, behind the principal verifier.
+pub fn serve_options(
+    db: Db,
+    key: InternalKey,
+    config: &Config,
+) -> Result<ServeOptions, ithaca_kit::client::BadUrl> {
+    let grpc = grpc::Grpc {
+        service: service(db, key.clone(), config)?,
+    };
+    let server = SkillsServiceServer::with_interceptor(grpc, Verifier::new(key));
+    Ok(ServeOptions {
+        service_names: vec![ithaca_proto::service_names::SKILLS],
+        routes: Routes::new(server),
+    })
+}

@@ -1,0 +1,560 @@
+//! The skills domain: discovery over the catalog, runs with a state
+//! machine (draft → queued → running → succeeded | failed), artifacts, and
+//! the `run_transition` trace of every step. Market data comes from the
+//! broker over gRPC, on behalf of the caller.
+
+use crate::catalog::{self, Manifest};
+use crate::compute;
+use crate::plot;
+use crate::store::{ArtifactRow, RunRow, Store};
+use crate::validate;
+use ithaca_kit::clock;
+use ithaca_kit::error::{Code, ServiceError, domain_code};
+use ithaca_kit::json;
+use ithaca_kit::principal::{InternalKey, Principal};
+use ithaca_proto::broker::v1 as bpb;
+use ithaca_proto::broker::v1::broker_service_client::BrokerServiceClient;
+use ithaca_proto::session::v1 as spb;
+use ithaca_proto::session::v1::session_service_client::SessionServiceClient;
+use serde_json::{Map, Value, json};
+use std::collections::BTreeMap;
+use tonic::transport::Channel;
+
+/// Where the skills service finds the services it calls.
+#[derive(Clone, Debug, Default)]
+pub struct Config {
+    pub broker_url: Option<String>,
+    pub session_url: Option<String>,
+}
+
+/// A run with its artifacts.
+#[derive(Clone, Debug)]
+pub struct RunView {
+    pub run: RunRow,
+    pub artifacts: Vec<ArtifactRow>,
+}
+
+/// What a computation produced.
+struct Produced {
+    outputs: Value,
+    artifacts: Vec<(String, &'static str, String)>,
+}
+
+/// Skills and runs.
+#[derive(Clone, Debug)]
+pub struct SkillsService {
+    store: Store,
+    key: InternalKey,
+    broker: Option<Channel>,
+    session: Option<Channel>,
+}
+
+impl SkillsService {
+    pub fn new(
+        store: Store,
+        key: InternalKey,
+        config: &Config,
+    ) -> Result<Self, ithaca_kit::client::BadUrl> {
+        let channel =
+            |url: &Option<String>| url.as_deref().map(ithaca_kit::client::channel).transpose();
+        Ok(SkillsService {
+            store,
+            key,
+            broker: channel(&config.broker_url)?,
+            session: channel(&config.session_url)?,
+        })
+    }
+
+    /// Matching skills (best first), how many matched, and whether the list
+    /// was cut at `limit`.
+    pub fn search(
+        &self,
+        query: Option<&str>,
+        asset_class: Option<&str>,
+        intent: Option<&str>,
+        limit: Option<i32>,
+    ) -> Result<(Vec<Manifest>, usize, bool), ServiceError> {
+        let limit = match limit {
+            None => 10,
+            Some(n) if !(1..=50).contains(&n) => {
+                return Err(ServiceError::invalid("limit: must be between 1 and 50"));
+            }
+            Some(n) => n as usize,
+        };
+        let mut hits = catalog::search(query, asset_class, intent);
+        let count = hits.len();
+        hits.truncate(limit);
+        Ok((hits, count, count > limit))
+    }
+
+    pub fn describe(
+        &self,
+        skill_id: &str,
+        version: Option<&str>,
+    ) -> Result<Manifest, ServiceError> {
+        catalog::find(skill_id, version).ok_or_else(|| unknown_skill(skill_id, version))
+    }
+
+    /// Validate inputs, record the run and run it.
+    pub async fn run(
+        &self,
+        caller: &Principal,
+        skill_id: &str,
+        version: Option<&str>,
+        inputs: Value,
+    ) -> Result<RunView, ServiceError> {
+        let tenant_id = tenant(caller)?;
+        let manifest = self.describe(skill_id, version)?;
+        let inputs = validate::inputs(&manifest.input_schema, inputs)?;
+        let now = clock::now_ms();
+        let run = RunRow {
+            run_id: uuid::Uuid::new_v4().hyphenated().to_string(),
+            tenant_id: tenant_id.to_owned(),
+            session_id: caller.session_id.clone().unwrap_or_default(),
+            skill_id: manifest.skill_id.to_owned(),
+            version: manifest.version.to_owned(),
+            inputs: Value::Object(inputs.clone()).to_string(),
+            status: "queued".to_owned(),
+            outputs: None,
+            error: String::new(),
+            created_at_ms: now,
+            updated_at_ms: now,
+        };
+        self.store.insert_run(&run).await?;
+        self.trace(caller, &run, "draft", "queued", None).await;
+        self.step(caller, &run, "queued", "running", None, "")
+            .await?;
+
+        match self.compute(caller, &manifest, &inputs).await {
+            Ok(produced) => {
+                for (name, mime, body) in produced.artifacts {
+                    self.store
+                        .insert_artifact(&ArtifactRow {
+                            artifact_id: uuid::Uuid::new_v4().hyphenated().to_string(),
+                            run_id: run.run_id.clone(),
+                            tenant_id: tenant_id.to_owned(),
+                            name,
+                            mime_type: mime.to_owned(),
+                            body,
+                            created_at_ms: clock::now_ms(),
+                        })
+                        .await?;
+                }
+                let outputs = produced.outputs.to_string();
+                self.step(caller, &run, "running", "succeeded", Some(&outputs), "")
+                    .await?;
+                self.get_run(caller, &run.run_id).await
+            }
+            Err(err) => {
+                self.step(caller, &run, "running", "failed", None, &err.message)
+                    .await?;
+                // The caller learns why, and which run recorded it.
+                Err(ServiceError {
+                    message: format!("{} (run {} failed)", err.message, run.run_id),
+                    ..err
+                })
+            }
+        }
+    }
+
+    pub async fn get_run(&self, caller: &Principal, run_id: &str) -> Result<RunView, ServiceError> {
+        let tenant_id = tenant(caller)?;
+        let run_id = parse_id("run_id", run_id)?;
+        let run = self
+            .store
+            .run(tenant_id, &run_id)
+            .await?
+            .ok_or_else(|| ServiceError::not_found(format!("run_id: no run {run_id}")))?;
+        let artifacts = self.store.artifacts(tenant_id, &run_id).await?;
+        Ok(RunView { run, artifacts })
+    }
+
+    pub async fn artifact(
+        &self,
+        caller: &Principal,
+        artifact_id: &str,
+    ) -> Result<ArtifactRow, ServiceError> {
+        let tenant_id = tenant(caller)?;
+        let artifact_id = parse_id("artifact_id", artifact_id)?;
+        self.store
+            .artifact(tenant_id, &artifact_id)
+            .await?
+            .ok_or_else(|| {
+                ServiceError::not_found(format!("artifact_id: no artifact {artifact_id}"))
+            })
+    }
+
+    async fn step(
+        &self,
+        caller: &Principal,
+        run: &RunRow,
+        from: &str,
+        to: &str,
+        outputs: Option<&str>,
+        error: &str,
+    ) -> Result<(), ServiceError> {
+        if !self
+            .store
+            .transition(&run.run_id, from, to, outputs, error, clock::now_ms())
+            .await?
+        {
+            return Err(ServiceError::precondition(format!(
+                "run {} is no longer {from}",
+                run.run_id
+            )));
+        }
+        let detail = (!error.is_empty()).then(|| error.to_owned());
+        self.trace(caller, run, from, to, detail).await;
+        Ok(())
+    }
+
+    /// Record a `run_transition` in the caller's session, when there is one.
+    /// A trace that cannot be written is logged; the run goes on.
+    async fn trace(
+        &self,
+        caller: &Principal,
+        run: &RunRow,
+        from: &str,
+        to: &str,
+        error: Option<String>,
+    ) {
+        let (Some(channel), Some(session_id)) = (&self.session, &caller.session_id) else {
+            return;
+        };
+        let mut payload = json!({"run_id": run.run_id, "skill_id": run.skill_id, "version": run.version, "from": from, "to": to});
+        if let Some(e) = error {
+            payload["error"] = json!(e);
+        }
+        let mut request = tonic::Request::new(spb::AppendEventRequest {
+            session_id: session_id.clone(),
+            r#type: spb::EventType::RunTransition as i32,
+            payload: Some(json::to_struct(payload)),
+        });
+        self.key.attach(request.metadata_mut(), caller);
+        ithaca_kit::propagation::inject(request.metadata_mut());
+        if let Err(status) = SessionServiceClient::new(channel.clone())
+            .append_event(request)
+            .await
+        {
+            tracing::warn!(error = %status.message(), run_id = %run.run_id, "recording run_transition failed");
+        }
+    }
+
+    /// Adjusted closes of `symbol` (dates and prices), through the broker.
+    async fn prices(
+        &self,
+        caller: &Principal,
+        symbol: &str,
+        start: Option<&str>,
+        end: Option<&str>,
+    ) -> Result<(Vec<String>, Vec<f64>), ServiceError> {
+        let channel = self.broker.clone().ok_or_else(|| {
+            ServiceError::new(Code::Unavailable, "no broker service is configured")
+        })?;
+        let mut request = tonic::Request::new(bpb::GetPriceHistoryRequest {
+            symbol: symbol.to_owned(),
+            start: start.map(str::to_owned),
+            end: end.map(str::to_owned),
+            fields: vec!["adj_close".to_owned()],
+            limit: Some(5000),
+        });
+        self.key.attach(request.metadata_mut(), caller);
+        ithaca_kit::propagation::inject(request.metadata_mut());
+        let history = BrokerServiceClient::new(channel)
+            .get_price_history(request)
+            .await
+            .map_err(from_status)?
+            .into_inner();
+        let (dates, prices) = history
+            .bars
+            .into_iter()
+            .filter_map(|b| b.adj_close.map(|p| (b.date, p)))
+            .unzip();
+        Ok((dates, prices))
+    }
+
+    async fn compute(
+        &self,
+        caller: &Principal,
+        manifest: &Manifest,
+        inputs: &Map<String, Value>,
+    ) -> Result<Produced, ServiceError> {
+        let text = |k: &str| inputs.get(k).and_then(Value::as_str);
+        let int = |k: &str| inputs.get(k).and_then(Value::as_i64).unwrap_or(0) as usize;
+        let symbol = text("symbol").unwrap_or("").to_owned();
+        match manifest.skill_id {
+            "vol.realized" => {
+                let (dates, prices) = self.prices(caller, &symbol, None, text("end")).await?;
+                let window = int("window");
+                let vol = compute::realized_vol(&prices, window)
+                    .ok_or_else(|| too_long("inputs.window", window, &symbol, prices.len()))?;
+                let outputs = json!({"symbol": symbol.to_uppercase(), "window": window, "volatility": vol,
+                    "as_of": dates.last(), "observations": window});
+                Ok(Produced {
+                    artifacts: vec![(
+                        "result.json".into(),
+                        "application/json",
+                        outputs.to_string(),
+                    )],
+                    outputs,
+                })
+            }
+            "vol.term_structure" => {
+                let (dates, prices) = self.prices(caller, &symbol, None, text("end")).await?;
+                let windows: Vec<usize> = inputs["windows"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_u64)
+                    .map(|w| w as usize)
+                    .collect();
+                let mut points = Vec::new();
+                for (i, w) in windows.iter().enumerate() {
+                    let vol = compute::realized_vol(&prices, *w).ok_or_else(|| {
+                        too_long(&format!("inputs.windows[{i}]"), *w, &symbol, prices.len())
+                    })?;
+                    points.push(json!({"window": w, "volatility": vol}));
+                }
+                let chart: Vec<(String, f64)> = points
+                    .iter()
+                    .map(|p| {
+                        (
+                            format!("{}d", p["window"]),
+                            p["volatility"].as_f64().unwrap_or(0.0),
+                        )
+                    })
+                    .collect();
+                let svg = plot::line_chart(
+                    &format!(
+                        "{} realized volatility term structure",
+                        symbol.to_uppercase()
+                    ),
+                    "annualized volatility",
+                    &chart,
+                );
+                let outputs = json!({"symbol": symbol.to_uppercase(), "as_of": dates.last(), "points": points});
+                Ok(Produced {
+                    artifacts: vec![
+                        (
+                            "term_structure.json".into(),
+                            "application/json",
+                            outputs.to_string(),
+                        ),
+                        ("term_structure.svg".into(), "image/svg+xml", svg),
+                    ],
+                    outputs,
+                })
+            }
+            "returns.summary" => {
+                let (dates, prices) = self
+                    .prices(caller, &symbol, text("start"), text("end"))
+                    .await?;
+                let s = compute::returns_summary(&prices)
+                    .ok_or_else(|| too_long("inputs.start", 3, &symbol, prices.len()))?;
+                let outputs = json!({"symbol": symbol.to_uppercase(), "start": dates.first(), "end": dates.last(),
+                    "cagr": s.cagr, "volatility": s.volatility, "sharpe": s.sharpe, "max_drawdown": s.max_drawdown,
+                    "total_return": s.total_return, "days": s.days});
+                Ok(Produced {
+                    artifacts: vec![(
+                        "summary.json".into(),
+                        "application/json",
+                        outputs.to_string(),
+                    )],
+                    outputs,
+                })
+            }
+            "corr.peers" => self.peers(caller, &symbol, inputs).await,
+            "backtest.momentum" => {
+                let (dates, prices) = self
+                    .prices(caller, &symbol, text("start"), text("end"))
+                    .await?;
+                let (lookback, holding) = (int("lookback"), int("holding"));
+                let cost = inputs
+                    .get("cost_bps")
+                    .and_then(Value::as_f64)
+                    .unwrap_or(0.0);
+                let bt = compute::momentum_backtest(&prices, lookback, holding, cost).ok_or_else(
+                    || too_long("inputs.lookback", lookback + 1, &symbol, prices.len()),
+                )?;
+                let buy_hold = prices[prices.len() - 1] / prices[lookback] - 1.0;
+                let mut csv = String::from("date,equity,position\n");
+                for (i, (d, e)) in dates.iter().zip(&bt.equity).enumerate() {
+                    let pos = if i == 0 {
+                        0
+                    } else {
+                        bt.positions.get(i - 1).copied().unwrap_or(0)
+                    };
+                    csv.push_str(&format!("{d},{e:.6},{pos}\n"));
+                }
+                let chart: Vec<(String, f64)> = dates
+                    .iter()
+                    .cloned()
+                    .zip(bt.equity.iter().copied())
+                    .collect();
+                let svg = plot::line_chart(
+                    &format!(
+                        "{} momentum {lookback}/{holding} equity curve",
+                        symbol.to_uppercase()
+                    ),
+                    "equity",
+                    &chart,
+                );
+                let outputs = json!({"symbol": symbol.to_uppercase(), "lookback": lookback, "holding": holding, "cost_bps": cost,
+                    "start": dates.first(), "end": dates.last(), "total_return": bt.total_return, "cagr": bt.cagr,
+                    "volatility": bt.volatility, "sharpe": bt.sharpe, "max_drawdown": bt.max_drawdown, "trades": bt.trades,
+                    "buy_and_hold_return": buy_hold});
+                Ok(Produced {
+                    artifacts: vec![
+                        ("stats.json".into(), "application/json", outputs.to_string()),
+                        ("equity_curve.csv".into(), "text/csv", csv),
+                        ("equity_curve.svg".into(), "image/svg+xml", svg),
+                    ],
+                    outputs,
+                })
+            }
+            other => Err(ServiceError::invalid(format!(
+                "skill_id: {other} has no implementation"
+            ))),
+        }
+    }
+
+    async fn peers(
+        &self,
+        caller: &Principal,
+        symbol: &str,
+        inputs: &Map<String, Value>,
+    ) -> Result<Produced, ServiceError> {
+        let text = |k: &str| inputs.get(k).and_then(Value::as_str);
+        let symbol = symbol.to_uppercase();
+        let mut peers: Vec<String> = inputs["peers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(str::to_uppercase)
+            .collect();
+        if peers.is_empty() {
+            let channel = self.broker.clone().ok_or_else(|| {
+                ServiceError::new(Code::Unavailable, "no broker service is configured")
+            })?;
+            let mut request = tonic::Request::new(bpb::ListSymbolsRequest {});
+            self.key.attach(request.metadata_mut(), caller);
+            let list = BrokerServiceClient::new(channel)
+                .list_symbols(request)
+                .await
+                .map_err(from_status)?
+                .into_inner();
+            peers = list
+                .symbols
+                .into_iter()
+                .map(|s| s.symbol)
+                .filter(|s| *s != symbol)
+                .collect();
+        }
+        let (dates, prices) = self
+            .prices(caller, &symbol, text("start"), text("end"))
+            .await?;
+        let base: BTreeMap<String, f64> = dates.into_iter().zip(prices).collect();
+        let mut rows = Vec::new();
+        for peer in peers {
+            let (pd, pp) = self
+                .prices(caller, &peer, text("start"), text("end"))
+                .await?;
+            // Align on common dates, then take log returns of both.
+            let (a, b): (Vec<f64>, Vec<f64>) = pd
+                .iter()
+                .zip(&pp)
+                .filter_map(|(d, p)| base.get(d).map(|x| (*x, *p)))
+                .unzip();
+            let (ra, rb) = (compute::log_returns(&a), compute::log_returns(&b));
+            if let Some(c) = compute::correlation(&ra, &rb) {
+                rows.push(json!({"symbol": peer, "correlation": c, "observations": ra.len()}));
+            }
+        }
+        rows.sort_by(|x, y| {
+            y["correlation"]
+                .as_f64()
+                .partial_cmp(&x["correlation"].as_f64())
+                .unwrap_or(std::cmp::Ordering::Equal)
+        });
+        let mut csv = String::from("symbol,correlation,observations\n");
+        for r in &rows {
+            csv.push_str(&format!(
+                "{},{:.6},{}\n",
+                r["symbol"].as_str().unwrap_or(""),
+                r["correlation"].as_f64().unwrap_or(0.0),
+                r["observations"]
+            ));
+        }
+        let outputs = json!({"symbol": symbol, "peers": rows});
+        Ok(Produced {
+            artifacts: vec![
+                ("peers.json".into(), "application/json", outputs.to_string()),
+                ("peers.csv".into(), "text/csv", csv),
+            ],
+            outputs,
+        })
+    }
+}
+
+fn tenant(caller: &Principal) -> Result<&str, ServiceError> {
+    if caller.tenant_id.is_empty() {
+        return Err(ServiceError::denied("the caller has no tenant"));
+    }
+    Ok(&caller.tenant_id)
+}
+
+fn parse_id(field: &str, raw: &str) -> Result<String, ServiceError> {
+    uuid::Uuid::parse_str(raw.trim())
+        .map(|u| u.hyphenated().to_string())
+        .map_err(|_| ServiceError::invalid(format!("{field}: not an id (expected a UUID)")))
+}
+
+fn unknown_skill(skill_id: &str, version: Option<&str>) -> ServiceError {
+    let err = match (catalog::find(skill_id, None), version) {
+        (Some(latest), Some(v)) => ServiceError::not_found(format!(
+            "version: {skill_id} has no version {v}; the latest is {}",
+            latest.version
+        )),
+        _ => {
+            let ids: Vec<&str> = catalog::builtin().iter().map(|m| m.skill_id).collect();
+            ServiceError::not_found(format!(
+                "skill_id: unknown skill {skill_id:?}; skills: {}",
+                ids.join(", ")
+            ))
+        }
+    };
+    err.with_domain("UNKNOWN_SKILL")
+}
+
+fn too_long(field: &str, needed: usize, symbol: &str, have: usize) -> ServiceError {
+    ServiceError::invalid(format!(
+        "{field}: needs {} prices but {} has {have} in the range",
+        needed + 1,
+        symbol.to_uppercase()
+    ))
+    .with_domain("INSUFFICIENT_DATA")
+}
+
+/// A broker error, passed on with its code and domain.
+fn from_status(status: tonic::Status) -> ServiceError {
+    let code = match status.code() {
+        tonic::Code::InvalidArgument => Code::InvalidArgument,
+        tonic::Code::NotFound => Code::NotFound,
+        tonic::Code::FailedPrecondition => Code::FailedPrecondition,
+        tonic::Code::PermissionDenied => Code::PermissionDenied,
+        tonic::Code::Unauthenticated => Code::Unauthenticated,
+        tonic::Code::Unavailable | tonic::Code::DeadlineExceeded => Code::Unavailable,
+        _ => Code::Internal,
+    };
+    let domain = match domain_code(&status) {
+        Some("UNKNOWN_SYMBOL") => Some("UNKNOWN_SYMBOL"),
+        Some("NO_DATA") => Some("NO_DATA"),
+        _ => None,
+    };
+    ServiceError {
+        code,
+        message: status.message().to_owned(),
+        domain,
+    }
+}

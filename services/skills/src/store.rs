@@ -1,0 +1,156 @@
+//! The skills service's SQL (runs and artifacts), one text for SQLite and
+//! PostgreSQL. Every query is filtered by tenant.
+
+use ithaca_kit::db::{Db, Migrations};
+use ithaca_kit::with_pool;
+use sqlx::migrate::Migrator;
+
+static SQLITE: Migrator = sqlx::migrate!("./migrations/sqlite");
+static POSTGRES: Migrator = sqlx::migrate!("./migrations/postgres");
+
+/// This service's migrations.
+pub const MIGRATIONS: Migrations = Migrations {
+    sqlite: &SQLITE,
+    postgres: &POSTGRES,
+};
+
+/// A run row.
+#[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
+pub struct RunRow {
+    pub run_id: String,
+    pub tenant_id: String,
+    pub session_id: String,
+    pub skill_id: String,
+    pub version: String,
+    /// JSON object.
+    pub inputs: String,
+    pub status: String,
+    /// JSON object, when succeeded.
+    pub outputs: Option<String>,
+    pub error: String,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+}
+
+/// An artifact row.
+#[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
+pub struct ArtifactRow {
+    pub artifact_id: String,
+    pub run_id: String,
+    pub tenant_id: String,
+    pub name: String,
+    pub mime_type: String,
+    pub body: String,
+    pub created_at_ms: i64,
+}
+
+const RUN_COLUMNS: &str = "run_id, tenant_id, session_id, skill_id, version, inputs, status, outputs, error, created_at_ms, updated_at_ms";
+const ARTIFACT_COLUMNS: &str =
+    "artifact_id, run_id, tenant_id, name, mime_type, body, created_at_ms";
+
+/// The run tables.
+#[derive(Clone, Debug)]
+pub struct Store {
+    db: Db,
+}
+
+impl Store {
+    pub fn new(db: Db) -> Self {
+        Store { db }
+    }
+
+    pub async fn insert_run(&self, run: &RunRow) -> Result<(), sqlx::Error> {
+        let _gate = self.db.write_gate().await;
+        let sql = format!(
+            "INSERT INTO runs ({RUN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+        );
+        with_pool!(self.db, pool => sqlx::query(&sql)
+            .bind(&run.run_id)
+            .bind(&run.tenant_id)
+            .bind(&run.session_id)
+            .bind(&run.skill_id)
+            .bind(&run.version)
+            .bind(&run.inputs)
+            .bind(&run.status)
+            .bind(&run.outputs)
+            .bind(&run.error)
+            .bind(run.created_at_ms)
+            .bind(run.updated_at_ms)
+            .execute(pool)
+            .await
+            .map(|r| r.rows_affected()))?;
+        Ok(())
+    }
+
+    /// Move a run from `from` to `to`; false when it was not in `from`.
+    pub async fn transition(
+        &self,
+        run_id: &str,
+        from: &str,
+        to: &str,
+        outputs: Option<&str>,
+        error: &str,
+        now_ms: i64,
+    ) -> Result<bool, sqlx::Error> {
+        let _gate = self.db.write_gate().await;
+        let sql = "UPDATE runs SET status = $3, outputs = COALESCE($4, outputs), error = $5, updated_at_ms = $6 \
+                   WHERE run_id = $1 AND status = $2";
+        let n = with_pool!(self.db, pool => sqlx::query(sql)
+            .bind(run_id)
+            .bind(from)
+            .bind(to)
+            .bind(outputs)
+            .bind(error)
+            .bind(now_ms)
+            .execute(pool)
+            .await
+            .map(|r| r.rows_affected()))?;
+        Ok(n > 0)
+    }
+
+    pub async fn run(&self, tenant_id: &str, run_id: &str) -> Result<Option<RunRow>, sqlx::Error> {
+        let sql = format!("SELECT {RUN_COLUMNS} FROM runs WHERE run_id = $1 AND tenant_id = $2");
+        with_pool!(self.db, pool => sqlx::query_as::<_, RunRow>(&sql).bind(run_id).bind(tenant_id).fetch_optional(pool).await)
+    }
+
+    pub async fn insert_artifact(&self, artifact: &ArtifactRow) -> Result<(), sqlx::Error> {
+        let _gate = self.db.write_gate().await;
+        let sql = format!(
+            "INSERT INTO artifacts ({ARTIFACT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)"
+        );
+        with_pool!(self.db, pool => sqlx::query(&sql)
+            .bind(&artifact.artifact_id)
+            .bind(&artifact.run_id)
+            .bind(&artifact.tenant_id)
+            .bind(&artifact.name)
+            .bind(&artifact.mime_type)
+            .bind(&artifact.body)
+            .bind(artifact.created_at_ms)
+            .execute(pool)
+            .await
+            .map(|r| r.rows_affected()))?;
+        Ok(())
+    }
+
+    pub async fn artifacts(
+        &self,
+        tenant_id: &str,
+        run_id: &str,
+    ) -> Result<Vec<ArtifactRow>, sqlx::Error> {
+        let sql = format!(
+            "SELECT {ARTIFACT_COLUMNS} FROM artifacts WHERE run_id = $1 AND tenant_id = $2 ORDER BY created_at_ms, name"
+        );
+        with_pool!(self.db, pool => sqlx::query_as::<_, ArtifactRow>(&sql).bind(run_id).bind(tenant_id).fetch_all(pool).await)
+    }
+
+    pub async fn artifact(
+        &self,
+        tenant_id: &str,
+        artifact_id: &str,
+    ) -> Result<Option<ArtifactRow>, sqlx::Error> {
+        let sql = format!(
+            "SELECT {ARTIFACT_COLUMNS} FROM artifacts WHERE artifact_id = $1 AND tenant_id = $2"
+        );
+        with_pool!(self.db, pool => sqlx::query_as::<_, ArtifactRow>(&sql).bind(artifact_id).bind(tenant_id).fetch_optional(pool).await)
+    }
+}
