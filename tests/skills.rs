@@ -1,0 +1,427 @@
+//! The skills service against real broker and session services (gRPC,
+//! SQLite): each built-in skill checked against an independent computation
+//! from the demo CSV, artifacts, the run trace, tenant isolation and the
+//! bad-input table.
+
+mod common;
+
+use ithaca_kit::client::Outbound;
+use ithaca_kit::json;
+use ithaca_kit::principal::Principal;
+use ithaca_proto::session::v1 as spb;
+use ithaca_proto::skills::v1 as pb;
+use ithaca_proto::skills::v1::skills_service_client::SkillsServiceClient;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+
+type Client = SkillsServiceClient<InterceptedService<Channel, Outbound>>;
+
+const DEMO: &[u8] = include_bytes!("../data/demo/stocks_daily_ohlcv_2000-2013.csv.gz");
+
+struct Stack {
+    skills_url: String,
+    session_url: String,
+    _session: common::InProcess,
+    _dir: tempfile::TempDir,
+}
+
+async fn stack() -> Stack {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker_db = ithaca_broker::open_db(&common::sqlite_path(&dir, "broker"), "unused")
+        .await
+        .expect("broker db");
+    let demo = ithaca_broker::csv::parse_bars("demo.csv", DEMO).expect("demo");
+    let rows = demo
+        .rows
+        .iter()
+        .map(|r| ithaca_broker::service::IngestRow {
+            line: r.line,
+            symbol: r.symbol.clone(),
+            date: r.date.clone(),
+            open: r.open,
+            high: r.high,
+            low: r.low,
+            close: r.close,
+            volume: r.volume,
+            adj_close: r.adj_close,
+        })
+        .collect();
+    ithaca_broker::service(broker_db.clone())
+        .ingest(&Principal::system(""), "demo.csv", &demo.checksum, rows)
+        .await
+        .expect("ingest");
+    let broker = serve(ithaca_broker::serve_options(broker_db, common::key())).await;
+    let session = common::start_session(&common::sqlite_path(&dir, "session"), "unused").await;
+    let skills_db = ithaca_skills::open_db(&common::sqlite_path(&dir, "skills"), "unused")
+        .await
+        .expect("skills db");
+    let config = ithaca_skills::Config {
+        broker_url: Some(broker),
+        session_url: Some(session.url.clone()),
+    };
+    let skills =
+        serve(ithaca_skills::serve_options(skills_db, common::key(), &config).expect("options"))
+            .await;
+    Stack {
+        skills_url: skills,
+        session_url: session.url.clone(),
+        _session: session,
+        _dir: dir,
+    }
+}
+
+async fn serve(options: ithaca_kit::server::ServeOptions) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    tokio::spawn(ithaca_kit::server::serve(
+        listener,
+        options,
+        ithaca_kit::shutdown::CancellationToken::new(),
+    ));
+    url
+}
+
+fn client(url: &str, principal: Principal) -> Client {
+    SkillsServiceClient::with_interceptor(
+        ithaca_kit::client::channel(url).expect("url"),
+        Outbound::new(common::key(), principal),
+    )
+}
+
+/// Adjusted closes by symbol, read straight from the CSV.
+fn closes() -> BTreeMap<String, Vec<(String, f64)>> {
+    let mut gz = flate2::read::GzDecoder::new(DEMO);
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut gz, &mut text).expect("gunzip");
+    let mut by_symbol: BTreeMap<String, Vec<(String, f64)>> = BTreeMap::new();
+    for line in text.lines().skip(1) {
+        let f: Vec<&str> = line.split(',').collect();
+        by_symbol
+            .entry(f[0].to_owned())
+            .or_default()
+            .push((f[1].to_owned(), f[7].parse().expect("number")));
+    }
+    by_symbol
+}
+
+async fn run(c: &mut Client, skill: &str, inputs: Value) -> Result<pb::Run, tonic::Status> {
+    c.run_skill(pb::RunSkillRequest {
+        skill_id: skill.into(),
+        version: None,
+        inputs: Some(json::to_struct(inputs)),
+    })
+    .await
+    .map(tonic::Response::into_inner)
+}
+
+fn outputs(run: &pb::Run) -> Value {
+    json::from_struct(run.outputs.clone().expect("outputs"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skills_match_independent_computations() {
+    let s = stack().await;
+    let mut c = client(&s.skills_url, common::agent("tenant-a", "agent-a"));
+    let data = closes();
+
+    // vol.realized: variance as E[x²] − E[x]², scaled to the sample variance.
+    let aapl: Vec<f64> = data["AAPL"].iter().map(|(_, p)| *p).collect();
+    let tail = &aapl[aapl.len() - 22..];
+    let r: Vec<f64> = (1..tail.len())
+        .map(|i| (tail[i] / tail[i - 1]).ln())
+        .collect();
+    let n = r.len() as f64;
+    let mean_sq = r.iter().map(|x| x * x).sum::<f64>() / n;
+    let mean = r.iter().sum::<f64>() / n;
+    let expected = ((mean_sq - mean * mean) * n / (n - 1.0) * 252.0).sqrt();
+    let v = run(
+        &mut c,
+        "vol.realized",
+        json!({"symbol": "AAPL", "window": 21}),
+    )
+    .await
+    .expect("run");
+    assert_eq!(v.status, "succeeded");
+    let got = outputs(&v)["volatility"].as_f64().expect("volatility");
+    assert!((got - expected).abs() < 1e-9, "{got} vs {expected}");
+
+    // returns.summary: CAGR and maximum drawdown of IBM, 2005-2010.
+    let ibm: Vec<f64> = data["IBM"]
+        .iter()
+        .filter(|(d, _)| d.as_str() >= "2005-01-01" && d.as_str() <= "2010-12-31")
+        .map(|(_, p)| *p)
+        .collect();
+    let cagr = (ibm[ibm.len() - 1] / ibm[0]).powf(252.0 / (ibm.len() - 1) as f64) - 1.0;
+    let mut worst: f64 = 0.0;
+    for i in 0..ibm.len() {
+        let peak = ibm[..=i].iter().cloned().fold(f64::MIN, f64::max);
+        worst = worst.max((peak - ibm[i]) / peak);
+    }
+    let summary = run(
+        &mut c,
+        "returns.summary",
+        json!({"symbol": "IBM", "start": "2005-01-01", "end": "2010-12-31"}),
+    )
+    .await
+    .expect("run");
+    let o = outputs(&summary);
+    assert!((o["cagr"].as_f64().expect("cagr") - cagr).abs() < 1e-9);
+    assert!((o["max_drawdown"].as_f64().expect("mdd") - worst).abs() < 1e-9);
+
+    // corr.peers: Pearson of aligned log returns, MSFT against IBM.
+    let ibm_all: BTreeMap<&str, f64> = data["IBM"].iter().map(|(d, p)| (d.as_str(), *p)).collect();
+    let pairs: Vec<(f64, f64)> = data["MSFT"]
+        .iter()
+        .filter_map(|(d, p)| ibm_all.get(d.as_str()).map(|q| (*p, *q)))
+        .collect();
+    let ra: Vec<f64> = pairs.windows(2).map(|w| (w[1].0 / w[0].0).ln()).collect();
+    let rb: Vec<f64> = pairs.windows(2).map(|w| (w[1].1 / w[0].1).ln()).collect();
+    let (n, sa, sb) = (
+        ra.len() as f64,
+        ra.iter().sum::<f64>(),
+        rb.iter().sum::<f64>(),
+    );
+    let sab: f64 = ra.iter().zip(&rb).map(|(a, b)| a * b).sum();
+    let saa: f64 = ra.iter().map(|a| a * a).sum();
+    let sbb: f64 = rb.iter().map(|b| b * b).sum();
+    let expected = (n * sab - sa * sb) / ((n * saa - sa * sa).sqrt() * (n * sbb - sb * sb).sqrt());
+    let peers = run(
+        &mut c,
+        "corr.peers",
+        json!({"symbol": "MSFT", "peers": ["IBM", "AAPL"]}),
+    )
+    .await
+    .expect("run");
+    let p = outputs(&peers);
+    let ibm_row = p["peers"]
+        .as_array()
+        .expect("peers")
+        .iter()
+        .find(|r| r["symbol"] == "IBM")
+        .expect("IBM")
+        .clone();
+    assert!((ibm_row["correlation"].as_f64().expect("c") - expected).abs() < 1e-9);
+
+    // backtest.momentum: an independent period-by-period simulation.
+    let msft: Vec<f64> = data["MSFT"].iter().map(|(_, p)| *p).collect();
+    let (lookback, holding, cost) = (126usize, 21usize, 5.0 / 10_000.0);
+    let (mut value, mut long, mut start) = (1.0f64, false, lookback);
+    while start < msft.len() - 1 {
+        let want = msft[start] > msft[start - lookback];
+        if want != long {
+            value *= 1.0 - cost;
+            long = want;
+        }
+        let end = (start + holding).min(msft.len() - 1);
+        if long {
+            value *= msft[end] / msft[start];
+        }
+        start = end;
+    }
+    let bt = run(
+        &mut c,
+        "backtest.momentum",
+        json!({"symbol": "MSFT", "lookback": 126, "holding": 21, "cost_bps": 5}),
+    )
+    .await
+    .expect("run");
+    let o = outputs(&bt);
+    assert!(
+        (o["total_return"].as_f64().expect("tr") - (value - 1.0)).abs() < 1e-9,
+        "{o} vs {}",
+        value - 1.0
+    );
+    let names: Vec<&str> = bt.artifacts.iter().map(|a| a.name.as_str()).collect();
+    assert_eq!(
+        names,
+        vec!["stats.json", "equity_curve.csv", "equity_curve.svg"]
+    );
+
+    // The SVG artifact.
+    let svg_id = bt
+        .artifacts
+        .iter()
+        .find(|a| a.mime_type == "image/svg+xml")
+        .expect("svg")
+        .artifact_id
+        .clone();
+    let artifact = c
+        .get_artifact(pb::GetArtifactRequest {
+            artifact_id: svg_id.clone(),
+        })
+        .await
+        .expect("artifact")
+        .into_inner();
+    let Some(ithaca_proto::mcp::v1::content::Kind::Resource(res)) = &artifact.content[0].kind
+    else {
+        panic!("an embedded resource")
+    };
+    assert_eq!(res.mime_type, "image/svg+xml");
+    let Some(ithaca_proto::mcp::v1::embedded_resource::Body::Text(svg)) = &res.body else {
+        panic!("text body")
+    };
+    assert!(svg.starts_with("<svg") && svg.contains("<polyline"));
+
+    // Another tenant sees neither the run nor its artifacts.
+    let mut other = client(&s.skills_url, common::agent("tenant-b", "agent-b"));
+    let err = other
+        .get_artifact(pb::GetArtifactRequest {
+            artifact_id: svg_id,
+        })
+        .await
+        .expect_err("hidden");
+    assert_eq!(err.code(), tonic::Code::NotFound);
+    let err = other
+        .get_run(pb::GetRunRequest {
+            run_id: bt.run_id.clone(),
+        })
+        .await
+        .expect_err("hidden");
+    assert_eq!(err.code(), tonic::Code::NotFound);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovery_runs_in_sessions_and_bad_input() {
+    let s = stack().await;
+    // A session for the run trace.
+    let agent = common::agent("tenant-a", "agent-a");
+    let mut sessions = common::session_client(&s.session_url, agent.clone());
+    let sid = sessions
+        .session_context(spb::SessionContextRequest {
+            prompt: "skills".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("session")
+        .into_inner()
+        .session_id;
+    let mut c = client(
+        &s.skills_url,
+        Principal {
+            session_id: Some(sid.clone()),
+            ..agent
+        },
+    );
+
+    let found = c
+        .search_skills(pb::SearchSkillsRequest {
+            query: Some("volatility".into()),
+            asset_class: Some("vol".into()),
+            intent: Some("risk".into()),
+            limit: Some(1),
+        })
+        .await
+        .expect("search")
+        .into_inner();
+    assert_eq!(found.skills[0].skill_id, "vol.realized");
+    assert_eq!((found.count, found.truncated), (2, true));
+    let m = c
+        .describe_skill(pb::DescribeSkillRequest {
+            skill_id: "vol.realized".into(),
+            version: None,
+        })
+        .await
+        .expect("describe")
+        .into_inner();
+    assert_eq!(m.version, "1.0");
+    assert_eq!(
+        json::from_struct(m.input_schema.expect("schema"))["required"],
+        json!(["symbol"])
+    );
+
+    let r = run(&mut c, "vol.term_structure", json!({"symbol": "GOOG"}))
+        .await
+        .expect("run");
+    assert_eq!(r.session_id, sid);
+    let events = sessions
+        .read_events(spb::ReadEventsRequest {
+            session_id: sid.clone(),
+            after_seq: 0,
+            limit: 100,
+        })
+        .await
+        .expect("read")
+        .into_inner()
+        .events;
+    let transitions: Vec<(String, String)> = events
+        .iter()
+        .filter(|e| e.r#type == "run_transition")
+        .map(|e| {
+            let p = json::from_struct(e.payload.clone().expect("payload"));
+            (
+                p["from"].as_str().unwrap_or("").to_owned(),
+                p["to"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect();
+    let want = [
+        ("draft", "queued"),
+        ("queued", "running"),
+        ("running", "succeeded"),
+    ];
+    assert_eq!(
+        transitions,
+        want.map(|(a, b)| (a.to_owned(), b.to_owned())).to_vec()
+    );
+
+    for (skill, inputs, code, starts) in [
+        (
+            "vol.nonexistent",
+            json!({"symbol": "AAPL"}),
+            tonic::Code::NotFound,
+            "skill_id",
+        ),
+        (
+            "vol.realized",
+            json!({"symbol": "AAPL", "window": "x"}),
+            tonic::Code::InvalidArgument,
+            "inputs.window",
+        ),
+        (
+            "vol.realized",
+            json!({"window": 21}),
+            tonic::Code::InvalidArgument,
+            "inputs.symbol",
+        ),
+        (
+            "vol.realized",
+            json!({"symbol": "FB", "window": 500}),
+            tonic::Code::InvalidArgument,
+            "inputs.window",
+        ),
+        (
+            "vol.realized",
+            json!({"symbol": "NVDA"}),
+            tonic::Code::NotFound,
+            "symbol",
+        ),
+        (
+            "returns.summary",
+            json!({"symbol": "AAPL", "start": "1990-01-01", "end": "1990-12-31"}),
+            tonic::Code::FailedPrecondition,
+            "no bars",
+        ),
+    ] {
+        let err = run(&mut c, skill, inputs.clone())
+            .await
+            .expect_err("bad input");
+        assert_eq!(err.code(), code, "{skill} {inputs}: {}", err.message());
+        assert!(
+            err.message().starts_with(starts),
+            "{} starts with {starts}",
+            err.message()
+        );
+    }
+    let err = c
+        .describe_skill(pb::DescribeSkillRequest {
+            skill_id: "vol.realized".into(),
+            version: Some("9.9".into()),
+        })
+        .await
+        .expect_err("unknown version");
+    assert!(err.message().starts_with("version"), "{}", err.message());
+}
