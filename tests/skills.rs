@@ -235,10 +235,11 @@ async fn skills_match_independent_computations() {
         "{o} vs {}",
         value - 1.0
     );
-    let names: Vec<&str> = bt.artifacts.iter().map(|a| a.name.as_str()).collect();
+    let mut names: Vec<&str> = bt.artifacts.iter().map(|a| a.name.as_str()).collect();
+    names.sort_unstable();
     assert_eq!(
         names,
-        vec!["stats.json", "equity_curve.csv", "equity_curve.svg"]
+        vec!["equity_curve.csv", "equity_curve.svg", "stats.json"]
     );
 
     // The SVG artifact.
