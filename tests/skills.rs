@@ -27,9 +27,33 @@ struct Stack {
     _dir: tempfile::TempDir,
 }
 
+/// Where each service keeps its tables: SQLite files, or schemas of one
+/// PostgreSQL database.
+#[derive(Clone)]
+enum Store {
+    Sqlite,
+    Postgres(String, String),
+}
+
+impl Store {
+    fn url(&self, dir: &tempfile::TempDir, service: &str) -> (String, String) {
+        match self {
+            Store::Sqlite => (common::sqlite_path(dir, service), "unused".into()),
+            Store::Postgres(url, prefix) => (url.clone(), format!("{prefix}_{service}")),
+        }
+    }
+}
+
 async fn stack() -> Stack {
+    stack_on(Store::Sqlite).await
+}
+
+async fn stack_on(store: Store) -> Stack {
     let dir = tempfile::tempdir().expect("tempdir");
-    let broker_db = ithaca_broker::open_db(&common::sqlite_path(&dir, "broker"), "unused")
+    let (broker_url, broker_schema) = store.url(&dir, "broker");
+    let (session_url, session_schema) = store.url(&dir, "session");
+    let (skills_url, skills_schema) = store.url(&dir, "skills");
+    let broker_db = ithaca_broker::open_db(&broker_url, &broker_schema)
         .await
         .expect("broker db");
     let demo = ithaca_broker::csv::parse_bars("demo.csv", DEMO).expect("demo");
@@ -53,8 +77,8 @@ async fn stack() -> Stack {
         .await
         .expect("ingest");
     let broker = serve(ithaca_broker::serve_options(broker_db, common::key())).await;
-    let session = common::start_session(&common::sqlite_path(&dir, "session"), "unused").await;
-    let skills_db = ithaca_skills::open_db(&common::sqlite_path(&dir, "skills"), "unused")
+    let session = common::start_session(&session_url, &session_schema).await;
+    let skills_db = ithaca_skills::open_db(&skills_url, &skills_schema)
         .await
         .expect("skills db");
     let config = ithaca_skills::Config {
@@ -124,7 +148,22 @@ fn outputs(run: &pb::Run) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn skills_match_independent_computations() {
-    let s = stack().await;
+    computations(stack().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skills_match_independent_computations_postgres() {
+    let Some(pg) = common::postgres("skills_match_independent_computations_postgres") else {
+        return;
+    };
+    let prefix = common::unique_schema("skills");
+    computations(stack_on(Store::Postgres(pg.clone(), prefix.clone())).await).await;
+    for service in ["broker", "session", "skills"] {
+        common::drop_schema(&pg, &format!("{prefix}_{service}")).await;
+    }
+}
+
+async fn computations(s: Stack) {
     let mut c = client(&s.skills_url, common::agent("tenant-a", "agent-a"));
     let data = closes();
 

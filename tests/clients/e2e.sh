@@ -45,6 +45,13 @@ for mode in 2026-07-28 legacy auto; do
   run "python mcp 2.3 ($mode)" "$tools/bin/python" "$here/mcp_smoke.py" "$url" --token "$key" --mode "$mode" \
     --tool session_close --resource "$resource"
 done
+# The research path: a skill run on the demo market data, and the catalog.
+run "python mcp 2.3 (2026-07-28): run_skill vol.realized" "$tools/bin/python" "$here/mcp_smoke.py" "$url" --token "$key" \
+  --mode 2026-07-28 --tool run_skill --tool-args '{"skill_id":"vol.realized","inputs":{"symbol":"AAPL","window":21}}' \
+  --resource doomberg://skills/catalog
+run "typescript client 2.4 (legacy): get_price_history" "$tools/bin/node" "$here/mcp_smoke.mjs" "$url" --token "$key" \
+  --mode legacy --tool get_price_history --tool-args '{"symbol":"MSFT","start":"2013-01-02","fields":["adj_close"]}' \
+  --resource doomberg://data/providers
 for mode in 2026-07-28 legacy; do
   run "typescript client 2.4 ($mode)" "$tools/bin/node" "$here/mcp_smoke.mjs" "$url" --token "$key" --mode "$mode" \
     --tool session_close --resource "$resource"
