@@ -57,21 +57,7 @@ async fn stack_on(store: Store) -> Stack {
         .await
         .expect("broker db");
     let demo = ithaca_broker::csv::parse_bars("demo.csv", DEMO).expect("demo");
-    let rows = demo
-        .rows
-        .iter()
-        .map(|r| ithaca_broker::service::IngestRow {
-            line: r.line,
-            symbol: r.symbol.clone(),
-            date: r.date.clone(),
-            open: r.open,
-            high: r.high,
-            low: r.low,
-            close: r.close,
-            volume: r.volume,
-            adj_close: r.adj_close,
-        })
-        .collect();
+    let rows = demo.rows.iter().cloned().map(Into::into).collect();
     ithaca_broker::service(broker_db.clone())
         .ingest(&Principal::system(""), "demo.csv", &demo.checksum, rows)
         .await

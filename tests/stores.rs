@@ -395,20 +395,7 @@ async fn migrations_are_idempotent_on_reopen() {
 const DEMO: &[u8] = include_bytes!("../data/demo/stocks_daily_ohlcv_2000-2013.csv.gz");
 
 fn ingest_rows(file: ithaca_broker::csv::BarsFile) -> Vec<ithaca_broker::service::IngestRow> {
-    file.rows
-        .into_iter()
-        .map(|r| ithaca_broker::service::IngestRow {
-            line: r.line,
-            symbol: r.symbol,
-            date: r.date,
-            open: r.open,
-            high: r.high,
-            low: r.low,
-            close: r.close,
-            volume: r.volume,
-            adj_close: r.adj_close,
-        })
-        .collect()
+    file.rows.into_iter().map(Into::into).collect()
 }
 
 async fn broker_suite(db: Db) {

@@ -150,17 +150,7 @@ impl Rpc for Grpc {
                 ))
                 .into());
             }
-            rows.extend(chunk.rows.into_iter().map(|r| IngestRow {
-                line: r.line,
-                symbol: r.symbol,
-                date: r.date,
-                open: r.open,
-                high: r.high,
-                low: r.low,
-                close: r.close,
-                volume: r.volume,
-                adj_close: r.adj_close,
-            }));
+            rows.extend(chunk.rows.into_iter().map(IngestRow::from));
         }
         let ingested = self
             .service

@@ -22,6 +22,22 @@ pub struct IngestRow {
     pub adj_close: f64,
 }
 
+impl From<ithaca_proto::broker::v1::BarRow> for IngestRow {
+    fn from(r: ithaca_proto::broker::v1::BarRow) -> Self {
+        IngestRow {
+            line: r.line,
+            symbol: r.symbol,
+            date: r.date,
+            open: r.open,
+            high: r.high,
+            low: r.low,
+            close: r.close,
+            volume: r.volume,
+            adj_close: r.adj_close,
+        }
+    }
+}
+
 /// What an ingest produced.
 #[derive(Clone, Debug)]
 pub struct Ingested {

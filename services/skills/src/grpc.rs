@@ -164,11 +164,8 @@ impl Rpc for Grpc {
         &self,
         request: Request<pb::GetRunRequest>,
     ) -> Result<Response<pb::Run>, Status> {
-        let caller = principal::of(&request)?;
-        Ok(Response::new(run(self
-            .service
-            .get_run(&caller, &request.get_ref().run_id)
-            .await?)))
+        // The resource form of get_run.
+        self.get_run(request).await
     }
 
     async fn get_artifact(
