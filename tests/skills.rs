@@ -451,3 +451,143 @@ async fn discovery_runs_in_sessions_and_bad_input() {
         .expect_err("unknown version");
     assert!(err.message().starts_with("version"), "{}", err.message());
 }
+
+/// An independent long/flat momentum simulation, period by period.
+fn simulate(prices: &[f64], lookback: usize, holding: usize, cost: f64) -> Vec<f64> {
+    let mut equity = vec![1.0; lookback + 1];
+    let (mut value, mut long, mut start) = (1.0f64, false, lookback);
+    while start < prices.len() - 1 {
+        let want = prices[start] > prices[start - lookback];
+        if want != long {
+            value *= 1.0 - cost;
+            long = want;
+        }
+        let end = (start + holding).min(prices.len() - 1);
+        for t in start..end {
+            let step = if long { prices[t + 1] / prices[t] } else { 1.0 };
+            value *= step;
+            equity.push(value);
+        }
+        start = end;
+    }
+    equity
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strategies_are_proposed_traced_and_backtested() {
+    let s = stack().await;
+    let agent = common::agent("tenant-a", "agent-a");
+    let mut sessions = common::session_client(&s.session_url, agent.clone());
+    let sid = sessions
+        .session_context(spb::SessionContextRequest {
+            prompt: "strategy".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("session")
+        .into_inner()
+        .session_id;
+    let mut c = client(
+        &s.skills_url,
+        Principal {
+            session_id: Some(sid.clone()),
+            ..agent
+        },
+    );
+    let proposal = |universe: &[&str], max_weight: f64| pb::ProposeStrategyRequest {
+        name: "MSFT/IBM momentum".into(),
+        universe: universe.iter().map(|u| u.to_string()).collect(),
+        lookback: 126,
+        rebalance: 21,
+        risk: Some(pb::RiskLimits {
+            max_weight: Some(max_weight),
+            max_drawdown: None,
+        }),
+        cost_bps: Some(5.0),
+    };
+    let strategy = c
+        .propose_strategy(proposal(&["msft", "IBM"], 0.5))
+        .await
+        .expect("propose")
+        .into_inner();
+    assert_eq!(
+        (strategy.status.as_str(), strategy.universe.clone()),
+        ("draft", vec!["IBM".to_owned(), "MSFT".to_owned()])
+    );
+
+    let events = sessions
+        .read_events(spb::ReadEventsRequest {
+            session_id: sid.clone(),
+            after_seq: 0,
+            limit: 100,
+        })
+        .await
+        .expect("read")
+        .into_inner()
+        .events;
+    let proposed = events
+        .iter()
+        .find(|e| e.r#type == "strategy_proposed")
+        .expect("strategy_proposed traced");
+    assert_eq!(
+        json::from_struct(proposed.payload.clone().expect("payload"))["strategy_id"],
+        strategy.strategy_id
+    );
+
+    // The backtest equals the average of two independent simulations over
+    // the common dates.
+    let data = closes();
+    let ibm: BTreeMap<&str, f64> = data["IBM"].iter().map(|(d, p)| (d.as_str(), *p)).collect();
+    let (m, i): (Vec<f64>, Vec<f64>) = data["MSFT"]
+        .iter()
+        .filter_map(|(d, p)| ibm.get(d.as_str()).map(|q| (*p, *q)))
+        .unzip();
+    let (em, ei) = (simulate(&m, 126, 21, 0.0005), simulate(&i, 126, 21, 0.0005));
+    let expected = (em[em.len() - 1] + ei[ei.len() - 1]) / 2.0 - 1.0;
+    let bt = run(
+        &mut c,
+        "backtest.momentum",
+        json!({"strategy_id": strategy.strategy_id}),
+    )
+    .await
+    .expect("backtest");
+    let got = outputs(&bt)["total_return"].as_f64().expect("total_return");
+    assert!((got - expected).abs() < 1e-9, "{got} vs {expected}");
+    assert!(bt.artifacts.iter().any(|a| a.mime_type == "image/svg+xml"));
+
+    // Bad input.
+    let err = c
+        .propose_strategy(proposal(&["MSFT", "NVDA"], 0.5))
+        .await
+        .expect_err("unknown symbol");
+    assert!(
+        err.message().starts_with("universe") && err.message().contains("NVDA"),
+        "{}",
+        err.message()
+    );
+    let err = c
+        .propose_strategy(proposal(&["MSFT", "IBM", "AAPL"], 0.2))
+        .await
+        .expect_err("weight");
+    assert!(
+        err.message().starts_with("risk.max_weight"),
+        "{}",
+        err.message()
+    );
+    let err = run(
+        &mut c,
+        "backtest.momentum",
+        json!({"strategy_id": uuid::Uuid::new_v4().to_string()}),
+    )
+    .await
+    .expect_err("missing");
+    assert_eq!(err.code(), tonic::Code::NotFound);
+    let mut other = client(&s.skills_url, common::agent("tenant-b", "agent-b"));
+    let err = other
+        .get_strategy(pb::GetStrategyRequest {
+            strategy_id: strategy.strategy_id.clone(),
+        })
+        .await
+        .expect_err("hidden");
+    assert_eq!(err.code(), tonic::Code::NotFound);
+}

@@ -104,8 +104,9 @@ pub fn builtin() -> Vec<Manifest> {
             version: "1.0",
             name: "Momentum Backtest",
             description: "Long/flat time-series momentum on one symbol: every `holding` days go long if the trailing `lookback`-day return is positive, else flat; transaction costs per change. Equity curve (CSV and SVG) and statistics.",
-            input_schema: json!({"type": "object", "additionalProperties": false, "required": ["symbol"], "properties": {
-                "symbol": symbol(),
+            input_schema: json!({"type": "object", "additionalProperties": false, "properties": {
+                "symbol": {"type": "string", "description": "Ticker to backtest (or give strategy_id)."},
+                "strategy_id": {"type": "string", "description": "A proposed strategy to backtest instead: its universe (equal weights), lookback, rebalance, costs and risk limits."},
                 "lookback": {"type": "integer", "minimum": 1, "maximum": 756, "default": 126, "description": "Trailing days for the momentum signal."},
                 "holding": {"type": "integer", "minimum": 1, "maximum": 252, "default": 21, "description": "Days between rebalances."},
                 "cost_bps": {"type": "number", "minimum": 0, "maximum": 500, "default": 5, "description": "Cost per position change, basis points."},

@@ -1,7 +1,8 @@
 //! The tonic adapter: protobuf in, domain call, protobuf out. No logic here.
 
 use crate::catalog::Manifest;
-use crate::service::{RunView, SkillsService};
+use crate::service::{RunView, SkillsService, StrategySpec};
+use crate::store::StrategyRow;
 use ithaca_kit::{clock, json, principal};
 use ithaca_proto::mcp::v1 as mcp;
 use ithaca_proto::skills::v1 as pb;
@@ -79,8 +80,66 @@ fn run(view: RunView) -> pb::Run {
     }
 }
 
+fn strategy(row: StrategyRow) -> pb::Strategy {
+    let spec: Value = serde_json::from_str(&row.spec).unwrap_or(Value::Null);
+    pb::Strategy {
+        strategy_id: row.strategy_id,
+        name: row.name,
+        universe: spec["universe"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(str::to_owned)
+            .collect(),
+        lookback: spec["lookback"].as_i64().unwrap_or(0) as i32,
+        rebalance: spec["rebalance"].as_i64().unwrap_or(0) as i32,
+        risk: Some(pb::RiskLimits {
+            max_weight: spec["risk"]["max_weight"].as_f64(),
+            max_drawdown: spec["risk"]["max_drawdown"].as_f64(),
+        }),
+        cost_bps: spec["cost_bps"].as_f64().unwrap_or(0.0),
+        status: row.status,
+        session_id: row.session_id,
+        created_at: clock::rfc3339(row.created_at_ms),
+    }
+}
+
 #[tonic::async_trait]
 impl Rpc for Grpc {
+    async fn propose_strategy(
+        &self,
+        request: Request<pb::ProposeStrategyRequest>,
+    ) -> Result<Response<pb::Strategy>, Status> {
+        let caller = principal::of(&request)?;
+        let r = request.into_inner();
+        let risk = r.risk.unwrap_or_default();
+        let spec = StrategySpec {
+            name: r.name,
+            universe: r.universe,
+            lookback: r.lookback,
+            rebalance: r.rebalance,
+            max_weight: risk.max_weight,
+            max_drawdown: risk.max_drawdown,
+            cost_bps: r.cost_bps,
+        };
+        Ok(Response::new(strategy(
+            self.service.propose(&caller, spec).await?,
+        )))
+    }
+
+    async fn get_strategy(
+        &self,
+        request: Request<pb::GetStrategyRequest>,
+    ) -> Result<Response<pb::Strategy>, Status> {
+        let caller = principal::of(&request)?;
+        Ok(Response::new(strategy(
+            self.service
+                .strategy(&caller, &request.get_ref().strategy_id)
+                .await?,
+        )))
+    }
+
     async fn search_skills(
         &self,
         request: Request<pb::SearchSkillsRequest>,

@@ -6,7 +6,7 @@
 use crate::catalog::{self, Manifest};
 use crate::compute;
 use crate::plot;
-use crate::store::{ArtifactRow, RunRow, Store};
+use crate::store::{ArtifactRow, RunRow, Store, StrategyRow};
 use crate::validate;
 use ithaca_kit::clock;
 use ithaca_kit::error::{Code, ServiceError, domain_code};
@@ -32,6 +32,18 @@ pub struct Config {
 pub struct RunView {
     pub run: RunRow,
     pub artifacts: Vec<ArtifactRow>,
+}
+
+/// A proposed strategy, before checking.
+#[derive(Clone, Debug, Default)]
+pub struct StrategySpec {
+    pub name: String,
+    pub universe: Vec<String>,
+    pub lookback: i32,
+    pub rebalance: i32,
+    pub max_weight: Option<f64>,
+    pub max_drawdown: Option<f64>,
+    pub cost_bps: Option<f64>,
 }
 
 /// What a computation produced.
@@ -157,6 +169,116 @@ impl SkillsService {
         }
     }
 
+    /// Check a momentum strategy, store it as a draft and record
+    /// `strategy_proposed` in the caller's session.
+    pub async fn propose(
+        &self,
+        caller: &Principal,
+        spec: StrategySpec,
+    ) -> Result<StrategyRow, ServiceError> {
+        let tenant_id = tenant(caller)?;
+        let name = spec.name.trim();
+        if name.is_empty() || name.chars().count() > 100 {
+            return Err(ServiceError::invalid("name: 1 to 100 characters"));
+        }
+        if spec.universe.is_empty() || spec.universe.len() > 20 {
+            return Err(ServiceError::invalid("universe: 1 to 20 symbols"));
+        }
+        if !(1..=756).contains(&spec.lookback) {
+            return Err(ServiceError::invalid(
+                "lookback: must be between 1 and 756 trading days",
+            ));
+        }
+        if !(1..=252).contains(&spec.rebalance) {
+            return Err(ServiceError::invalid(
+                "rebalance: must be between 1 and 252 trading days",
+            ));
+        }
+        let max_weight = spec.max_weight.unwrap_or(1.0);
+        if !(max_weight > 0.0 && max_weight <= 1.0) {
+            return Err(ServiceError::invalid("risk.max_weight: must be in (0, 1]"));
+        }
+        let mut universe: Vec<String> = spec
+            .universe
+            .iter()
+            .map(|s| s.trim().to_uppercase())
+            .collect();
+        universe.sort();
+        universe.dedup();
+        if 1.0 / (universe.len() as f64) > max_weight + 1e-12 {
+            return Err(ServiceError::invalid(format!(
+                "risk.max_weight: {max_weight} is below the equal weight 1/{} of this universe",
+                universe.len()
+            )));
+        }
+        if let Some(dd) = spec.max_drawdown.filter(|d| !(*d > 0.0 && *d < 1.0)) {
+            return Err(ServiceError::invalid(format!(
+                "risk.max_drawdown: {dd} must be in (0, 1)"
+            )));
+        }
+        let cost_bps = spec.cost_bps.unwrap_or(5.0);
+        if !(0.0..=500.0).contains(&cost_bps) {
+            return Err(ServiceError::invalid("cost_bps: must be between 0 and 500"));
+        }
+        let known = self.known_symbols(caller).await?;
+        if let Some(unknown) = universe.iter().find(|s| !known.contains(s)) {
+            return Err(ServiceError::not_found(format!(
+                "universe: no market data for {unknown}; known symbols: {}",
+                known.join(", ")
+            ))
+            .with_domain("UNKNOWN_SYMBOL"));
+        }
+        let spec_json = json!({"universe": universe, "lookback": spec.lookback, "rebalance": spec.rebalance,
+            "risk": {"max_weight": max_weight, "max_drawdown": spec.max_drawdown}, "cost_bps": cost_bps});
+        let row = StrategyRow {
+            strategy_id: uuid::Uuid::new_v4().hyphenated().to_string(),
+            tenant_id: tenant_id.to_owned(),
+            session_id: caller.session_id.clone().unwrap_or_default(),
+            name: name.to_owned(),
+            spec: spec_json.to_string(),
+            status: "draft".to_owned(),
+            created_at_ms: clock::now_ms(),
+        };
+        self.store.insert_strategy(&row).await?;
+        let mut payload = spec_json;
+        payload["strategy_id"] = json!(row.strategy_id);
+        payload["name"] = json!(row.name);
+        self.append(caller, spb::EventType::StrategyProposed, payload)
+            .await;
+        Ok(row)
+    }
+
+    pub async fn strategy(
+        &self,
+        caller: &Principal,
+        strategy_id: &str,
+    ) -> Result<StrategyRow, ServiceError> {
+        let tenant_id = tenant(caller)?;
+        let strategy_id = parse_id("strategy_id", strategy_id)?;
+        self.store
+            .strategy(tenant_id, &strategy_id)
+            .await?
+            .ok_or_else(|| {
+                ServiceError::not_found(format!("strategy_id: no strategy {strategy_id}"))
+                    .with_domain("UNKNOWN_STRATEGY")
+            })
+    }
+
+    async fn known_symbols(&self, caller: &Principal) -> Result<Vec<String>, ServiceError> {
+        let channel = self.broker.clone().ok_or_else(|| {
+            ServiceError::new(Code::Unavailable, "no broker service is configured")
+        })?;
+        let mut request = tonic::Request::new(bpb::ListSymbolsRequest {});
+        self.key.attach(request.metadata_mut(), caller);
+        ithaca_kit::propagation::inject(request.metadata_mut());
+        let list = BrokerServiceClient::new(channel)
+            .list_symbols(request)
+            .await
+            .map_err(from_status)?
+            .into_inner();
+        Ok(list.symbols.into_iter().map(|s| s.symbol).collect())
+    }
+
     pub async fn get_run(&self, caller: &Principal, run_id: &str) -> Result<RunView, ServiceError> {
         let tenant_id = tenant(caller)?;
         let run_id = parse_id("run_id", run_id)?;
@@ -218,16 +340,22 @@ impl SkillsService {
         to: &str,
         error: Option<String>,
     ) {
-        let (Some(channel), Some(session_id)) = (&self.session, &caller.session_id) else {
-            return;
-        };
         let mut payload = json!({"run_id": run.run_id, "skill_id": run.skill_id, "version": run.version, "from": from, "to": to});
         if let Some(e) = error {
             payload["error"] = json!(e);
         }
+        self.append(caller, spb::EventType::RunTransition, payload)
+            .await;
+    }
+
+    /// Append an event to the caller's session, when there is one.
+    async fn append(&self, caller: &Principal, kind: spb::EventType, payload: Value) {
+        let (Some(channel), Some(session_id)) = (&self.session, &caller.session_id) else {
+            return;
+        };
         let mut request = tonic::Request::new(spb::AppendEventRequest {
             session_id: session_id.clone(),
-            r#type: spb::EventType::RunTransition as i32,
+            r#type: kind as i32,
             payload: Some(json::to_struct(payload)),
         });
         self.key.attach(request.metadata_mut(), caller);
@@ -236,7 +364,7 @@ impl SkillsService {
             .append_event(request)
             .await
         {
-            tracing::warn!(error = %status.message(), run_id = %run.run_id, "recording run_transition failed");
+            tracing::warn!(error = %status.message(), event = ?kind, "recording a trace event failed");
         }
     }
 
@@ -364,7 +492,15 @@ impl SkillsService {
                 })
             }
             "corr.peers" => self.peers(caller, &symbol, inputs).await,
+            "backtest.momentum" if inputs.get("strategy_id").is_some() => {
+                self.backtest_strategy(caller, inputs).await
+            }
             "backtest.momentum" => {
+                if symbol.is_empty() {
+                    return Err(ServiceError::invalid(
+                        "inputs.symbol: give a symbol or a strategy_id",
+                    ));
+                }
                 let (dates, prices) = self
                     .prices(caller, &symbol, text("start"), text("end"))
                     .await?;
@@ -416,6 +552,95 @@ impl SkillsService {
                 "skill_id: {other} has no implementation"
             ))),
         }
+    }
+
+    /// Backtest a proposed strategy: momentum on each symbol of its universe
+    /// over their common dates, equal initial weights, stopped for good when
+    /// the portfolio's drawdown passes the strategy's limit.
+    async fn backtest_strategy(
+        &self,
+        caller: &Principal,
+        inputs: &Map<String, Value>,
+    ) -> Result<Produced, ServiceError> {
+        let text = |k: &str| inputs.get(k).and_then(Value::as_str);
+        let strategy = self
+            .strategy(caller, text("strategy_id").unwrap_or(""))
+            .await?;
+        let spec: Value = serde_json::from_str(&strategy.spec).unwrap_or(Value::Null);
+        let universe: Vec<String> = spec["universe"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(str::to_owned)
+            .collect();
+        let lookback = spec["lookback"].as_u64().unwrap_or(1) as usize;
+        let holding = spec["rebalance"].as_u64().unwrap_or(1) as usize;
+        let cost = spec["cost_bps"].as_f64().unwrap_or(0.0);
+        let stop = spec["risk"]["max_drawdown"].as_f64();
+        let mut series: Vec<BTreeMap<String, f64>> = Vec::new();
+        for symbol in &universe {
+            let (d, p) = self
+                .prices(caller, symbol, text("start"), text("end"))
+                .await?;
+            series.push(d.into_iter().zip(p).collect());
+        }
+        let Some(first) = series.first() else {
+            return Err(ServiceError::invalid(
+                "strategy_id: the strategy has an empty universe",
+            ));
+        };
+        let dates: Vec<String> = first
+            .keys()
+            .filter(|d| series.iter().all(|s| s.contains_key(*d)))
+            .cloned()
+            .collect();
+        let mut curves = Vec::new();
+        for (symbol, s) in universe.iter().zip(&series) {
+            let prices: Vec<f64> = dates.iter().map(|d| s[d]).collect();
+            let bt = compute::momentum_backtest(&prices, lookback, holding, cost)
+                .ok_or_else(|| too_long("lookback", lookback + 1, symbol, prices.len()))?;
+            curves.push(bt.equity);
+        }
+        let n = curves.len() as f64;
+        let mut equity: Vec<f64> = (0..dates.len())
+            .map(|i| curves.iter().map(|c| c[i]).sum::<f64>() / n)
+            .collect();
+        let mut stopped_on = None;
+        if let Some(limit) = stop {
+            let mut peak = f64::MIN;
+            for i in 0..equity.len() {
+                if let Some(j) = stopped_on {
+                    equity[i] = equity[j];
+                    continue;
+                }
+                peak = peak.max(equity[i]);
+                if 1.0 - equity[i] / peak > limit {
+                    stopped_on = Some(i);
+                }
+            }
+        }
+        let summary = compute::returns_summary(&equity);
+        let mut csv = String::from("date,equity\n");
+        for (d, e) in dates.iter().zip(&equity) {
+            csv.push_str(&format!("{d},{e:.6}\n"));
+        }
+        let chart: Vec<(String, f64)> = dates.iter().cloned().zip(equity.iter().copied()).collect();
+        let svg = plot::line_chart(&format!("{} equity curve", strategy.name), "equity", &chart);
+        let outputs = json!({"strategy_id": strategy.strategy_id, "name": strategy.name, "universe": universe,
+            "start": dates.first(), "end": dates.last(),
+            "total_return": equity.last().map(|e| e - 1.0), "cagr": summary.as_ref().map(|s| s.cagr),
+            "volatility": summary.as_ref().map(|s| s.volatility), "sharpe": summary.as_ref().map(|s| s.sharpe),
+            "max_drawdown": compute::max_drawdown(&equity),
+            "stopped_on": stopped_on.map(|i| dates[i].clone())});
+        Ok(Produced {
+            artifacts: vec![
+                ("stats.json".into(), "application/json", outputs.to_string()),
+                ("equity_curve.csv".into(), "text/csv", csv),
+                ("equity_curve.svg".into(), "image/svg+xml", svg),
+            ],
+            outputs,
+        })
     }
 
     async fn peers(

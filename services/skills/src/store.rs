@@ -154,3 +154,51 @@ impl Store {
         with_pool!(self.db, pool => sqlx::query_as::<_, ArtifactRow>(&sql).bind(artifact_id).bind(tenant_id).fetch_optional(pool).await)
     }
 }
+
+/// A strategy row.
+#[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
+pub struct StrategyRow {
+    pub strategy_id: String,
+    pub tenant_id: String,
+    pub session_id: String,
+    pub name: String,
+    /// JSON object: universe, lookback, rebalance, risk, cost_bps.
+    pub spec: String,
+    pub status: String,
+    pub created_at_ms: i64,
+}
+
+const STRATEGY_COLUMNS: &str =
+    "strategy_id, tenant_id, session_id, name, spec, status, created_at_ms";
+
+impl Store {
+    pub async fn insert_strategy(&self, s: &StrategyRow) -> Result<(), sqlx::Error> {
+        let _gate = self.db.write_gate().await;
+        let sql = format!(
+            "INSERT INTO strategies ({STRATEGY_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)"
+        );
+        with_pool!(self.db, pool => sqlx::query(&sql)
+            .bind(&s.strategy_id)
+            .bind(&s.tenant_id)
+            .bind(&s.session_id)
+            .bind(&s.name)
+            .bind(&s.spec)
+            .bind(&s.status)
+            .bind(s.created_at_ms)
+            .execute(pool)
+            .await
+            .map(|r| r.rows_affected()))?;
+        Ok(())
+    }
+
+    pub async fn strategy(
+        &self,
+        tenant_id: &str,
+        strategy_id: &str,
+    ) -> Result<Option<StrategyRow>, sqlx::Error> {
+        let sql = format!(
+            "SELECT {STRATEGY_COLUMNS} FROM strategies WHERE strategy_id = $1 AND tenant_id = $2"
+        );
+        with_pool!(self.db, pool => sqlx::query_as::<_, StrategyRow>(&sql).bind(strategy_id).bind(tenant_id).fetch_optional(pool).await)
+    }
+}
