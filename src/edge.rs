@@ -39,6 +39,9 @@ pub struct EdgeArgs {
     /// The skills service URL (skill catalog and runs).
     #[arg(long, env = "ITHACA_SKILLS_URL")]
     pub skills_url: Option<String>,
+    /// The approvals service URL (policy and approvals).
+    #[arg(long, env = "ITHACA_APPROVALS_URL")]
+    pub approvals_url: Option<String>,
     /// Another backend whose tools are learned from its gRPC reflection
     /// (repeatable).
     #[arg(long = "backend", env = "ITHACA_BACKENDS", value_delimiter = ',')]
@@ -91,6 +94,7 @@ async fn core(args: &EdgeArgs, key: &InternalKey) -> anyhow::Result<Arc<ithaca_e
         session_url: args.session_url.clone(),
         broker_url: args.broker_url.clone(),
         skills_url: args.skills_url.clone(),
+        approvals_url: args.approvals_url.clone(),
         reflected: args.backends.clone(),
         timeout: Duration::from_millis(args.backend_timeout_ms),
     };

@@ -13,6 +13,7 @@
 #![forbid(unsafe_code)]
 
 mod admin;
+mod approvals;
 mod edge;
 mod ingest;
 mod mcp;
@@ -48,6 +49,12 @@ enum Command {
     /// Create, list, revoke and verify API keys on a running auth service.
     #[command(subcommand)]
     Keys(admin::KeysCommand),
+    /// Show or change a tenant's policy (administrators).
+    #[command(subcommand)]
+    Policy(approvals::PolicyCommand),
+    /// List and decide approval requests (administrators).
+    #[command(subcommand)]
+    Approvals(approvals::ApprovalsCommand),
     /// Load data into a running stack (daily bars into the broker).
     #[command(subcommand)]
     Ingest(ingest::IngestCommand),
@@ -78,6 +85,8 @@ fn main() -> ExitCode {
             Command::Keys(cmd) => admin::keys(&cli.common, cmd).await,
             Command::Tenants(cmd) => admin::tenants(&cli.common, cmd).await,
             Command::Ingest(cmd) => ingest::run(&cli.common, cmd).await,
+            Command::Policy(cmd) => approvals::policy(&cli.common, cmd).await,
+            Command::Approvals(cmd) => approvals::approvals(&cli.common, cmd).await,
             Command::Mcp(args) => mcp::run(&cli.common, args).await,
         }
     });

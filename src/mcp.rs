@@ -63,6 +63,7 @@ pub async fn run(common: &CommonArgs, args: McpArgs) -> anyhow::Result<()> {
         session_url: stack.url(Service::Session),
         broker_url: stack.url(Service::Broker),
         skills_url: stack.url(Service::Skills),
+        approvals_url: stack.url(Service::Approvals),
         ..args.edge
     };
     let principal = edge::local_principal(&stack.tenant_id);

@@ -48,6 +48,7 @@ pub struct Spec {
     /// Services this one calls (skills calls broker and session).
     pub broker_url: Option<String>,
     pub session_url: Option<String>,
+    pub skills_url: Option<String>,
     pub shutdown: CancellationToken,
 }
 
@@ -62,6 +63,7 @@ pub async fn start(spec: Spec) -> anyhow::Result<JoinHandle<anyhow::Result<()>>>
         public_url,
         broker_url,
         session_url,
+        skills_url,
         shutdown,
     } = spec;
     let options = match service {
@@ -97,8 +99,17 @@ pub async fn start(spec: Spec) -> anyhow::Result<JoinHandle<anyhow::Result<()>>>
             };
             ithaca_skills::serve_options(db, key, &config)?
         }
+        Service::Approvals => {
+            let db = ithaca_approvals::open_db(&database_url, &schema)
+                .await
+                .with_context(|| format!("opening the {service} database"))?;
+            let config = ithaca_approvals::Config {
+                skills_url,
+                session_url,
+            };
+            ithaca_approvals::serve_options(db, key, &config)?
+        }
         Service::Edge => bail!("the edge has no database; start it with `ithaca serve edge`"),
-        other => bail!("the {other} service is not built yet; it arrives with its own issue"),
     };
     Ok(tokio::spawn(async move {
         ithaca_kit::server::serve(listener, options, shutdown)
@@ -140,6 +151,7 @@ pub async fn run(common: &CommonArgs, args: ServeArgs) -> anyhow::Result<()> {
         public_url: args.public_url,
         broker_url: args.edge.broker_url.clone(),
         session_url: args.edge.session_url.clone(),
+        skills_url: args.edge.skills_url.clone(),
         shutdown: shutdown.clone(),
     })
     .await?;

@@ -51,6 +51,7 @@ pub struct StackInfo {
     pub auth_url: Option<String>,
     pub session_url: Option<String>,
     pub broker_url: Option<String>,
+    pub approvals_url: Option<String>,
     pub tenant_id: Option<String>,
 }
 
@@ -67,6 +68,7 @@ impl StackInfo {
             auth_url: field("auth_url"),
             session_url: field("session_url"),
             broker_url: field("broker_url"),
+            approvals_url: field("approvals_url"),
             tenant_id: field("tenant_id"),
         }
     }
@@ -76,6 +78,7 @@ impl StackInfo {
             "auth_url": self.auth_url,
             "session_url": self.session_url,
             "broker_url": self.broker_url,
+            "approvals_url": self.approvals_url,
             "tenant_id": self.tenant_id,
             "pid": std::process::id(),
         });

@@ -21,11 +21,12 @@ use tokio::task::JoinHandle;
 
 /// The gRPC services `ithaca up` runs today. Skills, broker and approvals
 /// join this list as their issues land.
-const LOCAL_SERVICES: [Service; 4] = [
+const LOCAL_SERVICES: [Service; 5] = [
     Service::Auth,
     Service::Session,
     Service::Broker,
     Service::Skills,
+    Service::Approvals,
 ];
 
 #[derive(Debug, clap::Args)]
@@ -107,6 +108,7 @@ pub async fn start_services(
             public_url: public_url.to_owned(),
             broker_url: url_of(&urls, Service::Broker),
             session_url: url_of(&urls, Service::Session),
+            skills_url: url_of(&urls, Service::Skills),
             shutdown: shutdown.clone(),
         })
         .await?;
@@ -162,6 +164,7 @@ pub async fn run(common: &CommonArgs, args: UpArgs) -> anyhow::Result<()> {
         session_url: stack.url(Service::Session),
         broker_url: stack.url(Service::Broker),
         skills_url: stack.url(Service::Skills),
+        approvals_url: stack.url(Service::Approvals),
         backends: Vec::new(),
         auth: edge::AuthMode::On,
         local_tenant: stack.tenant_id.clone(),
@@ -185,6 +188,7 @@ pub async fn run(common: &CommonArgs, args: UpArgs) -> anyhow::Result<()> {
         auth_url: stack.url(Service::Auth),
         session_url: stack.url(Service::Session),
         broker_url: stack.url(Service::Broker),
+        approvals_url: stack.url(Service::Approvals),
         tenant_id: Some(stack.tenant_id.clone()),
     }
     .write(&args.data_dir)?;

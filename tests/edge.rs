@@ -86,6 +86,7 @@ async fn stack_with(options: HttpOptions, cache: Duration, session_url: Option<S
         session_url: Some(session_url.unwrap_or_else(|| session.url.clone())),
         broker_url: None,
         skills_url: None,
+        approvals_url: None,
         reflected: Vec::new(),
         timeout: Duration::from_secs(2),
     };

@@ -43,6 +43,8 @@ pub struct Backends {
     pub broker_url: Option<String>,
     /// The skills service (catalog and runs).
     pub skills_url: Option<String>,
+    /// The approvals service (policy and approvals).
+    pub approvals_url: Option<String>,
     /// Further backends whose descriptors come from their reflection.
     pub reflected: Vec<String>,
     /// Deadline of each backend call.
@@ -87,6 +89,12 @@ pub async fn build_core(backends: &Backends, key: InternalKey) -> Result<core::C
     if let Some(url) = &backends.broker_url {
         routes.insert(
             ithaca_proto::service_names::BROKER.to_owned(),
+            Backend::new(url, timeout)?,
+        );
+    }
+    if let Some(url) = &backends.approvals_url {
+        routes.insert(
+            ithaca_proto::service_names::APPROVALS.to_owned(),
             Backend::new(url, timeout)?,
         );
     }

@@ -41,6 +41,12 @@ pub mod skills {
     }
 }
 
+pub mod approvals {
+    pub mod v1 {
+        include!(concat!(env!("OUT_DIR"), "/ithaca.approvals.v1.rs"));
+    }
+}
+
 pub mod broker {
     pub mod v1 {
         include!(concat!(env!("OUT_DIR"), "/ithaca.broker.v1.rs"));
@@ -54,4 +60,5 @@ pub mod service_names {
     pub const SESSION: &str = "ithaca.session.v1.SessionService";
     pub const BROKER: &str = "ithaca.broker.v1.BrokerService";
     pub const SKILLS: &str = "ithaca.skills.v1.SkillsService";
+    pub const APPROVALS: &str = "ithaca.approvals.v1.ApprovalsService";
 }

@@ -51,6 +51,7 @@ pub fn event_name(t: EventType) -> Option<&'static str> {
         EventType::RunTransition => "run_transition",
         EventType::Denial => "denial",
         EventType::Error => "error",
+        EventType::Approval => "approval",
     })
 }
 

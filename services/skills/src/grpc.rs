@@ -128,6 +128,19 @@ impl Rpc for Grpc {
         )))
     }
 
+    async fn set_strategy_status(
+        &self,
+        request: Request<pb::SetStrategyStatusRequest>,
+    ) -> Result<Response<pb::Strategy>, Status> {
+        let caller = principal::of(&request)?;
+        let r = request.get_ref();
+        Ok(Response::new(strategy(
+            self.service
+                .set_strategy_status(&caller, &r.strategy_id, &r.status)
+                .await?,
+        )))
+    }
+
     async fn get_strategy(
         &self,
         request: Request<pb::GetStrategyRequest>,

@@ -264,6 +264,25 @@ impl SkillsService {
             })
     }
 
+    /// Move a strategy to paper or live (the approvals service does this
+    /// once a person approved the promotion).
+    pub async fn set_strategy_status(
+        &self,
+        caller: &Principal,
+        strategy_id: &str,
+        status: &str,
+    ) -> Result<StrategyRow, ServiceError> {
+        let tenant_id = tenant(caller)?;
+        if !matches!(status, "paper" | "live") {
+            return Err(ServiceError::invalid("status: must be paper or live"));
+        }
+        let strategy = self.strategy(caller, strategy_id).await?;
+        self.store
+            .set_strategy_status(tenant_id, &strategy.strategy_id, status)
+            .await?;
+        self.strategy(caller, &strategy.strategy_id).await
+    }
+
     async fn known_symbols(&self, caller: &Principal) -> Result<Vec<String>, ServiceError> {
         let channel = self.broker.clone().ok_or_else(|| {
             ServiceError::new(Code::Unavailable, "no broker service is configured")

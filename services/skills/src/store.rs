@@ -191,6 +191,25 @@ impl Store {
         Ok(())
     }
 
+    /// Move a tenant's strategy to `status`; false when there is none.
+    pub async fn set_strategy_status(
+        &self,
+        tenant_id: &str,
+        strategy_id: &str,
+        status: &str,
+    ) -> Result<bool, sqlx::Error> {
+        let _gate = self.db.write_gate().await;
+        let sql = "UPDATE strategies SET status = $3 WHERE strategy_id = $1 AND tenant_id = $2";
+        let n = with_pool!(self.db, pool => sqlx::query(sql)
+            .bind(strategy_id)
+            .bind(tenant_id)
+            .bind(status)
+            .execute(pool)
+            .await
+            .map(|r| r.rows_affected()))?;
+        Ok(n > 0)
+    }
+
     pub async fn strategy(
         &self,
         tenant_id: &str,

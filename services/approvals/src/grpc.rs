@@ -1,0 +1,168 @@
+//! The tonic adapter: protobuf in, domain call, protobuf out. No logic here.
+
+use crate::service::{ApprovalsService, PolicyChange, TYPED_ERRORS};
+use crate::store::{ApprovalRow, PolicyRow};
+use ithaca_kit::{clock, json, principal};
+use ithaca_proto::approvals::v1 as pb;
+use ithaca_proto::approvals::v1::approvals_service_server::ApprovalsService as Rpc;
+use serde_json::Value;
+use tonic::{Request, Response, Status};
+
+/// The gRPC face of [`ApprovalsService`].
+#[derive(Clone, Debug)]
+pub struct Grpc {
+    pub service: ApprovalsService,
+}
+
+fn policy(p: PolicyRow) -> pb::Policy {
+    pb::Policy {
+        kind: "policies.current".into(),
+        tenant_id: p.tenant_id,
+        trading: Some(pb::Trading {
+            enabled: p.trading_enabled,
+            detail: if p.trading_enabled {
+                "paper trading allowed with a person's approval"
+            } else {
+                "data and backtest only"
+            }
+            .into(),
+        }),
+        paper_trading_default: false,
+        live_execution: Some(pb::LiveExecution {
+            enabled: p.trading_enabled && p.live_enabled,
+            requires_connected_provider: true,
+        }),
+        execution: Some(pb::ExecutionLimits {
+            max_notional_usd: p.max_notional_usd,
+            max_quantity: p.max_quantity,
+            max_freshness_ms: 60_000,
+        }),
+        typed_errors: TYPED_ERRORS.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+fn parse(text: &str) -> Option<prost_types::Struct> {
+    serde_json::from_str::<Value>(text)
+        .ok()
+        .map(json::to_struct)
+}
+
+fn approval(a: ApprovalRow) -> pb::Approval {
+    pb::Approval {
+        arguments: parse(&a.arguments),
+        result: a.result.as_deref().and_then(parse),
+        approval_id: a.approval_id,
+        tool: a.tool,
+        status: a.status,
+        requested_by: a.requested_by,
+        decided_by: a.decided_by,
+        note: a.note,
+        session_id: a.session_id,
+        created_at: clock::rfc3339(a.created_at_ms),
+        decided_at: clock::rfc3339_opt(a.decided_at_ms),
+        expires_at: clock::rfc3339(a.expires_at_ms),
+    }
+}
+
+#[tonic::async_trait]
+impl Rpc for Grpc {
+    async fn get_policy(
+        &self,
+        request: Request<pb::GetPolicyRequest>,
+    ) -> Result<Response<pb::Policy>, Status> {
+        let caller = principal::of(&request)?;
+        Ok(Response::new(policy(
+            self.service
+                .policy(
+                    &caller,
+                    request.get_ref().tenant_id.as_deref().unwrap_or(""),
+                )
+                .await?,
+        )))
+    }
+
+    async fn set_policy(
+        &self,
+        request: Request<pb::SetPolicyRequest>,
+    ) -> Result<Response<pb::Policy>, Status> {
+        let caller = principal::of(&request)?;
+        let r = request.into_inner();
+        let change = PolicyChange {
+            trading_enabled: r.trading_enabled,
+            live_enabled: r.live_enabled,
+            max_notional_usd: r.max_notional_usd,
+            max_quantity: r.max_quantity,
+        };
+        Ok(Response::new(policy(
+            self.service
+                .set_policy(&caller, &r.tenant_id, change)
+                .await?,
+        )))
+    }
+
+    async fn promote_strategy(
+        &self,
+        request: Request<pb::PromoteStrategyRequest>,
+    ) -> Result<Response<pb::PromoteResult>, Status> {
+        let caller = principal::of(&request)?;
+        let r = request.get_ref();
+        let a = self
+            .service
+            .promote(&caller, &r.strategy_id, &r.mode)
+            .await?;
+        Ok(Response::new(pb::PromoteResult {
+            status: "pending_approval".into(),
+            approval_id: a.approval_id,
+        }))
+    }
+
+    async fn list_approvals(
+        &self,
+        request: Request<pb::ListApprovalsRequest>,
+    ) -> Result<Response<pb::ListApprovalsResponse>, Status> {
+        let caller = principal::of(&request)?;
+        let r = request.get_ref();
+        let rows = self
+            .service
+            .list(
+                &caller,
+                r.tenant_id.as_deref().unwrap_or(""),
+                r.status.as_deref(),
+            )
+            .await?;
+        Ok(Response::new(pb::ListApprovalsResponse {
+            approvals: rows.into_iter().map(approval).collect(),
+        }))
+    }
+
+    async fn get_approval(
+        &self,
+        request: Request<pb::GetApprovalRequest>,
+    ) -> Result<Response<pb::Approval>, Status> {
+        let caller = principal::of(&request)?;
+        Ok(Response::new(approval(
+            self.service
+                .get(&caller, "", &request.get_ref().approval_id)
+                .await?,
+        )))
+    }
+
+    async fn decide_approval(
+        &self,
+        request: Request<pb::DecideApprovalRequest>,
+    ) -> Result<Response<pb::Approval>, Status> {
+        let caller = principal::of(&request)?;
+        let r = request.get_ref();
+        let a = self
+            .service
+            .decide(
+                &caller,
+                r.tenant_id.as_deref().unwrap_or(""),
+                &r.approval_id,
+                &r.decision,
+                r.note.as_deref().unwrap_or(""),
+            )
+            .await?;
+        Ok(Response::new(approval(a)))
+    }
+}

@@ -1,0 +1,318 @@
+//! The money path against real services (gRPC, SQLite): policy refusals
+//! with a denial in the trace, pending approvals, decisions by people only,
+//! execution of the approved call as the requester, and every step traced.
+
+mod common;
+
+use ithaca_kit::client::Outbound;
+use ithaca_kit::json;
+use ithaca_kit::principal::{Actor, Principal};
+use ithaca_proto::approvals::v1 as pb;
+use ithaca_proto::approvals::v1::approvals_service_client::ApprovalsServiceClient;
+use ithaca_proto::session::v1 as spb;
+use ithaca_proto::skills::v1 as kpb;
+use ithaca_proto::skills::v1::skills_service_client::SkillsServiceClient;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+
+const DEMO: &[u8] = include_bytes!("../data/demo/stocks_daily_ohlcv_2000-2013.csv.gz");
+
+type Approvals = ApprovalsServiceClient<InterceptedService<Channel, Outbound>>;
+type Skills = SkillsServiceClient<InterceptedService<Channel, Outbound>>;
+
+async fn serve(options: ithaca_kit::server::ServeOptions) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    tokio::spawn(ithaca_kit::server::serve(
+        listener,
+        options,
+        ithaca_kit::shutdown::CancellationToken::new(),
+    ));
+    url
+}
+
+fn signed(url: &str, principal: Principal) -> (Channel, Outbound) {
+    (
+        ithaca_kit::client::channel(url).expect("url"),
+        Outbound::new(common::key(), principal),
+    )
+}
+
+fn approvals(url: &str, p: Principal) -> Approvals {
+    let (c, o) = signed(url, p);
+    ApprovalsServiceClient::with_interceptor(c, o)
+}
+
+fn skills(url: &str, p: Principal) -> Skills {
+    let (c, o) = signed(url, p);
+    SkillsServiceClient::with_interceptor(c, o)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promotion_needs_policy_and_a_person() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker_db = ithaca_broker::open_db(&common::sqlite_path(&dir, "broker"), "unused")
+        .await
+        .expect("db");
+    let demo = ithaca_broker::csv::parse_bars("demo.csv", DEMO).expect("demo");
+    ithaca_broker::service(broker_db.clone())
+        .ingest(
+            &Principal::system(""),
+            "demo.csv",
+            &demo.checksum.clone(),
+            demo.rows.into_iter().map(Into::into).collect(),
+        )
+        .await
+        .expect("ingest");
+    let broker = serve(ithaca_broker::serve_options(broker_db, common::key())).await;
+    let session = common::start_session(&common::sqlite_path(&dir, "session"), "unused").await;
+    let skills_db = ithaca_skills::open_db(&common::sqlite_path(&dir, "skills"), "unused")
+        .await
+        .expect("db");
+    let skills_url = serve(
+        ithaca_skills::serve_options(
+            skills_db,
+            common::key(),
+            &ithaca_skills::Config {
+                broker_url: Some(broker),
+                session_url: Some(session.url.clone()),
+            },
+        )
+        .expect("options"),
+    )
+    .await;
+    let approvals_db = ithaca_approvals::open_db(&common::sqlite_path(&dir, "approvals"), "unused")
+        .await
+        .expect("db");
+    let approvals_url = serve(
+        ithaca_approvals::serve_options(
+            approvals_db,
+            common::key(),
+            &ithaca_approvals::Config {
+                skills_url: Some(skills_url.clone()),
+                session_url: Some(session.url.clone()),
+            },
+        )
+        .expect("options"),
+    )
+    .await;
+
+    let tenant = "tenant-a";
+    let agent = common::agent(tenant, "agent-a");
+    let mut sessions = common::session_client(&session.url, agent.clone());
+    let sid = sessions
+        .session_context(spb::SessionContextRequest {
+            prompt: "promote".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("session")
+        .into_inner()
+        .session_id;
+    let in_session = Principal {
+        session_id: Some(sid.clone()),
+        ..agent.clone()
+    };
+    let strategy = skills(&skills_url, in_session.clone())
+        .propose_strategy(kpb::ProposeStrategyRequest {
+            name: "m".into(),
+            universe: vec!["MSFT".into()],
+            lookback: 126,
+            rebalance: 21,
+            risk: None,
+            cost_bps: None,
+        })
+        .await
+        .expect("propose")
+        .into_inner();
+    let mut a = approvals(&approvals_url, in_session.clone());
+    let promote = |id: &str| pb::PromoteStrategyRequest {
+        strategy_id: id.to_owned(),
+        mode: "paper".into(),
+    };
+
+    // Trading is disabled by default: refused, with a denial in the trace.
+    let policy = a
+        .get_policy(pb::GetPolicyRequest { tenant_id: None })
+        .await
+        .expect("policy")
+        .into_inner();
+    assert_eq!(policy.kind, "policies.current");
+    assert!(!policy.trading.expect("trading").enabled);
+    assert!(policy.typed_errors.contains(&"TRADING_DISABLED".to_owned()));
+    let err = a
+        .promote_strategy(promote(&strategy.strategy_id))
+        .await
+        .expect_err("disabled");
+    assert_eq!(
+        ithaca_kit::error::domain_code(&err),
+        Some("TRADING_DISABLED")
+    );
+
+    // Only administrators change the policy.
+    let err = a
+        .set_policy(pb::SetPolicyRequest {
+            tenant_id: String::new(),
+            trading_enabled: Some(true),
+            ..Default::default()
+        })
+        .await
+        .expect_err("agents cannot");
+    assert_eq!(err.code(), tonic::Code::PermissionDenied);
+    let mut admin = approvals(&approvals_url, Principal::system(tenant));
+    admin
+        .set_policy(pb::SetPolicyRequest {
+            tenant_id: tenant.into(),
+            trading_enabled: Some(true),
+            ..Default::default()
+        })
+        .await
+        .expect("administrator sets the policy");
+
+    // Now it waits for a person.
+    let err = a
+        .promote_strategy(promote(&uuid::Uuid::new_v4().to_string()))
+        .await
+        .expect_err("no such strategy");
+    assert_eq!(err.code(), tonic::Code::NotFound);
+    let pending = a
+        .promote_strategy(promote(&strategy.strategy_id))
+        .await
+        .expect("pending")
+        .into_inner();
+    assert_eq!(pending.status, "pending_approval");
+    let id = pending.approval_id.clone();
+    let polled = a
+        .get_approval(pb::GetApprovalRequest {
+            approval_id: id.clone(),
+        })
+        .await
+        .expect("poll")
+        .into_inner();
+    assert_eq!(polled.status, "pending");
+
+    // An agent cannot decide, even with the scope; a person can.
+    let decide = |decision: &str| pb::DecideApprovalRequest {
+        approval_id: id.clone(),
+        decision: decision.into(),
+        note: None,
+        tenant_id: None,
+    };
+    let err = a
+        .decide_approval(decide("approve"))
+        .await
+        .expect_err("agent");
+    assert_eq!(ithaca_kit::error::domain_code(&err), Some("HUMAN_REQUIRED"));
+    let other_tenant = Principal {
+        actor: Actor::Human,
+        ..common::agent("tenant-b", "person-b")
+    };
+    let err = approvals(&approvals_url, other_tenant)
+        .decide_approval(decide("approve"))
+        .await
+        .expect_err("other tenant");
+    assert_eq!(err.code(), tonic::Code::NotFound);
+    let human = Principal {
+        actor: Actor::Human,
+        ..common::agent(tenant, "person")
+    };
+    let mut h = approvals(&approvals_url, human);
+    let decided = h
+        .decide_approval(decide("approve"))
+        .await
+        .expect("approve")
+        .into_inner();
+    assert_eq!(decided.status, "executed", "the approved call ran");
+    let err = h.decide_approval(decide("deny")).await.expect_err("twice");
+    assert_eq!(
+        ithaca_kit::error::domain_code(&err),
+        Some("ALREADY_DECIDED")
+    );
+    let now = skills(&skills_url, in_session.clone())
+        .get_strategy(kpb::GetStrategyRequest {
+            strategy_id: strategy.strategy_id.clone(),
+        })
+        .await
+        .expect("strategy")
+        .into_inner();
+    assert_eq!(now.status, "paper");
+
+    // A denied request never runs.
+    let second = skills(&skills_url, in_session.clone())
+        .propose_strategy(kpb::ProposeStrategyRequest {
+            name: "n".into(),
+            universe: vec!["IBM".into()],
+            lookback: 63,
+            rebalance: 21,
+            risk: None,
+            cost_bps: None,
+        })
+        .await
+        .expect("propose")
+        .into_inner();
+    let p2 = a
+        .promote_strategy(promote(&second.strategy_id))
+        .await
+        .expect("pending")
+        .into_inner();
+    let denied = h
+        .decide_approval(pb::DecideApprovalRequest {
+            approval_id: p2.approval_id,
+            decision: "deny".into(),
+            note: Some("too risky".into()),
+            tenant_id: None,
+        })
+        .await
+        .expect("deny")
+        .into_inner();
+    assert_eq!(
+        (denied.status.as_str(), denied.note.as_str()),
+        ("denied", "too risky")
+    );
+    let still = skills(&skills_url, in_session)
+        .get_strategy(kpb::GetStrategyRequest {
+            strategy_id: second.strategy_id,
+        })
+        .await
+        .expect("strategy")
+        .into_inner();
+    assert_eq!(still.status, "draft");
+
+    // Every step is in the requester's trace, in order.
+    let events = sessions
+        .read_events(spb::ReadEventsRequest {
+            session_id: sid,
+            after_seq: 0,
+            limit: 100,
+        })
+        .await
+        .expect("read")
+        .into_inner()
+        .events;
+    let steps: Vec<String> = events
+        .iter()
+        .filter(|e| e.r#type == "denial" || e.r#type == "approval")
+        .map(|e| {
+            let p = json::from_struct(e.payload.clone().expect("payload"));
+            format!(
+                "{}:{}",
+                e.r#type,
+                p["status"].as_str().or(p["error"].as_str()).unwrap_or("")
+            )
+        })
+        .collect();
+    assert_eq!(
+        steps,
+        vec![
+            "denial:TRADING_DISABLED",
+            "approval:pending",
+            "denial:HUMAN_REQUIRED",
+            "approval:approved",
+            "approval:executed",
+            "approval:pending",
+            "approval:denied"
+        ]
+    );
+}
