@@ -5,7 +5,9 @@
 # Inspector CLI in both eras. Each lists tools, opens a session with
 # session_context, calls a gated tool and reads the session's resource.
 #
-# Usage: tests/clients/e2e.sh TOOLS_DIR BIN_DIR
+# Usage: tests/clients/e2e.sh TOOLS_DIR BIN_DIR [POSTGRES_URL]
+#   With POSTGRES_URL (a server where a scratch database may be created), the
+#   research story runs a second time against a stack on PostgreSQL.
 set -Eeuo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 tools="${1:?usage: e2e.sh TOOLS_DIR BIN_DIR}"
@@ -78,6 +80,32 @@ done
 
 run "python mcp 2.3 over stdio (ithaca mcp)" "$tools/bin/python" "$here/mcp_smoke.py" --tool session_close \
   --resource "$resource" --stdio -- "$bin/ithaca" mcp --data-dir "$work/stdio"
+
+human="$(awk '$1 == "human" && $2 == "key" {print $3}' "$work/up.log")"
+run "the research story on SQLite (python mcp 2.3, 2026-07-28)" "$tools/bin/python" "$here/story.py" "$url" "$key" "$human" -- \
+  "$bin/ithaca" policy set --trading on --data-dir "$work/stack"
+
+if [[ -n "${3:-}" ]]; then
+  # The same story on PostgreSQL, in a scratch database dropped afterwards.
+  pg="$3"
+  db="ithaca_e2e_$$"
+  psql "$pg" -qAt -c "CREATE DATABASE $db" >/dev/null
+  pg_db="${pg%/*}/$db"
+  DOOMBERG_DB="$pg_db" RUST_LOG=warn "$bin/ithaca" up --port-base 0 --data-dir "$work/pgstack" >"$work/pgup.log" 2>"$work/pgup.err" &
+  pgpid=$!
+  for _ in $(seq 1 300); do grep -q "ithaca: ready" "$work/pgup.log" 2>/dev/null && break; sleep 0.1; done
+  if grep -q "ithaca: ready" "$work/pgup.log"; then
+    pgurl="$(awk '$1 == "mcp" {print $2}' "$work/pgup.log")"
+    pgkey="$(awk '$1 == "agent" && $2 == "key" {print $3}' "$work/pgup.log")"
+    pghuman="$(awk '$1 == "human" && $2 == "key" {print $3}' "$work/pgup.log")"
+    run "the research story on PostgreSQL (python mcp 2.3, 2026-07-28)" "$tools/bin/python" "$here/story.py" "$pgurl" "$pgkey" "$pghuman" -- \
+      env DOOMBERG_DB="$pg_db" "$bin/ithaca" policy set --trading on --data-dir "$work/pgstack"
+  else
+    echo "  FAIL  ithaca up on PostgreSQL did not get ready"; cat "$work/pgup.err"; failures=$((failures + 1))
+  fi
+  kill "$pgpid" 2>/dev/null; wait "$pgpid" 2>/dev/null || true
+  psql "$pg" -qAt -c "DROP DATABASE IF EXISTS $db" >/dev/null
+fi
 
 if (( failures > 0 )); then
   echo "e2e: $failures client run(s) failed" >&2
