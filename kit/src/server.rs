@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 use tonic::service::Routes;
 use tonic::transport::Server;
+use tonic::transport::server::TcpIncoming;
 use tonic_health::ServingStatus;
 
 /// How long in-flight calls may take to finish after shutdown begins.
@@ -68,10 +68,13 @@ pub async fn serve(
                 .await;
         }
     };
+    // TCP_NODELAY: a response's trailers are a separate small write; with
+    // Nagle on they wait for the peer's delayed ACK (40 ms on Linux).
+    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     let server = Server::builder()
         .trace_fn(crate::propagation::server_span)
         .add_routes(routes)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), signal);
+        .serve_with_incoming_shutdown(incoming, signal);
     tokio::pin!(server);
     tokio::select! {
         result = &mut server => Ok(result?),
