@@ -1,0 +1,161 @@
+//! `ithaca-bench`: measures the MCP edge side by side with a bare axum
+//! handler and a FastMCP server, plus trace appends, memory and start-up, in
+//! one run that starts everything it measures on loopback and stops it.
+//!
+//! ```sh
+//! cargo build --release -p ithaca -p ithaca-bench
+//! target/release/ithaca-bench
+//! ```
+//!
+//! The load comes from this binary's own driver on `hyper` (see
+//! [`driver`]); every phase is bounded in requests and in time.
+
+mod appends;
+mod backend;
+mod bare;
+mod driver;
+mod fastmcp;
+mod mcp;
+mod procs;
+mod report;
+mod run;
+
+use clap::{Parser, Subcommand};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+#[derive(Debug, Parser)]
+#[command(name = "ithaca-bench", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve the probe backend (`bench_ping`); started by the benchmark.
+    #[command(hide = true)]
+    Backend {
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: SocketAddr,
+    },
+    /// Drive one MCP server with `tools/call bench_ping` and print the
+    /// figures (for profiling by hand; the session must already be open).
+    Load {
+        /// `host:port` of the server.
+        #[arg(long)]
+        addr: String,
+        /// Bearer token.
+        #[arg(long)]
+        token: String,
+        /// `2026-07-28` or `2025-06-18` (which then initializes first).
+        #[arg(long, default_value = "2026-07-28")]
+        era: String,
+        #[arg(long, default_value_t = 16)]
+        concurrency: usize,
+        #[arg(long, default_value_t = 10.0)]
+        seconds: f64,
+        #[arg(long, default_value_t = 1_000_000)]
+        requests: u64,
+        /// Requests per second (open loop); as fast as possible without it.
+        #[arg(long)]
+        rate: Option<f64>,
+    },
+    /// Serve the bare limit: a plain axum handler returning a fixed body;
+    /// started by the benchmark.
+    #[command(hide = true)]
+    Bare {
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: SocketAddr,
+        /// The response body to return for every POST /mcp.
+        #[arg(long)]
+        body_file: PathBuf,
+    },
+}
+
+/// What one benchmark run measures and how hard.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunArgs {
+    /// Open connections (each sends its next request when the previous
+    /// answer is in).
+    #[arg(long, default_value_t = 16)]
+    pub concurrency: usize,
+    /// Requests per load phase, at most.
+    #[arg(long, default_value_t = 40_000)]
+    pub requests: u64,
+    /// Seconds per load phase, at most.
+    #[arg(long, default_value_t = 10.0)]
+    pub seconds: f64,
+    /// Requests sent before each phase and not counted.
+    #[arg(long, default_value_t = 300)]
+    pub warmup: u64,
+    /// Trace appends per database, at most (also bounded by --seconds).
+    #[arg(long, default_value_t = 20_000)]
+    pub appends: u64,
+    /// Concurrent appenders to one session in the trace-append phases.
+    #[arg(long, default_value_t = 16)]
+    pub append_writers: usize,
+    /// PostgreSQL for the trace-append phase; a fresh schema is created and
+    /// dropped. `none` skips it.
+    #[arg(
+        long,
+        env = "ITHACA_BENCH_POSTGRES_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/test"
+    )]
+    pub postgres_url: String,
+    /// Skip the FastMCP anchor (no Python needed then).
+    #[arg(long)]
+    pub no_fastmcp: bool,
+    /// The `ithaca` binary (default: next to this one).
+    #[arg(long)]
+    pub ithaca: Option<PathBuf>,
+    /// Where the JSON report goes (default target/ithaca-bench/report.json).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// The Python that creates the FastMCP venv.
+    #[arg(long, default_value = "python3")]
+    pub python: String,
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    match cli.command {
+        Some(Command::Backend { listen }) => runtime.block_on(backend::serve(listen)),
+        Some(Command::Bare { listen, body_file }) => {
+            runtime.block_on(bare::serve(listen, body_file))
+        }
+        Some(Command::Load {
+            addr,
+            token,
+            era,
+            concurrency,
+            seconds,
+            requests,
+            rate,
+        }) => runtime.block_on(async move {
+            let target = if era == mcp::LEGACY {
+                mcp::initialize(&addr, &token).await?;
+                mcp::legacy_call(&addr, &token)?
+            } else {
+                mcp::modern_call(&addr, &token)?
+            };
+            let spec = driver::Spec {
+                concurrency,
+                requests,
+                duration: std::time::Duration::from_secs_f64(seconds),
+                warmup: 100,
+                rate,
+            };
+            let outcome = driver::load(target, spec).await?;
+            println!("{}", serde_json::to_string_pretty(&outcome)?);
+            Ok(())
+        }),
+        None => runtime.block_on(run::run(cli.run)),
+    }
+}
