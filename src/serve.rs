@@ -97,7 +97,7 @@ pub async fn start(spec: Spec) -> anyhow::Result<JoinHandle<anyhow::Result<()>>>
                 broker_url,
                 session_url,
             };
-            ithaca_skills::serve_options(db, key, &config)?
+            ithaca_skills::serve_options(db, key, &config, shutdown.clone())?
         }
         Service::Approvals => {
             let db = ithaca_approvals::open_db(&database_url, &schema)

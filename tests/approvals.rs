@@ -79,6 +79,7 @@ async fn promotion_needs_policy_and_a_person() {
                 broker_url: Some(broker),
                 session_url: Some(session.url.clone()),
             },
+            ithaca_kit::shutdown::CancellationToken::new(),
         )
         .expect("options"),
     )

@@ -71,9 +71,16 @@ async fn stack_on(store: Store) -> Stack {
         broker_url: Some(broker),
         session_url: Some(session.url.clone()),
     };
-    let skills =
-        serve(ithaca_skills::serve_options(skills_db, common::key(), &config).expect("options"))
-            .await;
+    let skills = serve(
+        ithaca_skills::serve_options(
+            skills_db,
+            common::key(),
+            &config,
+            ithaca_kit::shutdown::CancellationToken::new(),
+        )
+        .expect("options"),
+    )
+    .await;
     Stack {
         skills_url: skills,
         session_url: session.url.clone(),
@@ -118,14 +125,31 @@ fn closes() -> BTreeMap<String, Vec<(String, f64)>> {
     by_symbol
 }
 
+/// Run a skill and, for batch skills, wait (subscribe_run) until the run
+/// has finished.
 async fn run(c: &mut Client, skill: &str, inputs: Value) -> Result<pb::Run, tonic::Status> {
-    c.run_skill(pb::RunSkillRequest {
-        skill_id: skill.into(),
-        version: None,
-        inputs: Some(json::to_struct(inputs)),
-    })
-    .await
-    .map(tonic::Response::into_inner)
+    let mut run = c
+        .run_skill(pb::RunSkillRequest {
+            skill_id: skill.into(),
+            version: None,
+            inputs: Some(json::to_struct(inputs)),
+        })
+        .await?
+        .into_inner();
+    for _ in 0..10 {
+        if !matches!(run.status.as_str(), "queued" | "running") {
+            break;
+        }
+        run = c
+            .subscribe_run(pb::SubscribeRunRequest {
+                run_id: run.run_id.clone(),
+                status: Some(run.status.clone()),
+                wait_ms: Some(10_000),
+            })
+            .await?
+            .into_inner();
+    }
+    Ok(run)
 }
 
 fn outputs(run: &pb::Run) -> Value {
@@ -574,14 +598,32 @@ async fn strategies_are_proposed_traced_and_backtested() {
         "{}",
         err.message()
     );
-    let err = run(
+    let failed = run(
         &mut c,
         "backtest.momentum",
         json!({"strategy_id": uuid::Uuid::new_v4().to_string()}),
     )
     .await
-    .expect_err("missing");
-    assert_eq!(err.code(), tonic::Code::NotFound);
+    .expect("queued");
+    assert_eq!(
+        failed.status, "failed",
+        "a batch run with a missing strategy fails"
+    );
+    assert!(
+        failed.error.starts_with("strategy_id: no strategy"),
+        "{}",
+        failed.error
+    );
+
+    // A finished run cannot be cancelled.
+    let err = c
+        .cancel_run(pb::CancelRunRequest {
+            run_id: failed.run_id.clone(),
+        })
+        .await
+        .expect_err("finished");
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+    assert_eq!(ithaca_kit::error::domain_code(&err), Some("RUN_FINISHED"));
     let mut other = client(&s.skills_url, common::agent("tenant-b", "agent-b"));
     let err = other
         .get_strategy(pb::GetStrategyRequest {
@@ -590,4 +632,53 @@ async fn strategies_are_proposed_traced_and_backtested() {
         .await
         .expect_err("hidden");
     assert_eq!(err.code(), tonic::Code::NotFound);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_left_running_by_a_stopped_worker_are_failed_not_stuck() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = ithaca_skills::open_db(&common::sqlite_path(&dir, "skills"), "unused")
+        .await
+        .expect("db");
+    let now = ithaca_kit::clock::now_ms();
+    let stuck = ithaca_skills::store::RunRow {
+        run_id: uuid::Uuid::new_v4().to_string(),
+        tenant_id: "tenant-a".into(),
+        session_id: String::new(),
+        skill_id: "backtest.momentum".into(),
+        version: "1.0".into(),
+        inputs: "{}".into(),
+        status: "running".into(),
+        outputs: None,
+        error: String::new(),
+        created_at_ms: now - 3_600_000,
+        updated_at_ms: now - 3_600_000,
+        requester: String::new(),
+    };
+    ithaca_skills::store::Store::new(db.clone())
+        .insert_run(&stuck)
+        .await
+        .expect("insert");
+    // A restarted service's worker notices it.
+    let svc = ithaca_skills::service(db, common::key(), &ithaca_skills::Config::default())
+        .expect("service");
+    let shutdown = ithaca_kit::shutdown::CancellationToken::new();
+    svc.spawn_worker(shutdown.clone());
+    let owner = common::agent("tenant-a", "agent-a");
+    let mut status = String::new();
+    for _ in 0..50 {
+        let view = svc.get_run(&owner, &stuck.run_id).await.expect("run");
+        status = view.run.status.clone();
+        if status == "failed" {
+            assert!(
+                view.run.error.starts_with("interrupted"),
+                "{}",
+                view.run.error
+            );
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    shutdown.cancel();
+    assert_eq!(status, "failed");
 }

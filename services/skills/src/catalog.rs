@@ -115,7 +115,7 @@ pub fn builtin() -> Vec<Manifest> {
                 "symbol": {"type": "string"}, "total_return": {"type": "number"}, "cagr": {"type": "number"},
                 "volatility": {"type": "number"}, "sharpe": {"type": "number"}, "max_drawdown": {"type": "number"},
                 "trades": {"type": "integer"}, "buy_and_hold_return": {"type": "number"}}}),
-            profile: "interactive",
+            profile: "batch",
             asset_class: "equity",
             source_classes: &["computed"],
             trigger_compatible: true,

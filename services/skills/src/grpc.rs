@@ -232,6 +232,30 @@ impl Rpc for Grpc {
             .await?)))
     }
 
+    async fn cancel_run(
+        &self,
+        request: Request<pb::CancelRunRequest>,
+    ) -> Result<Response<pb::Run>, Status> {
+        let caller = principal::of(&request)?;
+        Ok(Response::new(run(self
+            .service
+            .cancel(&caller, &request.get_ref().run_id)
+            .await?)))
+    }
+
+    async fn subscribe_run(
+        &self,
+        request: Request<pb::SubscribeRunRequest>,
+    ) -> Result<Response<pb::Run>, Status> {
+        let caller = principal::of(&request)?;
+        let r = request.get_ref();
+        let view = self
+            .service
+            .subscribe(&caller, &r.run_id, r.status.as_deref(), r.wait_ms)
+            .await?;
+        Ok(Response::new(run(view)))
+    }
+
     async fn read_run(
         &self,
         request: Request<pb::GetRunRequest>,

@@ -49,15 +49,18 @@ pub fn service(
     service::SkillsService::new(store::Store::new(db), key, config)
 }
 
-/// The gRPC routes of the skills service, behind the principal verifier.
+/// The gRPC routes of the skills service, behind the principal verifier,
+/// and its background worker for batch runs (stopped by `shutdown`).
+/// Must be called within a Tokio runtime.
 pub fn serve_options(
     db: Db,
     key: InternalKey,
     config: &Config,
+    shutdown: tokio_util::sync::CancellationToken,
 ) -> Result<ServeOptions, ithaca_kit::client::BadUrl> {
-    let grpc = grpc::Grpc {
-        service: service(db, key.clone(), config)?,
-    };
+    let service = service(db, key.clone(), config)?;
+    service.spawn_worker(shutdown);
+    let grpc = grpc::Grpc { service };
     let server = SkillsServiceServer::with_interceptor(grpc, Verifier::new(key));
     Ok(ServeOptions {
         service_names: vec![ithaca_proto::service_names::SKILLS],

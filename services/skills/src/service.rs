@@ -59,7 +59,12 @@ pub struct SkillsService {
     key: InternalKey,
     broker: Option<Channel>,
     session: Option<Channel>,
+    /// Wakes the background worker when a batch run is queued.
+    wake: std::sync::Arc<tokio::sync::Notify>,
 }
+
+/// A run `running` for longer than this was left by a stopped worker.
+const STALE_RUN_MS: i64 = 10 * 60 * 1000;
 
 impl SkillsService {
     pub fn new(
@@ -74,6 +79,7 @@ impl SkillsService {
             key,
             broker: channel(&config.broker_url)?,
             session: channel(&config.session_url)?,
+            wake: std::sync::Arc::new(tokio::sync::Notify::new()),
         })
     }
 
@@ -107,7 +113,9 @@ impl SkillsService {
         catalog::find(skill_id, version).ok_or_else(|| unknown_skill(skill_id, version))
     }
 
-    /// Validate inputs, record the run and run it.
+    /// Validate inputs and record the run. Interactive skills run within the
+    /// call; batch skills are queued for the background worker and the run
+    /// comes back `queued` (follow it with get_run or subscribe_run).
     pub async fn run(
         &self,
         caller: &Principal,
@@ -125,48 +133,201 @@ impl SkillsService {
             session_id: caller.session_id.clone().unwrap_or_default(),
             skill_id: manifest.skill_id.to_owned(),
             version: manifest.version.to_owned(),
-            inputs: Value::Object(inputs.clone()).to_string(),
+            inputs: Value::Object(inputs).to_string(),
             status: "queued".to_owned(),
             outputs: None,
             error: String::new(),
             created_at_ms: now,
             updated_at_ms: now,
+            requester: serde_json::to_string(caller).map_err(|e| ServiceError::internal(&e))?,
         };
         self.store.insert_run(&run).await?;
         self.trace(caller, &run, "draft", "queued", None).await;
-        self.step(caller, &run, "queued", "running", None, "")
-            .await?;
-
-        match self.compute(caller, &manifest, &inputs).await {
-            Ok(produced) => {
-                for (name, mime, body) in produced.artifacts {
-                    self.store
-                        .insert_artifact(&ArtifactRow {
-                            artifact_id: uuid::Uuid::new_v4().hyphenated().to_string(),
-                            run_id: run.run_id.clone(),
-                            tenant_id: tenant_id.to_owned(),
-                            name,
-                            mime_type: mime.to_owned(),
-                            body,
-                            created_at_ms: clock::now_ms(),
-                        })
-                        .await?;
-                }
-                let outputs = produced.outputs.to_string();
-                self.step(caller, &run, "running", "succeeded", Some(&outputs), "")
-                    .await?;
-                self.get_run(caller, &run.run_id).await
-            }
-            Err(err) => {
-                self.step(caller, &run, "running", "failed", None, &err.message)
-                    .await?;
+        if manifest.profile == "batch" {
+            self.wake.notify_one();
+            return self.get_run(caller, &run.run_id).await;
+        }
+        match self.execute(caller, &run).await {
+            Some(err) => Err(ServiceError {
                 // The caller learns why, and which run recorded it.
-                Err(ServiceError {
-                    message: format!("{} (run {} failed)", err.message, run.run_id),
-                    ..err
-                })
+                message: format!("{} (run {} failed)", err.message, run.run_id),
+                ..err
+            }),
+            None => self.get_run(caller, &run.run_id).await,
+        }
+    }
+
+    /// Claim a queued run and compute it; the error, if it failed. A run
+    /// another worker claimed, or one cancelled meanwhile, is left alone.
+    async fn execute(&self, caller: &Principal, run: &RunRow) -> Option<ServiceError> {
+        match self.step(caller, run, "queued", "running", None, "").await {
+            Ok(true) => {}
+            Ok(false) => return None,
+            Err(err) => return Some(err),
+        }
+        let Some(manifest) = catalog::find(&run.skill_id, Some(&run.version)) else {
+            let err = unknown_skill(&run.skill_id, Some(&run.version));
+            let _ = self
+                .step(caller, run, "running", "failed", None, &err.message)
+                .await;
+            return Some(err);
+        };
+        let inputs: Map<String, Value> = serde_json::from_str(&run.inputs).unwrap_or_default();
+        let produced = match self.compute(caller, &manifest, &inputs).await {
+            Ok(produced) => produced,
+            Err(err) => {
+                let _ = self
+                    .step(caller, run, "running", "failed", None, &err.message)
+                    .await;
+                return Some(err);
+            }
+        };
+        // Artifacts first, so a succeeded run always has them.
+        for (name, mime, body) in produced.artifacts {
+            let artifact = ArtifactRow {
+                artifact_id: uuid::Uuid::new_v4().hyphenated().to_string(),
+                run_id: run.run_id.clone(),
+                tenant_id: run.tenant_id.clone(),
+                name,
+                mime_type: mime.to_owned(),
+                body,
+                created_at_ms: clock::now_ms(),
+            };
+            if let Err(err) = self.store.insert_artifact(&artifact).await {
+                return Some(err.into());
             }
         }
+        let outputs = produced.outputs.to_string();
+        match self
+            .step(caller, run, "running", "succeeded", Some(&outputs), "")
+            .await
+        {
+            Ok(true) => None,
+            // Cancelled while computing: the results are dropped.
+            Ok(false) => self
+                .store
+                .delete_artifacts(&run.run_id)
+                .await
+                .err()
+                .map(Into::into),
+            Err(err) => Some(err),
+        }
+    }
+
+    /// Cancel a queued or running run.
+    pub async fn cancel(&self, caller: &Principal, run_id: &str) -> Result<RunView, ServiceError> {
+        let view = self.get_run(caller, run_id).await?;
+        let run = view.run;
+        if !matches!(run.status.as_str(), "queued" | "running") {
+            return Err(ServiceError::precondition(format!(
+                "run_id: run {} already {}; only queued or running runs can be cancelled",
+                run.run_id, run.status
+            ))
+            .with_domain("RUN_FINISHED"));
+        }
+        if !self
+            .step(
+                caller,
+                &run,
+                &run.status,
+                "cancelled",
+                None,
+                "cancelled by the caller",
+            )
+            .await?
+        {
+            // It finished in the meantime.
+            let now = self.get_run(caller, &run.run_id).await?;
+            return Err(ServiceError::precondition(format!(
+                "run_id: run {} already {}",
+                run.run_id, now.run.status
+            ))
+            .with_domain("RUN_FINISHED"));
+        }
+        self.get_run(caller, &run.run_id).await
+    }
+
+    /// Wait until the run's status differs from `status` (default: the
+    /// current one) or `wait_ms` passes.
+    pub async fn subscribe(
+        &self,
+        caller: &Principal,
+        run_id: &str,
+        status: Option<&str>,
+        wait_ms: Option<i32>,
+    ) -> Result<RunView, ServiceError> {
+        let wait = match wait_ms {
+            None => 20_000,
+            Some(ms) if (0..=30_000).contains(&ms) => ms as u64,
+            Some(_) => {
+                return Err(ServiceError::invalid(
+                    "wait_ms: must be between 0 and 30000",
+                ));
+            }
+        };
+        let first = self.get_run(caller, run_id).await?;
+        let from = status
+            .map(str::to_owned)
+            .unwrap_or_else(|| first.run.status.clone());
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_millis(wait);
+        let mut view = first;
+        while view.run.status == from && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            view = self.get_run(caller, run_id).await?;
+        }
+        Ok(view)
+    }
+
+    /// The background worker: runs queued batch runs one at a time (as the
+    /// principal that queued them) until `shutdown`, and fails runs a
+    /// crashed worker left `running`, so no run stays stuck.
+    pub fn spawn_worker(&self, shutdown: tokio_util::sync::CancellationToken) {
+        let service = self.clone();
+        tokio::spawn(async move {
+            while !shutdown.is_cancelled() {
+                match service
+                    .store
+                    .fail_stale(STALE_RUN_MS, clock::now_ms())
+                    .await
+                {
+                    Ok(0) => {}
+                    Ok(n) => tracing::warn!(runs = n, "failed runs a stopped worker left running"),
+                    Err(err) => tracing::warn!(error = %err, "checking for stale runs failed"),
+                }
+                match service.store.next_queued().await {
+                    Ok(Some(run)) => {
+                        match serde_json::from_str::<Principal>(&run.requester) {
+                            Ok(requester) => {
+                                if let Some(err) = service.execute(&requester, &run).await {
+                                    tracing::info!(run_id = %run.run_id, error = %err.message, "batch run failed");
+                                }
+                            }
+                            Err(_) => {
+                                let system = Principal::system(run.tenant_id.clone());
+                                let _ = service
+                                    .step(
+                                        &system,
+                                        &run,
+                                        "queued",
+                                        "failed",
+                                        None,
+                                        "the run has no requester to act for",
+                                    )
+                                    .await;
+                            }
+                        }
+                        continue;
+                    }
+                    Ok(None) => {}
+                    Err(err) => tracing::warn!(error = %err, "reading the run queue failed"),
+                }
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = service.wake.notified() => {}
+                    _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+                }
+            }
+        });
     }
 
     /// Check a momentum strategy, store it as a draft and record
@@ -333,20 +494,17 @@ impl SkillsService {
         to: &str,
         outputs: Option<&str>,
         error: &str,
-    ) -> Result<(), ServiceError> {
+    ) -> Result<bool, ServiceError> {
         if !self
             .store
             .transition(&run.run_id, from, to, outputs, error, clock::now_ms())
             .await?
         {
-            return Err(ServiceError::precondition(format!(
-                "run {} is no longer {from}",
-                run.run_id
-            )));
+            return Ok(false);
         }
         let detail = (!error.is_empty()).then(|| error.to_owned());
         self.trace(caller, run, from, to, detail).await;
-        Ok(())
+        Ok(true)
     }
 
     /// Record a `run_transition` in the caller's session, when there is one.

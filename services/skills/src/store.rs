@@ -30,6 +30,8 @@ pub struct RunRow {
     pub error: String,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
+    /// The principal (JSON) a batch run executes as.
+    pub requester: String,
 }
 
 /// An artifact row.
@@ -44,7 +46,7 @@ pub struct ArtifactRow {
     pub created_at_ms: i64,
 }
 
-const RUN_COLUMNS: &str = "run_id, tenant_id, session_id, skill_id, version, inputs, status, outputs, error, created_at_ms, updated_at_ms";
+const RUN_COLUMNS: &str = "run_id, tenant_id, session_id, skill_id, version, inputs, status, outputs, error, created_at_ms, updated_at_ms, requester";
 const ARTIFACT_COLUMNS: &str =
     "artifact_id, run_id, tenant_id, name, mime_type, body, created_at_ms";
 
@@ -62,7 +64,7 @@ impl Store {
     pub async fn insert_run(&self, run: &RunRow) -> Result<(), sqlx::Error> {
         let _gate = self.db.write_gate().await;
         let sql = format!(
-            "INSERT INTO runs ({RUN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+            "INSERT INTO runs ({RUN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
         );
         with_pool!(self.db, pool => sqlx::query(&sql)
             .bind(&run.run_id)
@@ -76,6 +78,7 @@ impl Store {
             .bind(&run.error)
             .bind(run.created_at_ms)
             .bind(run.updated_at_ms)
+            .bind(&run.requester)
             .execute(pool)
             .await
             .map(|r| r.rows_affected()))?;
@@ -108,6 +111,28 @@ impl Store {
         Ok(n > 0)
     }
 
+    /// The oldest queued run, of any tenant (the worker's next job).
+    pub async fn next_queued(&self) -> Result<Option<RunRow>, sqlx::Error> {
+        let sql = format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE status = 'queued' ORDER BY created_at_ms, run_id LIMIT 1"
+        );
+        with_pool!(self.db, pool => sqlx::query_as::<_, RunRow>(&sql).fetch_optional(pool).await)
+    }
+
+    /// Fail runs left `running` longer than `stale_ms` (a crashed worker),
+    /// so none stays stuck. Returns how many.
+    pub async fn fail_stale(&self, stale_ms: i64, now_ms: i64) -> Result<u64, sqlx::Error> {
+        let _gate = self.db.write_gate().await;
+        let sql = "UPDATE runs SET status = 'failed', error = 'interrupted: the worker stopped before the run finished', \
+                   updated_at_ms = $1 WHERE status = 'running' AND updated_at_ms < $2";
+        with_pool!(self.db, pool => sqlx::query(sql)
+            .bind(now_ms)
+            .bind(now_ms - stale_ms)
+            .execute(pool)
+            .await
+            .map(|r| r.rows_affected()))
+    }
+
     pub async fn run(&self, tenant_id: &str, run_id: &str) -> Result<Option<RunRow>, sqlx::Error> {
         let sql = format!("SELECT {RUN_COLUMNS} FROM runs WHERE run_id = $1 AND tenant_id = $2");
         with_pool!(self.db, pool => sqlx::query_as::<_, RunRow>(&sql).bind(run_id).bind(tenant_id).fetch_optional(pool).await)
@@ -126,6 +151,17 @@ impl Store {
             .bind(&artifact.mime_type)
             .bind(&artifact.body)
             .bind(artifact.created_at_ms)
+            .execute(pool)
+            .await
+            .map(|r| r.rows_affected()))?;
+        Ok(())
+    }
+
+    /// Drop a run's artifacts (its results were cancelled).
+    pub async fn delete_artifacts(&self, run_id: &str) -> Result<(), sqlx::Error> {
+        let _gate = self.db.write_gate().await;
+        with_pool!(self.db, pool => sqlx::query("DELETE FROM artifacts WHERE run_id = $1")
+            .bind(run_id)
             .execute(pool)
             .await
             .map(|r| r.rows_affected()))?;
