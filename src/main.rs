@@ -12,6 +12,7 @@
 
 #![forbid(unsafe_code)]
 
+mod accounts;
 mod admin;
 mod approvals;
 mod edge;
@@ -55,6 +56,9 @@ enum Command {
     /// List and decide approval requests (administrators).
     #[command(subcommand)]
     Approvals(approvals::ApprovalsCommand),
+    /// Add provider accounts (credentials are stored encrypted, never shown).
+    #[command(subcommand)]
+    Accounts(accounts::AccountsCommand),
     /// Load data into a running stack (daily bars into the broker).
     #[command(subcommand)]
     Ingest(ingest::IngestCommand),
@@ -85,6 +89,7 @@ fn main() -> ExitCode {
             Command::Keys(cmd) => admin::keys(&cli.common, cmd).await,
             Command::Tenants(cmd) => admin::tenants(&cli.common, cmd).await,
             Command::Ingest(cmd) => ingest::run(&cli.common, cmd).await,
+            Command::Accounts(cmd) => accounts::run(&cli.common, cmd).await,
             Command::Policy(cmd) => approvals::policy(&cli.common, cmd).await,
             Command::Approvals(cmd) => approvals::approvals(&cli.common, cmd).await,
             Command::Mcp(args) => mcp::run(&cli.common, args).await,

@@ -57,7 +57,7 @@ async fn promotion_needs_policy_and_a_person() {
         .await
         .expect("db");
     let demo = ithaca_broker::csv::parse_bars("demo.csv", DEMO).expect("demo");
-    ithaca_broker::service(broker_db.clone())
+    ithaca_broker::service(broker_db.clone(), &common::key())
         .ingest(
             &Principal::system(""),
             "demo.csv",

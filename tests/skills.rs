@@ -58,7 +58,7 @@ async fn stack_on(store: Store) -> Stack {
         .expect("broker db");
     let demo = ithaca_broker::csv::parse_bars("demo.csv", DEMO).expect("demo");
     let rows = demo.rows.iter().cloned().map(Into::into).collect();
-    ithaca_broker::service(broker_db.clone())
+    ithaca_broker::service(broker_db.clone(), &common::key())
         .ingest(&Principal::system(""), "demo.csv", &demo.checksum, rows)
         .await
         .expect("ingest");

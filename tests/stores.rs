@@ -399,8 +399,8 @@ fn ingest_rows(file: ithaca_broker::csv::BarsFile) -> Vec<ithaca_broker::service
 }
 
 async fn broker_suite(db: Db) {
-    use ithaca_broker::service::HistoryQuery;
-    let svc = ithaca_broker::service(db);
+    use ithaca_broker::service::{HistoryQuery, NewAccount};
+    let svc = ithaca_broker::service(db.clone(), &common::key());
     let system = Principal::system("");
     let agent = common::agent("tenant-a", "agent-a");
 
@@ -567,6 +567,53 @@ async fn broker_suite(db: Db) {
             err.message
         );
     }
+
+    // Provider accounts: the credential is sealed at rest and never comes back.
+    let secret = "sk-live-DO-NOT-LEAK-4242";
+    let new = |tenant: &str| NewAccount {
+        tenant_id: tenant.into(),
+        provider: "ibkr".into(),
+        label: "main".into(),
+        config: json!({"host": "gw.internal.example", "quote_path": "/q", "order_path": "/o", "source_account": "U123", "account_ref": "ref-9"}),
+        credential: secret.into(),
+    };
+    let err = svc
+        .add_account(&agent, new("tenant-a"))
+        .await
+        .expect_err("agents cannot add accounts");
+    assert_eq!(err.code, Code::PermissionDenied);
+    let row = svc
+        .add_account(&system, new("tenant-a"))
+        .await
+        .expect("add");
+    let stored = ithaca_broker::store::Store::new(db.clone())
+        .accounts("tenant-a")
+        .await
+        .expect("rows");
+    assert_eq!(stored.len(), 1);
+    let sealed = stored[0].credential.clone().expect("sealed");
+    assert!(
+        !sealed.contains(secret),
+        "the credential is encrypted at rest"
+    );
+    assert!(svc.credential_configured(&row));
+    assert!(
+        svc.accounts(&common::agent("tenant-b", "b"))
+            .await
+            .expect("other tenant")
+            .is_empty()
+    );
+    let err = svc
+        .add_account(
+            &system,
+            NewAccount {
+                provider: "IB KR!".into(),
+                ..new("tenant-a")
+            },
+        )
+        .await
+        .expect_err("bad provider");
+    assert!(err.message.starts_with("provider"), "{}", err.message);
 }
 
 #[tokio::test]

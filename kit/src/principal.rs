@@ -197,6 +197,16 @@ impl InternalKey {
         Ok(claims.principal)
     }
 
+    /// A 32-byte key for another purpose (for example encrypting stored
+    /// credentials), derived as HMAC-SHA256(internal key, purpose) so it is
+    /// independent of the signing use.
+    pub fn derive(&self, purpose: &str) -> [u8; 32] {
+        let mut mac = self.mac();
+        mac.update(b"derive:");
+        mac.update(purpose.as_bytes());
+        mac.finalize().into_bytes().into()
+    }
+
     /// Put a freshly minted assertion for `principal` into `metadata`.
     pub fn attach(&self, metadata: &mut MetadataMap, principal: &Principal) {
         let token = self.mint(principal, DEFAULT_TTL_SECS);

@@ -82,6 +82,11 @@ run "python mcp 2.3 over stdio (ithaca mcp)" "$tools/bin/python" "$here/mcp_smok
   --resource "$resource" --stdio -- "$bin/ithaca" mcp --data-dir "$work/stdio"
 
 human="$(awk '$1 == "human" && $2 == "key" {print $3}' "$work/up.log")"
+# A provider credential and connection details that must never come back.
+credential="sk-live-e2e-$$-do-not-leak"
+echo "$credential" | "$bin/ithaca" accounts add --provider ibkr --label main --credential-stdin \
+  --config-json '{"host": "gw.e2e-internal.example", "source_account": "U999"}' --data-dir "$work/stack" >/dev/null
+export STORY_SECRETS="$credential,gw.e2e-internal.example,U999"
 run "the research story on SQLite (python mcp 2.3, 2026-07-28)" "$tools/bin/python" "$here/story.py" "$url" "$key" "$human" -- \
   "$bin/ithaca" policy set --trading on --data-dir "$work/stack"
 
@@ -98,6 +103,8 @@ if [[ -n "${3:-}" ]]; then
     pgurl="$(awk '$1 == "mcp" {print $2}' "$work/pgup.log")"
     pgkey="$(awk '$1 == "agent" && $2 == "key" {print $3}' "$work/pgup.log")"
     pghuman="$(awk '$1 == "human" && $2 == "key" {print $3}' "$work/pgup.log")"
+    echo "$credential" | "$bin/ithaca" accounts add --provider ibkr --label main --credential-stdin \
+      --config-json '{"host": "gw.e2e-internal.example", "source_account": "U999"}' --data-dir "$work/pgstack" >/dev/null
     run "the research story on PostgreSQL (python mcp 2.3, 2026-07-28)" "$tools/bin/python" "$here/story.py" "$pgurl" "$pgkey" "$pghuman" -- \
       env DOOMBERG_DB="$pg_db" "$bin/ithaca" policy set --trading on --data-dir "$work/pgstack"
   else

@@ -7,7 +7,9 @@ paper trading, promote again (pending), approve it with a human key, and read
 the whole trace back from seq 0. Every response is kept and finally searched
 for the secrets of the keys used: none may appear.
 
-Usage: story.py URL AGENT_KEY HUMAN_KEY -- POLICY_COMMAND...
+Usage: [STORY_SECRETS=a,b] story.py URL AGENT_KEY HUMAN_KEY -- POLICY_COMMAND...
+  STORY_SECRETS: further strings (provider credentials, connection details
+  configured before the story) that no response may contain.
   POLICY_COMMAND is run (once) to allow paper trading, e.g.
   `ithaca policy set --trading on --data-dir DIR`.
 Exit 0 when every step behaves, 1 otherwise.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 from contextlib import AsyncExitStack
@@ -98,6 +101,13 @@ async def main() -> None:
         await call(agent, "promote_strategy", {"strategy_id": strategy["strategy_id"], "mode": "paper"}, expect_error="TRADING_DISABLED")
         done = subprocess.run(policy_command, capture_output=True, text=True)
         step("administrator allows paper trading", done.returncode == 0, output=done.stdout + done.stderr)
+        accounts = await agent.read_resource("doomberg://accounts")
+        responses.append(accounts.contents[0].text)
+        providers = await agent.read_resource("doomberg://data/providers")
+        responses.append(providers.contents[0].text)
+        if os.environ.get("STORY_SECRETS"):
+            listed = json.loads(accounts.contents[0].text)["accounts"]
+            step("accounts show only that a credential is configured", bool(listed) and all(a["credential_configured"] for a in listed), accounts=listed)
         policy = await agent.read_resource("doomberg://policies/current")
         responses.append(policy.contents[0].text)
         step("policy resource", json.loads(policy.contents[0].text)["trading"]["enabled"] is True)
@@ -139,8 +149,9 @@ async def main() -> None:
     step("tool calls in story order", tools_called == story, tools=tools_called)
 
     secrets = [k.split("_", 3)[3] for k in (agent_key, human_key)]
+    secrets += [x for x in os.environ.get("STORY_SECRETS", "").split(",") if x]
     leaked = [s for s in secrets if any(s in r for r in responses)]
-    step("no response carries a key secret", not leaked, responses=len(responses))
+    step("no response carries a secret", not leaked, responses=len(responses), secrets=len(secrets))
     print("OK: the story passed", flush=True)
 
 

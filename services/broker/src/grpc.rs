@@ -1,6 +1,7 @@
 //! The tonic adapter: protobuf in, domain call, protobuf out. No logic here.
 
-use crate::service::{BrokerService, HistoryQuery, IngestRow};
+use crate::service::{BrokerService, HistoryQuery, IngestRow, NewAccount, provider_label};
+use crate::store::AccountRow;
 use crate::store::DatasetRow;
 use ithaca_kit::error::ServiceError;
 use ithaca_kit::{clock, principal};
@@ -31,8 +32,52 @@ fn dataset(row: DatasetRow, already_present: bool) -> pb::Dataset {
     }
 }
 
+impl Grpc {
+    /// An account as anyone may see it: no config, no credential.
+    fn account(&self, row: AccountRow) -> pb::Account {
+        pb::Account {
+            credential_configured: self.service.credential_configured(&row),
+            provider: provider_label(&row.provider),
+            account_id: row.account_id,
+            label: row.label,
+            created_at: clock::rfc3339(row.created_at_ms),
+        }
+    }
+}
+
 #[tonic::async_trait]
 impl Rpc for Grpc {
+    async fn get_accounts(
+        &self,
+        request: Request<pb::GetAccountsRequest>,
+    ) -> Result<Response<pb::Accounts>, Status> {
+        let caller = principal::of(&request)?;
+        let rows = self.service.accounts(&caller).await?;
+        Ok(Response::new(pb::Accounts {
+            kind: "accounts".to_owned(),
+            accounts: rows.into_iter().map(|r| self.account(r)).collect(),
+        }))
+    }
+
+    async fn add_account(
+        &self,
+        request: Request<pb::AddAccountRequest>,
+    ) -> Result<Response<pb::Account>, Status> {
+        let caller = principal::of(&request)?;
+        let r = request.into_inner();
+        let account = NewAccount {
+            tenant_id: r.tenant_id,
+            provider: r.provider,
+            label: r.label,
+            config: r
+                .config
+                .map_or(serde_json::Value::Null, ithaca_kit::json::from_struct),
+            credential: r.credential,
+        };
+        let row = self.service.add_account(&caller, account).await?;
+        Ok(Response::new(self.account(row)))
+    }
+
     async fn list_symbols(
         &self,
         request: Request<pb::ListSymbolsRequest>,
@@ -116,15 +161,21 @@ impl Rpc for Grpc {
     ) -> Result<Response<pb::DataProviders>, Status> {
         let caller = principal::of(&request)?;
         let datasets = self.service.datasets(&caller).await?;
-        let providers = if datasets.is_empty() {
-            Vec::new()
-        } else {
-            vec![pb::DataProvider {
+        let mut providers = Vec::new();
+        if !datasets.is_empty() {
+            providers.push(pb::DataProvider {
                 name: "Public end-of-day prices (WIKI, public domain)".to_owned(),
                 kind: "daily_bars".to_owned(),
                 credential_configured: false,
-            }]
-        };
+            });
+        }
+        for account in self.service.accounts(&caller).await? {
+            providers.push(pb::DataProvider {
+                credential_configured: self.service.credential_configured(&account),
+                name: provider_label(&account.provider),
+                kind: "market_data".to_owned(),
+            });
+        }
         Ok(Response::new(pb::DataProviders {
             kind: "data.providers".to_owned(),
             providers,

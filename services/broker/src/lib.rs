@@ -18,6 +18,7 @@ pub mod grpc;
 pub mod model;
 pub mod service;
 pub mod store;
+pub mod vault;
 
 use ithaca_kit::db::{Db, DbError};
 use ithaca_kit::principal::{InternalKey, Verifier};
@@ -36,15 +37,17 @@ pub async fn open_db(url: &str, schema: &str) -> Result<Db, DbError> {
     Db::open(url, schema, store::MIGRATIONS).await
 }
 
-/// The domain service over `db`.
-pub fn service(db: Db) -> service::BrokerService {
-    service::BrokerService::new(store::Store::new(db))
+/// The domain service over `db`; credentials are sealed with a key derived
+/// from the internal key.
+pub fn service(db: Db, key: &InternalKey) -> service::BrokerService {
+    let vault = vault::Vault::new(&key.derive("broker-credentials"));
+    service::BrokerService::new(store::Store::new(db), vault)
 }
 
 /// The gRPC routes of the broker service, behind the principal verifier.
 pub fn serve_options(db: Db, key: InternalKey) -> ServeOptions {
     let grpc = grpc::Grpc {
-        service: service(db),
+        service: service(db, &key),
     };
     let server = BrokerServiceServer::new(grpc).max_decoding_message_size(MAX_MESSAGE);
     let server = tonic::service::interceptor::InterceptedService::new(server, Verifier::new(key));

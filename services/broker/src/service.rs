@@ -2,7 +2,8 @@
 //! bounded price histories.
 
 use crate::model::{self, DEFAULT_LIMIT, MAX_LIMIT};
-use crate::store::{BarRow, DatasetRow, Store, SymbolRow};
+use crate::store::{AccountRow, BarRow, DatasetRow, Store, SymbolRow};
+use crate::vault::Vault;
 use ithaca_kit::clock;
 use ithaca_kit::error::ServiceError;
 use ithaca_kit::principal::{Actor, Principal};
@@ -64,15 +65,113 @@ pub struct History {
     pub truncated: bool,
 }
 
-/// Market data.
+/// Market data and provider accounts.
 #[derive(Clone, Debug)]
 pub struct BrokerService {
     store: Store,
+    /// Seals credentials at rest.
+    vault: Vault,
+}
+
+/// The public label of a provider id: what agents see instead of the id.
+pub fn provider_label(provider: &str) -> String {
+    match provider {
+        "ibkr" => "Interactive Brokers (market data)".to_owned(),
+        "alpaca" => "Alpaca".to_owned(),
+        "polygon" => "Polygon".to_owned(),
+        other => other.to_owned(),
+    }
+}
+
+/// A new provider account.
+#[derive(Clone, Debug, Default)]
+pub struct NewAccount {
+    pub tenant_id: String,
+    pub provider: String,
+    pub label: String,
+    pub config: serde_json::Value,
+    pub credential: String,
 }
 
 impl BrokerService {
-    pub fn new(store: Store) -> Self {
-        BrokerService { store }
+    pub fn new(store: Store, vault: Vault) -> Self {
+        BrokerService { store, vault }
+    }
+
+    /// Store a provider account; its credential is sealed before it is
+    /// written. Administrators only.
+    pub async fn add_account(
+        &self,
+        caller: &Principal,
+        account: NewAccount,
+    ) -> Result<AccountRow, ServiceError> {
+        if caller.actor != Actor::System {
+            return Err(ServiceError::denied(
+                "only administrators add provider accounts",
+            ));
+        }
+        let tenant_id = if account.tenant_id.is_empty() {
+            caller.tenant_id.clone()
+        } else {
+            account.tenant_id.clone()
+        };
+        if tenant_id.is_empty() {
+            return Err(ServiceError::invalid("tenant_id: required"));
+        }
+        let provider = account.provider.trim().to_ascii_lowercase();
+        if provider.is_empty()
+            || provider.len() > 32
+            || !provider
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        {
+            return Err(ServiceError::invalid(
+                "provider: 1-32 characters of a-z, 0-9, _ and -",
+            ));
+        }
+        let label = account.label.trim();
+        if label.is_empty() || label.chars().count() > 100 {
+            return Err(ServiceError::invalid("label: 1 to 100 characters"));
+        }
+        if !matches!(
+            account.config,
+            serde_json::Value::Object(_) | serde_json::Value::Null
+        ) {
+            return Err(ServiceError::invalid("config: must be an object"));
+        }
+        if account.credential.len() > 8192 {
+            return Err(ServiceError::invalid("credential: at most 8192 bytes"));
+        }
+        let credential =
+            (!account.credential.is_empty()).then(|| self.vault.seal(&account.credential));
+        let row = AccountRow {
+            account_id: uuid::Uuid::new_v4().hyphenated().to_string(),
+            tenant_id,
+            provider,
+            label: label.to_owned(),
+            config: account.config.to_string(),
+            credential,
+            created_at_ms: clock::now_ms(),
+        };
+        self.store.insert_account(&row).await?;
+        // The account id and provider only: never the credential or config.
+        tracing::info!(account_id = %row.account_id, provider = %row.provider, "provider account added");
+        Ok(row)
+    }
+
+    /// The caller's tenant's accounts.
+    pub async fn accounts(&self, caller: &Principal) -> Result<Vec<AccountRow>, ServiceError> {
+        require_tenant(caller)?;
+        Ok(self.store.accounts(&caller.tenant_id).await?)
+    }
+
+    /// Whether a stored credential still opens (a corrupted or foreign one
+    /// counts as not configured).
+    pub fn credential_configured(&self, account: &AccountRow) -> bool {
+        account
+            .credential
+            .as_deref()
+            .is_some_and(|c| self.vault.open(c).is_ok())
     }
 
     /// Validate every row first (errors name the line), then store the

@@ -160,3 +160,43 @@ impl Store {
             .await)
     }
 }
+
+/// A provider account. `config` and `credential` never leave this crate.
+#[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
+pub struct AccountRow {
+    pub account_id: String,
+    pub tenant_id: String,
+    pub provider: String,
+    pub label: String,
+    /// JSON object of connection details.
+    pub config: String,
+    /// The sealed credential, when one is configured.
+    pub credential: Option<String>,
+    pub created_at_ms: i64,
+}
+
+impl Store {
+    pub async fn insert_account(&self, a: &AccountRow) -> Result<(), sqlx::Error> {
+        let _gate = self.db.write_gate().await;
+        let sql = "INSERT INTO accounts (account_id, tenant_id, provider, label, config, credential, created_at_ms) \
+                   VALUES ($1, $2, $3, $4, $5, $6, $7)";
+        with_pool!(self.db, pool => sqlx::query(sql)
+            .bind(&a.account_id)
+            .bind(&a.tenant_id)
+            .bind(&a.provider)
+            .bind(&a.label)
+            .bind(&a.config)
+            .bind(&a.credential)
+            .bind(a.created_at_ms)
+            .execute(pool)
+            .await
+            .map(|r| r.rows_affected()))?;
+        Ok(())
+    }
+
+    pub async fn accounts(&self, tenant_id: &str) -> Result<Vec<AccountRow>, sqlx::Error> {
+        let sql = "SELECT account_id, tenant_id, provider, label, config, credential, created_at_ms FROM accounts \
+                   WHERE tenant_id = $1 ORDER BY created_at_ms, account_id";
+        with_pool!(self.db, pool => sqlx::query_as::<_, AccountRow>(sql).bind(tenant_id).fetch_all(pool).await)
+    }
+}
