@@ -114,7 +114,6 @@ pub async fn run(setup: Setup<'_>) -> anyhow::Result<AppendOutcome> {
                     session_id: session_id.clone(),
                     r#type: spb::EventType::ToolCall as i32,
                     payload: Some(ithaca_kit::json::to_struct(payload)),
-                    ..Default::default()
                 };
                 let sent = Instant::now();
                 match client.append_event(request).await {
@@ -178,7 +177,6 @@ async fn last_seq(session: &mut Client, session_id: &str) -> anyhow::Result<u64>
             session_id: session_id.to_owned(),
             after_seq: 0,
             limit: 1,
-            ..Default::default()
         })
         .await?
         .into_inner();
@@ -199,7 +197,6 @@ async fn check_gap_free(
                 session_id: session_id.to_owned(),
                 after_seq: after,
                 limit: 1000,
-                ..Default::default()
             })
             .await?
             .into_inner();
