@@ -284,6 +284,11 @@ async fn computations(s: Stack) {
         "{o} vs {}",
         value - 1.0
     );
+    assert_eq!(bt.jobs.len(), 1, "one execution attempt");
+    assert_eq!(
+        (bt.jobs[0].attempt, bt.jobs[0].status.as_str()),
+        (1, "succeeded")
+    );
     let mut names: Vec<&str> = bt.artifacts.iter().map(|a| a.name.as_str()).collect();
     names.sort_unstable();
     assert_eq!(
@@ -408,6 +413,19 @@ async fn discovery_runs_in_sessions_and_bad_input() {
             )
         })
         .collect();
+    // The run resource carries the run's own trace events.
+    let resource = c
+        .read_run(pb::GetRunRequest {
+            run_id: r.run_id.clone(),
+        })
+        .await
+        .expect("run resource")
+        .into_inner();
+    assert_eq!(
+        resource.trace.len(),
+        3,
+        "draft→queued, queued→running, running→succeeded"
+    );
     let want = [
         ("draft", "queued"),
         ("queued", "running"),

@@ -77,6 +77,19 @@ fn run(view: RunView) -> pb::Run {
         session_id: r.session_id,
         created_at: clock::rfc3339(r.created_at_ms),
         updated_at: clock::rfc3339(r.updated_at_ms),
+        jobs: view
+            .jobs
+            .into_iter()
+            .map(|j| pb::Job {
+                job_id: j.job_id,
+                attempt: j.attempt as i32,
+                status: j.status,
+                started_at: clock::rfc3339(j.started_at_ms),
+                finished_at: clock::rfc3339_opt(j.finished_at_ms),
+                error: j.error,
+            })
+            .collect(),
+        trace: Vec::new(),
     }
 }
 
@@ -260,8 +273,16 @@ impl Rpc for Grpc {
         &self,
         request: Request<pb::GetRunRequest>,
     ) -> Result<Response<pb::Run>, Status> {
-        // The resource form of get_run.
-        self.get_run(request).await
+        // The resource form of get_run, with the run's trace events.
+        let caller = principal::of(&request)?;
+        let view = self
+            .service
+            .get_run(&caller, &request.get_ref().run_id)
+            .await?;
+        let trace = self.service.run_trace(&caller, &view.run).await;
+        let mut run = run(view);
+        run.trace = trace.into_iter().map(json::to_struct).collect();
+        Ok(Response::new(run))
     }
 
     async fn get_artifact(

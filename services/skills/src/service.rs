@@ -32,6 +32,7 @@ pub struct Config {
 pub struct RunView {
     pub run: RunRow,
     pub artifacts: Vec<ArtifactRow>,
+    pub jobs: Vec<crate::store::JobRow>,
 }
 
 /// A proposed strategy, before checking.
@@ -165,6 +166,41 @@ impl SkillsService {
             Ok(false) => return None,
             Err(err) => return Some(err),
         }
+        let job = match self
+            .store
+            .start_job(&run.run_id, &run.tenant_id, clock::now_ms())
+            .await
+        {
+            Ok(job) => Some(job),
+            Err(err) => {
+                tracing::warn!(error = %err, run_id = %run.run_id, "recording the job failed");
+                None
+            }
+        };
+        let outcome = self.compute_run(caller, run).await;
+        if let Some(job) = job {
+            // The run's final status decides the job's.
+            let status = match self.store.run(&run.tenant_id, &run.run_id).await {
+                Ok(Some(r)) if r.status == "succeeded" || r.status == "cancelled" => r.status,
+                _ => "failed".to_owned(),
+            };
+            let error = outcome
+                .as_ref()
+                .map(|e| e.message.clone())
+                .unwrap_or_default();
+            if let Err(err) = self
+                .store
+                .finish_job(&job, &status, &error, clock::now_ms())
+                .await
+            {
+                tracing::warn!(error = %err, run_id = %run.run_id, "recording the job's end failed");
+            }
+        }
+        outcome
+    }
+
+    /// Compute a claimed (running) run and record its outcome.
+    async fn compute_run(&self, caller: &Principal, run: &RunRow) -> Option<ServiceError> {
         let Some(manifest) = catalog::find(&run.skill_id, Some(&run.version)) else {
             let err = unknown_skill(&run.skill_id, Some(&run.version));
             let _ = self
@@ -444,6 +480,41 @@ impl SkillsService {
         self.strategy(caller, &strategy.strategy_id).await
     }
 
+    /// The run's events in its research session (its run transitions), read
+    /// from the session service as the caller.
+    pub async fn run_trace(&self, caller: &Principal, run: &RunRow) -> Vec<Value> {
+        let Some(channel) = &self.session else {
+            return Vec::new();
+        };
+        if run.session_id.is_empty() {
+            return Vec::new();
+        }
+        let mut request = tonic::Request::new(spb::ReadEventsRequest {
+            session_id: run.session_id.clone(),
+            after_seq: 0,
+            limit: 1000,
+        });
+        self.key.attach(request.metadata_mut(), caller);
+        ithaca_kit::propagation::inject(request.metadata_mut());
+        match SessionServiceClient::new(channel.clone()).read_events(request).await {
+            Ok(reply) => reply
+                .into_inner()
+                .events
+                .into_iter()
+                .filter_map(|e| {
+                    let payload = e.payload.map(json::from_struct).unwrap_or(Value::Null);
+                    (payload["run_id"] == json!(run.run_id)).then(|| {
+                        json!({"seq": e.seq, "type": e.r#type, "payload": payload, "created_at": e.created_at})
+                    })
+                })
+                .collect(),
+            Err(status) => {
+                tracing::warn!(error = %status.message(), "reading the run's trace failed");
+                Vec::new()
+            }
+        }
+    }
+
     async fn known_symbols(&self, caller: &Principal) -> Result<Vec<String>, ServiceError> {
         let channel = self.broker.clone().ok_or_else(|| {
             ServiceError::new(Code::Unavailable, "no broker service is configured")
@@ -468,7 +539,12 @@ impl SkillsService {
             .await?
             .ok_or_else(|| ServiceError::not_found(format!("run_id: no run {run_id}")))?;
         let artifacts = self.store.artifacts(tenant_id, &run_id).await?;
-        Ok(RunView { run, artifacts })
+        let jobs = self.store.jobs(tenant_id, &run_id).await?;
+        Ok(RunView {
+            run,
+            artifacts,
+            jobs,
+        })
     }
 
     pub async fn artifact(

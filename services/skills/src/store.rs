@@ -257,3 +257,66 @@ impl Store {
         with_pool!(self.db, pool => sqlx::query_as::<_, StrategyRow>(&sql).bind(strategy_id).bind(tenant_id).fetch_optional(pool).await)
     }
 }
+
+/// One execution attempt of a run.
+#[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
+pub struct JobRow {
+    pub job_id: String,
+    pub run_id: String,
+    pub tenant_id: String,
+    pub attempt: i64,
+    pub status: String,
+    pub started_at_ms: i64,
+    pub finished_at_ms: Option<i64>,
+    pub error: String,
+}
+
+impl Store {
+    /// Start a job for a run just claimed.
+    pub async fn start_job(
+        &self,
+        run_id: &str,
+        tenant_id: &str,
+        now_ms: i64,
+    ) -> Result<String, sqlx::Error> {
+        let _gate = self.db.write_gate().await;
+        let job_id = uuid::Uuid::new_v4().hyphenated().to_string();
+        let sql = "INSERT INTO jobs (job_id, run_id, tenant_id, attempt, status, started_at_ms) \
+                   VALUES ($1, $2, $3, (SELECT COUNT(*) + 1 FROM jobs WHERE run_id = $2), 'running', $4)";
+        with_pool!(self.db, pool => sqlx::query(sql)
+            .bind(&job_id)
+            .bind(run_id)
+            .bind(tenant_id)
+            .bind(now_ms)
+            .execute(pool)
+            .await
+            .map(|r| r.rows_affected()))?;
+        Ok(job_id)
+    }
+
+    pub async fn finish_job(
+        &self,
+        job_id: &str,
+        status: &str,
+        error: &str,
+        now_ms: i64,
+    ) -> Result<(), sqlx::Error> {
+        let _gate = self.db.write_gate().await;
+        let sql = "UPDATE jobs SET status = $2, error = $3, finished_at_ms = $4 WHERE job_id = $1 AND status = 'running'";
+        with_pool!(self.db, pool => sqlx::query(sql)
+            .bind(job_id)
+            .bind(status)
+            .bind(error)
+            .bind(now_ms)
+            .execute(pool)
+            .await
+            .map(|r| r.rows_affected()))?;
+        Ok(())
+    }
+
+    pub async fn jobs(&self, tenant_id: &str, run_id: &str) -> Result<Vec<JobRow>, sqlx::Error> {
+        let sql = "SELECT job_id, run_id, tenant_id, attempt, status, started_at_ms, finished_at_ms, error \
+                   FROM jobs WHERE run_id = $1 AND tenant_id = $2 ORDER BY attempt";
+        with_pool!(self.db, pool => sqlx::query_as::<_, JobRow>(sql).bind(run_id).bind(tenant_id).fetch_all(pool).await)
+    }
+}
