@@ -317,3 +317,51 @@ async fn promotion_needs_policy_and_a_person() {
         ]
     );
 }
+
+#[tokio::test]
+async fn an_expired_request_never_runs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = ithaca_approvals::open_db(&common::sqlite_path(&dir, "approvals"), "unused")
+        .await
+        .expect("db");
+    let requester = common::agent("tenant-a", "agent-a");
+    let now = ithaca_kit::clock::now_ms();
+    let expired = ithaca_approvals::store::ApprovalRow {
+        approval_id: uuid::Uuid::new_v4().to_string(),
+        tenant_id: "tenant-a".into(),
+        tool: "promote_strategy".into(),
+        arguments: r#"{"strategy_id":"x","mode":"paper"}"#.into(),
+        status: "pending".into(),
+        requested_by: "agent-a".into(),
+        requester: serde_json::to_string(&requester).expect("json"),
+        session_id: String::new(),
+        decided_by: String::new(),
+        note: String::new(),
+        result: None,
+        created_at_ms: now - 2 * ithaca_approvals::service::APPROVAL_TTL_MS,
+        decided_at_ms: None,
+        expires_at_ms: now - ithaca_approvals::service::APPROVAL_TTL_MS,
+    };
+    ithaca_approvals::store::Store::new(db.clone())
+        .insert(&expired)
+        .await
+        .expect("insert");
+    // No skills service: if the call ran, the decision would fail differently.
+    let svc = ithaca_approvals::service(db, common::key(), &ithaca_approvals::Config::default())
+        .expect("service");
+    let human = Principal {
+        actor: Actor::Human,
+        ..common::agent("tenant-a", "person")
+    };
+    let err = svc
+        .decide(&human, "", &expired.approval_id, "approve", "")
+        .await
+        .expect_err("expired");
+    assert_eq!(err.domain, Some("APPROVAL_EXPIRED"));
+    let now = svc
+        .get(&human, "", &expired.approval_id)
+        .await
+        .expect("row");
+    assert_eq!(now.status, "expired");
+    assert!(now.result.is_none(), "it never ran");
+}
