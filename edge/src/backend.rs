@@ -49,8 +49,7 @@ impl Backend {
             .map_err(|_| Status::internal("invalid method path"))?;
         let mut request = Request::new(message);
         request.set_timeout(self.timeout);
-        key.attach(request.metadata_mut(), principal);
-        ithaca_kit::propagation::inject(request.metadata_mut());
+        key.sign(&mut request, principal);
         let codec = DynamicCodec {
             output: method.output(),
         };

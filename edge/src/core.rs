@@ -211,8 +211,7 @@ impl Core {
     ) -> Result<String, Value> {
         let mut client = SessionServiceClient::new(session.channel());
         let mut request = Request::new(spb::GetCurrentSessionRequest {});
-        self.key.attach(request.metadata_mut(), caller);
-        ithaca_kit::propagation::inject(request.metadata_mut());
+        self.key.sign(&mut request, caller);
         match client.get_current_session(request).await {
             Ok(reply) => Ok(reply.into_inner().session_id),
             Err(status) if domain_code(&status) == Some("NO_ACTIVE_SESSION") => {
@@ -239,8 +238,7 @@ impl Core {
             r#type: kind as i32,
             payload: Some(json::to_struct(payload)),
         });
-        self.key.attach(request.metadata_mut(), principal);
-        ithaca_kit::propagation::inject(request.metadata_mut());
+        self.key.sign(&mut request, principal);
         client
             .append_event(request)
             .await
@@ -256,8 +254,7 @@ impl Core {
 
     /// Sign a request for `principal`.
     pub fn sign<T>(&self, request: &mut Request<T>, principal: &Principal) {
-        self.key.attach(request.metadata_mut(), principal);
-        ithaca_kit::propagation::inject(request.metadata_mut());
+        self.key.sign(request, principal);
     }
 
     /// Read a resource: the `ReadResourceResult` JSON.

@@ -109,6 +109,29 @@ impl From<ServiceError> for Status {
     }
 }
 
+impl ServiceError {
+    /// Pass on another service's error: its code, its message, and its
+    /// domain code when it is one of `known` (domain codes are static).
+    pub fn from_status(status: &Status, known: &[&'static str]) -> ServiceError {
+        let code = match status.code() {
+            tonic::Code::InvalidArgument | tonic::Code::OutOfRange => Code::InvalidArgument,
+            tonic::Code::NotFound => Code::NotFound,
+            tonic::Code::AlreadyExists => Code::AlreadyExists,
+            tonic::Code::FailedPrecondition => Code::FailedPrecondition,
+            tonic::Code::PermissionDenied => Code::PermissionDenied,
+            tonic::Code::Unauthenticated => Code::Unauthenticated,
+            tonic::Code::Unavailable | tonic::Code::DeadlineExceeded => Code::Unavailable,
+            _ => Code::Internal,
+        };
+        let domain = domain_code(status).and_then(|d| known.iter().copied().find(|k| *k == d));
+        ServiceError {
+            code,
+            message: status.message().to_owned(),
+            domain,
+        }
+    }
+}
+
 /// The typed domain code of a status, if the service set one.
 pub fn domain_code(status: &Status) -> Option<&str> {
     status

@@ -207,6 +207,13 @@ impl InternalKey {
         mac.finalize().into_bytes().into()
     }
 
+    /// Sign an outgoing request for `principal`: the assertion and the
+    /// current trace context.
+    pub fn sign<T>(&self, request: &mut Request<T>, principal: &Principal) {
+        self.attach(request.metadata_mut(), principal);
+        crate::propagation::inject(request.metadata_mut());
+    }
+
     /// Put a freshly minted assertion for `principal` into `metadata`.
     pub fn attach(&self, metadata: &mut MetadataMap, principal: &Principal) {
         let token = self.mint(principal, DEFAULT_TTL_SECS);

@@ -6,7 +6,7 @@
 
 use crate::store::{ApprovalRow, Change, PolicyRow, Store};
 use ithaca_kit::clock;
-use ithaca_kit::error::{Code, ServiceError, domain_code};
+use ithaca_kit::error::{Code, ServiceError};
 use ithaca_kit::json;
 use ithaca_kit::principal::{Actor, InternalKey, Principal};
 use ithaca_proto::session::v1 as spb;
@@ -340,8 +340,7 @@ impl ApprovalsService {
     }
 
     fn sign<T>(&self, request: &mut tonic::Request<T>, principal: &Principal) {
-        self.key.attach(request.metadata_mut(), principal);
-        ithaca_kit::propagation::inject(request.metadata_mut());
+        self.key.sign(request, principal);
     }
 
     /// Append to `who`'s session, when there is one; failures are logged.
@@ -392,17 +391,5 @@ fn target_tenant(caller: &Principal, requested: &str) -> Result<String, ServiceE
 }
 
 fn from_status(status: &tonic::Status) -> ServiceError {
-    let code = match status.code() {
-        tonic::Code::NotFound => Code::NotFound,
-        tonic::Code::InvalidArgument => Code::InvalidArgument,
-        tonic::Code::Unavailable | tonic::Code::DeadlineExceeded => Code::Unavailable,
-        tonic::Code::PermissionDenied => Code::PermissionDenied,
-        _ => Code::Internal,
-    };
-    let domain = (domain_code(status) == Some("UNKNOWN_STRATEGY")).then_some("UNKNOWN_STRATEGY");
-    ServiceError {
-        code,
-        message: status.message().to_owned(),
-        domain,
-    }
+    ServiceError::from_status(status, &["UNKNOWN_STRATEGY"])
 }

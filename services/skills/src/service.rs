@@ -9,7 +9,7 @@ use crate::plot;
 use crate::store::{ArtifactRow, RunRow, Store, StrategyRow};
 use crate::validate;
 use ithaca_kit::clock;
-use ithaca_kit::error::{Code, ServiceError, domain_code};
+use ithaca_kit::error::{Code, ServiceError};
 use ithaca_kit::json;
 use ithaca_kit::principal::{InternalKey, Principal};
 use ithaca_proto::broker::v1 as bpb;
@@ -494,8 +494,7 @@ impl SkillsService {
             after_seq: 0,
             limit: 1000,
         });
-        self.key.attach(request.metadata_mut(), caller);
-        ithaca_kit::propagation::inject(request.metadata_mut());
+        self.key.sign(&mut request, caller);
         match SessionServiceClient::new(channel.clone()).read_events(request).await {
             Ok(reply) => reply
                 .into_inner()
@@ -520,8 +519,7 @@ impl SkillsService {
             ServiceError::new(Code::Unavailable, "no broker service is configured")
         })?;
         let mut request = tonic::Request::new(bpb::ListSymbolsRequest {});
-        self.key.attach(request.metadata_mut(), caller);
-        ithaca_kit::propagation::inject(request.metadata_mut());
+        self.key.sign(&mut request, caller);
         let list = BrokerServiceClient::new(channel)
             .list_symbols(request)
             .await
@@ -611,8 +609,7 @@ impl SkillsService {
             r#type: kind as i32,
             payload: Some(json::to_struct(payload)),
         });
-        self.key.attach(request.metadata_mut(), caller);
-        ithaca_kit::propagation::inject(request.metadata_mut());
+        self.key.sign(&mut request, caller);
         if let Err(status) = SessionServiceClient::new(channel.clone())
             .append_event(request)
             .await
@@ -639,8 +636,7 @@ impl SkillsService {
             fields: vec!["adj_close".to_owned()],
             limit: Some(5000),
         });
-        self.key.attach(request.metadata_mut(), caller);
-        ithaca_kit::propagation::inject(request.metadata_mut());
+        self.key.sign(&mut request, caller);
         let history = BrokerServiceClient::new(channel)
             .get_price_history(request)
             .await
@@ -916,7 +912,7 @@ impl SkillsService {
                 ServiceError::new(Code::Unavailable, "no broker service is configured")
             })?;
             let mut request = tonic::Request::new(bpb::ListSymbolsRequest {});
-            self.key.attach(request.metadata_mut(), caller);
+            self.key.sign(&mut request, caller);
             let list = BrokerServiceClient::new(channel)
                 .list_symbols(request)
                 .await
@@ -1016,23 +1012,5 @@ fn too_long(field: &str, needed: usize, symbol: &str, have: usize) -> ServiceErr
 
 /// A broker error, passed on with its code and domain.
 fn from_status(status: tonic::Status) -> ServiceError {
-    let code = match status.code() {
-        tonic::Code::InvalidArgument => Code::InvalidArgument,
-        tonic::Code::NotFound => Code::NotFound,
-        tonic::Code::FailedPrecondition => Code::FailedPrecondition,
-        tonic::Code::PermissionDenied => Code::PermissionDenied,
-        tonic::Code::Unauthenticated => Code::Unauthenticated,
-        tonic::Code::Unavailable | tonic::Code::DeadlineExceeded => Code::Unavailable,
-        _ => Code::Internal,
-    };
-    let domain = match domain_code(&status) {
-        Some("UNKNOWN_SYMBOL") => Some("UNKNOWN_SYMBOL"),
-        Some("NO_DATA") => Some("NO_DATA"),
-        _ => None,
-    };
-    ServiceError {
-        code,
-        message: status.message().to_owned(),
-        domain,
-    }
+    ServiceError::from_status(&status, &["UNKNOWN_SYMBOL", "NO_DATA"])
 }
