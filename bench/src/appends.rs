@@ -43,6 +43,8 @@ pub struct Setup<'a> {
     pub writers: usize,
     pub appends: u64,
     pub duration: Duration,
+    /// Seconds to wait for a quiet machine first (0: do not wait).
+    pub idle_wait: f64,
 }
 
 pub async fn run(setup: Setup<'_>) -> anyhow::Result<AppendOutcome> {
@@ -86,6 +88,9 @@ pub async fn run(setup: Setup<'_>) -> anyhow::Result<AppendOutcome> {
     let session_id = opened.session_id;
     let before = last_seq(&mut session, &session_id).await?;
 
+    if setup.idle_wait > 0.0 {
+        crate::procs::wait_for_quiet(0.25, Duration::from_secs_f64(setup.idle_wait)).await;
+    }
     let rss_rest_kib = proc.rss_kib().unwrap_or(0);
     let sampler = RssSampler::start(vec![proc.pid()]);
     let issued = Arc::new(AtomicU64::new(0));

@@ -114,6 +114,11 @@ pub struct RunArgs {
     /// Where the JSON report goes (default target/ithaca-bench/report.json).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Before each phase, wait up to this many seconds for the rest of the
+    /// machine to go quiet (under 0.25 of a core busy over one second), so
+    /// another build on a shared machine skews fewer figures. 0 never waits.
+    #[arg(long, default_value_t = 60.0)]
+    pub idle_wait: f64,
     /// The Python that creates the FastMCP venv.
     #[arg(long, default_value = "python3")]
     pub python: String,

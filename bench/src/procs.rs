@@ -233,3 +233,22 @@ pub fn machine_busy_ticks() -> Option<u64> {
     // user nice system idle iowait irq softirq steal …
     Some(v.first()? + v.get(1)? + v.get(2)? + v.get(5)? + v.get(6)? + v.get(7).unwrap_or(&0))
 }
+
+/// Wait until the machine has been quiet for one second (busy CPU under
+/// `max_cores`), for at most `limit`. Returns the busy cores of the last
+/// second measured.
+pub async fn wait_for_quiet(max_cores: f64, limit: Duration) -> f64 {
+    let ticks = ticks_per_second() as f64;
+    let deadline = Instant::now() + limit;
+    loop {
+        let before = machine_busy_ticks().unwrap_or(0);
+        let started = Instant::now();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let busy = machine_busy_ticks().unwrap_or(0).saturating_sub(before) as f64
+            / ticks
+            / started.elapsed().as_secs_f64();
+        if busy < max_cores || Instant::now() >= deadline {
+            return busy;
+        }
+    }
+}

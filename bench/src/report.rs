@@ -129,7 +129,7 @@ impl Report {
         let half = self
             .phases
             .iter()
-            .find(|p| p.name == "full path, 2026-07-28, half of peak rate");
+            .find(|p| p.name == "full path, 2026-07-28, half of peak");
         out.push(Target {
             what: format!("full-path p99 ≤ {P99_HALF_MS} ms at half of peak throughput"),
             measured: half.map_or("not run".to_owned(), |p| {
@@ -183,7 +183,7 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "### MCP `tools/call` of `bench_ping`\n\n\
+            "### MCP requests (`tools/call` of `bench_ping` unless the phase names another)\n\n\
              | phase | requests | errors | req/s | p50 ms | p90 ms | p99 ms | server CPU µs/req | other load (cores) |\n\
              |---|--:|--:|--:|--:|--:|--:|--:|--:|"
         );
