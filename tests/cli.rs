@@ -95,6 +95,39 @@ async fn up_keys_and_restart() {
         "a client config is printed"
     );
 
+    // Trace ids are recorded even though this stack logs at RUST_LOG=warn.
+    let call = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"session_context","arguments":{"prompt":"trace ids"}}}"#;
+    let reply = common::http::request(
+        base,
+        "POST",
+        "/mcp",
+        &[
+            ("Authorization", &bearer),
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+            ("MCP-Protocol-Version", "2025-11-25"),
+        ],
+        call.as_bytes(),
+    )
+    .await;
+    let sid = reply.json()["result"]["structuredContent"]["session_id"]
+        .as_str()
+        .expect("a session")
+        .to_owned();
+    let stream = common::http::read_until(
+        base,
+        &format!("/api/sessions/{sid}/events/stream?after=0"),
+        &[("Authorization", &bearer)],
+        |t| t.contains("id: 2\n"),
+    )
+    .await;
+    let trace_id = stream
+        .split("\"trace_id\":\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_default();
+    assert_eq!(trace_id.len(), 32, "events carry a trace id: {stream}");
+
     // The printed keys verify.
     for key in [&agent_key, &human_key] {
         let out = keys(&data, &["verify", key]);

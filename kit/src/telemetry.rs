@@ -10,6 +10,8 @@ use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::Layer;
+use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
@@ -69,19 +71,29 @@ pub fn init(service_name: &str, format: LogFormat) -> Result<Guard, TelemetryErr
 pub fn install(provider: SdkTracerProvider, format: LogFormat) -> Result<(), TelemetryError> {
     opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
     opentelemetry::global::set_tracer_provider(provider.clone());
-    let otel = tracing_opentelemetry::layer().with_tracer(provider.tracer("ithaca"));
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let registry = tracing_subscriber::registry().with(filter).with(otel);
+    // Spans always reach OpenTelemetry at INFO, whatever RUST_LOG says: trace
+    // ids on trace events and propagation must not depend on the log level.
+    // RUST_LOG filters only what is printed.
+    let otel = tracing_opentelemetry::layer()
+        .with_tracer(provider.tracer("ithaca"))
+        .with_filter(LevelFilter::INFO);
+    let filter = || EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let registry = tracing_subscriber::registry().with(otel);
     let result = match format {
         LogFormat::Json => registry
             .with(
                 tracing_subscriber::fmt::layer()
                     .json()
-                    .with_writer(std::io::stderr),
+                    .with_writer(std::io::stderr)
+                    .with_filter(filter()),
             )
             .try_init(),
         LogFormat::Text => registry
-            .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_writer(std::io::stderr)
+                    .with_filter(filter()),
+            )
             .try_init(),
     };
     result.map_err(|_| TelemetryError::AlreadyInstalled)
