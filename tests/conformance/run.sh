@@ -19,23 +19,27 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
 
-# Start a process and wait for its "listening on ADDR" line.
+# Start a process (in this shell, so cleanup can stop it) and wait for its
+# "listening on ADDR" line; the address is left in $addr.
+addr=""
 start() {
   local log="$1"; shift
   "$@" >"$log" 2>"$log.err" &
   pids+=("$!")
+  addr=""
   for _ in $(seq 1 100); do
-    local addr
     addr="$(sed -n 's/.*listening on \([0-9.:]*\).*/\1/p' "$log" | head -n1)"
-    if [[ -n "$addr" ]]; then echo "$addr"; return 0; fi
+    if [[ -n "$addr" ]]; then return 0; fi
     sleep 0.1
   done
   echo "conformance: $* did not start; its stderr:" >&2; cat "$log.err" >&2; return 1
 }
 
-fixture="$(start "$out/fixture.log" "$bin/ithaca-fixture" --listen 127.0.0.1:0)"
-edge="$(start "$out/edge.log" env ITHACA_INTERNAL_KEY="conformance-run-internal-key-0123456789" RUST_LOG=warn \
-  "$bin/ithaca" serve edge --auth off --listen 127.0.0.1:0 --backend "http://$fixture")"
+start "$out/fixture.log" "$bin/ithaca-fixture" --listen 127.0.0.1:0
+fixture="$addr"
+start "$out/edge.log" env ITHACA_INTERNAL_KEY="conformance-run-internal-key-0123456789" RUST_LOG=warn \
+  "$bin/ithaca" serve edge --auth off --listen 127.0.0.1:0 --backend "http://$fixture"
+edge="$addr"
 url="http://$edge/mcp"
 echo "conformance: edge at $url fronting the fixture at $fixture"
 
