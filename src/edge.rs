@@ -14,15 +14,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 /// Every scope; local callers (stdio, authentication off) hold them all.
-pub const ALL_SCOPES: [&str; 7] = [
-    "data:read",
-    "strategy:author",
-    "runs:write",
-    "runs:cancel",
-    "approvals:read",
-    "approvals:decide",
-    "artifacts:read",
-];
+pub use ithaca_proto::scopes::ALL as ALL_SCOPES;
 
 /// Edge options shared by `serve edge`, `up` and `mcp`.
 #[derive(Debug, Clone, clap::Args)]
@@ -54,18 +46,51 @@ pub struct EdgeArgs {
     #[arg(long, env = "ITHACA_TENANT", default_value = "local")]
     pub local_tenant: String,
     /// Largest request body in bytes.
-    #[arg(long, env = "ITHACA_BODY_LIMIT", default_value_t = 1024 * 1024)]
+    #[arg(long, env = "ITHACA_BODY_LIMIT", default_value_t = HttpOptions::DEFAULT_BODY_LIMIT)]
     pub body_limit: usize,
-    /// Longest a request may take, in milliseconds.
-    #[arg(long, env = "ITHACA_REQUEST_TIMEOUT_MS", default_value_t = 30_000)]
+    /// Longest a request may take, in milliseconds (a tool with a longer
+    /// deadline of its own, such as subscribe_run, gets that).
+    #[arg(long, env = "ITHACA_REQUEST_TIMEOUT_MS", default_value_t = HttpOptions::DEFAULT_REQUEST_TIMEOUT.as_millis() as u64)]
     pub request_timeout_ms: u64,
     /// Deadline of each backend call, in milliseconds.
-    #[arg(long, env = "ITHACA_BACKEND_TIMEOUT_MS", default_value_t = 10_000)]
+    #[arg(long, env = "ITHACA_BACKEND_TIMEOUT_MS", default_value_t = ithaca_edge::DEFAULT_BACKEND_TIMEOUT.as_millis() as u64)]
     pub backend_timeout_ms: u64,
     /// How long a verified key is trusted before auth is asked again, in
     /// milliseconds (at most 5000).
-    #[arg(long, env = "ITHACA_KEY_CACHE_MS", default_value_t = 5_000)]
+    #[arg(long, env = "ITHACA_KEY_CACHE_MS", default_value_t = MAX_CACHE_TTL.as_millis() as u64)]
     pub key_cache_ms: u64,
+    /// A browser origin allowed to call the edge cross-origin, such as
+    /// `https://console.example` (repeatable; `*` allows any). CORS is off
+    /// without one.
+    #[arg(
+        long = "cors-origin",
+        env = "ITHACA_CORS_ORIGINS",
+        value_delimiter = ','
+    )]
+    pub cors_origins: Vec<String>,
+}
+
+impl EdgeArgs {
+    /// The edge of a local stack: every built-in service, keys verified,
+    /// and every other knob at its default.
+    pub fn local(urls: impl Fn(crate::services::Service) -> Option<String>, tenant: &str) -> Self {
+        use crate::services::Service;
+        EdgeArgs {
+            auth_url: urls(Service::Auth),
+            session_url: urls(Service::Session),
+            broker_url: urls(Service::Broker),
+            skills_url: urls(Service::Skills),
+            approvals_url: urls(Service::Approvals),
+            backends: Vec::new(),
+            auth: AuthMode::On,
+            local_tenant: tenant.to_owned(),
+            body_limit: HttpOptions::DEFAULT_BODY_LIMIT,
+            request_timeout_ms: HttpOptions::DEFAULT_REQUEST_TIMEOUT.as_millis() as u64,
+            backend_timeout_ms: ithaca_edge::DEFAULT_BACKEND_TIMEOUT.as_millis() as u64,
+            key_cache_ms: MAX_CACHE_TTL.as_millis() as u64,
+            cors_origins: Vec::new(),
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -140,6 +165,7 @@ pub async fn start_http(
         public_url,
         body_limit: args.body_limit,
         request_timeout: Duration::from_millis(args.request_timeout_ms),
+        cors_origins: args.cors_origins.clone(),
     };
     let app = ithaca_edge::http::router(core, callers, options);
     Ok(tokio::spawn(async move {
@@ -178,12 +204,11 @@ pub async fn run_stdio(
     Ok(())
 }
 
-/// The listen address of the HTTP edge: `DOOMBERG_MCP_PORT` (default 8080).
-pub fn default_listen(all_interfaces: bool) -> SocketAddr {
-    let port = std::env::var("DOOMBERG_MCP_PORT")
-        .ok()
-        .and_then(|p| p.trim().parse().ok())
-        .unwrap_or(8080);
+/// The MCP edge's port when none is given (seed 000's `DOOMBERG_MCP_PORT`).
+pub const DEFAULT_MCP_PORT: u16 = 8080;
+
+/// The listen address of the HTTP edge on `port`.
+pub fn listen_on(port: u16, all_interfaces: bool) -> SocketAddr {
     if all_interfaces {
         SocketAddr::from(([0, 0, 0, 0], port))
     } else {

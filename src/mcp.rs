@@ -30,6 +30,10 @@ pub struct McpArgs {
     /// Data directory of the in-process services (SQLite, internal key).
     #[arg(long, env = "ITHACA_DATA_DIR", default_value = stack::DEFAULT_DATA_DIR)]
     pub data_dir: PathBuf,
+    /// A PostgreSQL URL or a SQLite path prefix for the in-process
+    /// services (see `ithaca up --database`).
+    #[arg(long = "database", env = "DOOMBERG_DB", hide_env_values = true)]
+    pub database: Option<String>,
     #[command(flatten)]
     pub edge: EdgeArgs,
 }
@@ -38,9 +42,11 @@ pub async fn run(common: &CommonArgs, args: McpArgs) -> anyhow::Result<()> {
     if args.transport == Transport::Http {
         let up_args = UpArgs {
             data_dir: args.data_dir,
-            port_base: 50051,
+            port_base: up::DEFAULT_PORT_BASE,
             mcp_port: None,
             public_url: None,
+            database: args.database,
+            backend_timeout_ms: args.edge.backend_timeout_ms,
         };
         return up::run(common, up_args).await;
     }
@@ -56,8 +62,15 @@ pub async fn run(common: &CommonArgs, args: McpArgs) -> anyhow::Result<()> {
         return edge::run_stdio(&args.edge, &key, principal).await;
     }
     let shutdown = shutdown::on_signals();
-    let stack =
-        up::start_services(&args.data_dir, 0, &key, "http://127.0.0.1:8080", &shutdown).await?;
+    // No HTTP edge serves this process, so sessions link no SSE stream;
+    // their descriptors point to the trace resource instead.
+    let options = up::StackOptions {
+        data_dir: &args.data_dir,
+        port_base: 0,
+        database: args.database.as_deref(),
+        public_url: "",
+    };
+    let stack = up::start_services(&options, &key, &shutdown).await?;
     let edge_args = EdgeArgs {
         auth_url: stack.url(Service::Auth),
         session_url: stack.url(Service::Session),

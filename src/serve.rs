@@ -19,9 +19,12 @@ pub struct ServeArgs {
     /// Address to listen on (default: all interfaces, the service's port).
     #[arg(long, env = "ITHACA_LISTEN")]
     pub listen: Option<SocketAddr>,
-    /// A PostgreSQL URL or a SQLite file path (falls back to DOOMBERG_DB).
+    /// A PostgreSQL URL or a SQLite file path.
     #[arg(long, env = "ITHACA_DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
+    /// Seed 000's name for the database URL, used when --database-url is not.
+    #[arg(long = "doomberg-db", env = "DOOMBERG_DB", hide_env_values = true)]
+    pub doomberg_db: Option<String>,
     /// The PostgreSQL schema (default: ithaca_<service>).
     #[arg(long, env = "ITHACA_DB_SCHEMA")]
     pub db_schema: Option<String>,
@@ -29,9 +32,12 @@ pub struct ServeArgs {
     #[arg(
         long,
         env = "ITHACA_PUBLIC_URL",
-        default_value = "http://127.0.0.1:8080"
+        default_value = ithaca_edge::http::HttpOptions::DEFAULT_PUBLIC_URL
     )]
     pub public_url: String,
+    /// The edge's port when --listen is not given (seed 000's variable).
+    #[arg(long, env = "DOOMBERG_MCP_PORT")]
+    pub mcp_port: Option<u16>,
     /// Options of the edge (ignored by the other services).
     #[command(flatten)]
     pub edge: crate::edge::EdgeArgs,
@@ -126,12 +132,9 @@ pub async fn run(common: &CommonArgs, args: ServeArgs) -> anyhow::Result<()> {
     if args.service == Service::Edge {
         return run_edge(key, args).await;
     }
-    let database_url = args
-        .database_url
-        .or_else(|| std::env::var("DOOMBERG_DB").ok())
-        .with_context(
-            || "no database: pass --database-url or set ITHACA_DATABASE_URL or DOOMBERG_DB",
-        )?;
+    let database_url = args.database_url.or(args.doomberg_db).with_context(
+        || "no database: pass --database-url or set ITHACA_DATABASE_URL or DOOMBERG_DB",
+    )?;
     let listen = args
         .listen
         .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], args.service.default_port())));
@@ -165,9 +168,9 @@ pub async fn run(common: &CommonArgs, args: ServeArgs) -> anyhow::Result<()> {
 }
 
 async fn run_edge(key: InternalKey, args: ServeArgs) -> anyhow::Result<()> {
-    let listen = args
-        .listen
-        .unwrap_or_else(|| crate::edge::default_listen(true));
+    let listen = args.listen.unwrap_or_else(|| {
+        crate::edge::listen_on(args.mcp_port.unwrap_or(crate::edge::DEFAULT_MCP_PORT), true)
+    });
     let listener = TcpListener::bind(listen)
         .await
         .with_context(|| format!("binding {listen}"))?;

@@ -48,6 +48,23 @@ impl Service {
         }
     }
 
+    /// The services this one calls, which must be running before it starts
+    /// in a local stack (the edge calls every other one).
+    pub fn dependencies(self) -> &'static [Service] {
+        match self {
+            Service::Auth | Service::Session | Service::Broker => &[],
+            Service::Skills => &[Service::Broker, Service::Session],
+            Service::Approvals => &[Service::Session, Service::Skills],
+            Service::Edge => &[
+                Service::Auth,
+                Service::Session,
+                Service::Broker,
+                Service::Skills,
+                Service::Approvals,
+            ],
+        }
+    }
+
     /// Offset from the port base in `ithaca up`.
     pub fn port_offset(self) -> u16 {
         self.default_port().saturating_sub(50051)

@@ -19,8 +19,8 @@ use std::path::{Path, PathBuf};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-/// The gRPC services `ithaca up` runs today. Skills, broker and approvals
-/// join this list as their issues land.
+/// The gRPC services of a local stack; each starts after the services it
+/// calls ([`Service::dependencies`]).
 const LOCAL_SERVICES: [Service; 5] = [
     Service::Auth,
     Service::Session,
@@ -28,6 +28,21 @@ const LOCAL_SERVICES: [Service; 5] = [
     Service::Skills,
     Service::Approvals,
 ];
+
+/// Where and how a local stack's services run.
+pub struct StackOptions<'a> {
+    pub data_dir: &'a Path,
+    /// First port; 0 picks free ports.
+    pub port_base: u16,
+    /// `DOOMBERG_DB`: a PostgreSQL URL shared by every service, or a SQLite
+    /// path prefix; `None` keeps SQLite files under the data directory.
+    pub database: Option<&'a str>,
+    /// Base of `trace_stream` links; empty where no HTTP edge runs.
+    pub public_url: &'a str,
+}
+
+/// The first port of the local stack's gRPC services.
+pub const DEFAULT_PORT_BASE: u16 = 50051;
 
 #[derive(Debug, clap::Args)]
 pub struct UpArgs {
@@ -37,15 +52,25 @@ pub struct UpArgs {
     /// First loopback port of the gRPC services: auth gets it, session the
     /// next one, and so on. 0 picks free ports for everything, the MCP edge
     /// included (they are printed and written to stack.json).
-    #[arg(long, env = "ITHACA_PORT_BASE", default_value_t = 50051)]
+    #[arg(long, env = "ITHACA_PORT_BASE", default_value_t = DEFAULT_PORT_BASE)]
     pub port_base: u16,
-    /// The MCP edge's port (default DOOMBERG_MCP_PORT, else 8080).
-    #[arg(long)]
+    /// The MCP edge's port. It wins over --port-base 0, which otherwise
+    /// picks a free port for the edge too. [default: 8080]
+    #[arg(long, env = "DOOMBERG_MCP_PORT")]
     pub mcp_port: Option<u16>,
     /// Public base URL of the edge, for links such as `trace_stream`
     /// (default: the edge's loopback address).
     #[arg(long, env = "ITHACA_PUBLIC_URL")]
     pub public_url: Option<String>,
+    /// A PostgreSQL URL (a schema per service) or a SQLite path `x.db`
+    /// (becomes `x.auth.db`, `x.session.db`, …) instead of the data directory.
+    #[arg(long = "database", env = "DOOMBERG_DB", hide_env_values = true)]
+    pub database: Option<String>,
+    /// Deadline of each call the edge makes to a service, in milliseconds
+    /// (a tool with a longer deadline of its own, such as subscribe_run,
+    /// gets that).
+    #[arg(long, env = "ITHACA_BACKEND_TIMEOUT_MS", default_value_t = ithaca_edge::DEFAULT_BACKEND_TIMEOUT.as_millis() as u64)]
+    pub backend_timeout_ms: u64,
 }
 
 /// A running local stack.
@@ -76,19 +101,23 @@ pub fn internal_key(common: &CommonArgs, data_dir: &Path) -> anyhow::Result<Inte
     })
 }
 
-/// Start auth and session on loopback and make sure a tenant exists.
+/// Start every local service on loopback, each after the services it
+/// calls, and make sure a tenant exists.
 pub async fn start_services(
-    data_dir: &Path,
-    port_base: u16,
+    options: &StackOptions<'_>,
     key: &InternalKey,
-    public_url: &str,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<Stack> {
-    let doomberg_db = std::env::var("DOOMBERG_DB").ok();
     let mut tasks = Vec::new();
-    let mut urls = Vec::new();
-    for service in LOCAL_SERVICES {
-        let port = match port_base {
+    let mut urls: Vec<(Service, String)> = Vec::new();
+    let mut pending: Vec<Service> = LOCAL_SERVICES.to_vec();
+    while !pending.is_empty() {
+        let ready = pending
+            .iter()
+            .position(|s| s.dependencies().iter().all(|d| url_of(&urls, *d).is_some()))
+            .context("the local services' dependencies form a cycle")?;
+        let service = pending.remove(ready);
+        let port = match options.port_base {
             0 => 0,
             base => base
                 .checked_add(service.port_offset())
@@ -102,10 +131,10 @@ pub async fn start_services(
         let task = serve::start(Spec {
             service,
             listener,
-            database_url: stack::database_url(doomberg_db.as_deref(), data_dir, service.as_str()),
+            database_url: stack::database_url(options.database, options.data_dir, service.as_str()),
             schema: format!("ithaca_{service}"),
             key: key.clone(),
-            public_url: public_url.to_owned(),
+            public_url: options.public_url.to_owned(),
             broker_url: url_of(&urls, Service::Broker),
             session_url: url_of(&urls, Service::Session),
             skills_url: url_of(&urls, Service::Skills),
@@ -116,7 +145,7 @@ pub async fn start_services(
         tasks.push(task);
         urls.push((service, url));
     }
-    let auth_url = urls[0].1.clone();
+    let auth_url = url_of(&urls, Service::Auth).context("the local stack has no auth service")?;
     let mut auth = AuthServiceClient::with_interceptor(
         client::channel(&auth_url)?,
         Outbound::new(key.clone(), Principal::system("")),
@@ -124,11 +153,7 @@ pub async fn start_services(
     let (tenant_id, new_keys) = bootstrap(&mut auth).await?;
     // An open client connection would hold the server's graceful shutdown.
     drop(auth);
-    if let Some(url) = urls
-        .iter()
-        .find(|(s, _)| *s == Service::Broker)
-        .map(|(_, u)| u.clone())
-    {
+    if let Some(url) = url_of(&urls, Service::Broker) {
         load_demo_data(&url, key).await?;
     }
     Ok(Stack {
@@ -149,7 +174,7 @@ pub async fn run(common: &CommonArgs, args: UpArgs) -> anyhow::Result<()> {
     let mcp_listen = match (args.port_base, args.mcp_port) {
         (_, Some(port)) => SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
         (0, None) => SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
-        (_, None) => edge::default_listen(false),
+        (_, None) => edge::listen_on(edge::DEFAULT_MCP_PORT, false),
     };
     let mcp_listener = TcpListener::bind(mcp_listen).await.with_context(|| {
         format!("binding {mcp_listen} for the MCP edge (is another stack running?)")
@@ -157,21 +182,16 @@ pub async fn run(common: &CommonArgs, args: UpArgs) -> anyhow::Result<()> {
     let edge_url = format!("http://{}", mcp_listener.local_addr()?);
     let public_url = args.public_url.clone().unwrap_or_else(|| edge_url.clone());
 
-    let mut stack =
-        start_services(&args.data_dir, args.port_base, &key, &public_url, &shutdown).await?;
+    let options = StackOptions {
+        data_dir: &args.data_dir,
+        port_base: args.port_base,
+        database: args.database.as_deref(),
+        public_url: &public_url,
+    };
+    let mut stack = start_services(&options, &key, &shutdown).await?;
     let edge_args = EdgeArgs {
-        auth_url: stack.url(Service::Auth),
-        session_url: stack.url(Service::Session),
-        broker_url: stack.url(Service::Broker),
-        skills_url: stack.url(Service::Skills),
-        approvals_url: stack.url(Service::Approvals),
-        backends: Vec::new(),
-        auth: edge::AuthMode::On,
-        local_tenant: stack.tenant_id.clone(),
-        body_limit: 1024 * 1024,
-        request_timeout_ms: 30_000,
-        backend_timeout_ms: 10_000,
-        key_cache_ms: 5_000,
+        backend_timeout_ms: args.backend_timeout_ms,
+        ..EdgeArgs::local(|s| stack.url(s), &stack.tenant_id)
     };
     let edge_task = edge::start_http(
         &edge_args,

@@ -197,7 +197,13 @@ async fn modern_era_discover_list_gate_call_and_trace() {
     assert_eq!(d["resultType"], "complete");
     assert_eq!(
         d["supportedVersions"],
-        json!(["2025-06-18", "2025-11-25", "2026-07-28"])
+        json!([
+            "2024-11-05",
+            "2025-03-26",
+            "2025-06-18",
+            "2025-11-25",
+            "2026-07-28"
+        ])
     );
     assert!(d["capabilities"]["tools"].is_object());
     assert_eq!(
@@ -235,9 +241,9 @@ async fn modern_era_discover_list_gate_call_and_trace() {
     // The gate.
     let early = call(&s, &s.agent, "session_close", json!({})).await["result"].clone();
     assert_eq!(early["isError"], true);
-    assert_eq!(early["structuredContent"]["error"], "no_active_session");
+    assert_eq!(common::tool_error(&early)["error"], "no_active_session");
     assert!(
-        early["structuredContent"]["message"]
+        common::tool_error(&early)["message"]
             .as_str()
             .is_some_and(|m| m.contains("session_context"))
     );
@@ -283,17 +289,18 @@ async fn modern_era_discover_list_gate_call_and_trace() {
     let closed = call(&s, &s.agent, "session_close", json!({})).await["result"].clone();
     assert_eq!(closed["structuredContent"]["status"], "closed", "{closed}");
 
-    // The trace, replayed over SSE from the start.
+    // The trace, replayed over SSE from the start. The session is closed,
+    // so the stream says so and then ends: reading to the end finishes.
     let path = format!("/api/sessions/{sid}/events/stream");
     let auth = format!("Bearer {}", s.human);
-    let text = http::read_until(&s.url, &path, &[("Authorization", &auth)], |t| {
-        t.contains("id: 6\n")
-    })
-    .await;
+    let reply = http::request(&s.url, "GET", &path, &[("Authorization", &auth)], b"").await;
+    let text = reply.text();
     let kinds: Vec<&str> = text
         .lines()
         .filter_map(|l| l.strip_prefix("event: "))
         .collect();
+    // session_close's own result lands after the session closed (calls in
+    // flight may still record how they ended), and the stream lingers for it.
     assert_eq!(
         kinds,
         vec![
@@ -302,6 +309,7 @@ async fn modern_era_discover_list_gate_call_and_trace() {
             "tool_call",
             "tool_result",
             "tool_call",
+            "session_closed",
             "tool_result"
         ],
         "{text}"
@@ -310,26 +318,30 @@ async fn modern_era_discover_list_gate_call_and_trace() {
         .lines()
         .filter_map(|l| l.strip_prefix("id: "))
         .collect();
-    assert_eq!(ids, vec!["1", "2", "3", "4", "5", "6"]);
+    assert_eq!(ids, vec!["1", "2", "3", "4", "5", "6", "7"]);
+    assert!(
+        text.contains("\"closed_by\":\"agent\""),
+        "session_closed says who closed it: {text}"
+    );
 
     // Resume after an id.
     let text = http::read_until(
         &s.url,
         &path,
         &[("Authorization", &auth), ("Last-Event-ID", "4")],
-        |t| t.contains("id: 6\n"),
+        |t| t.contains("id: 7\n"),
     )
     .await;
     let ids: Vec<&str> = text
         .lines()
         .filter_map(|l| l.strip_prefix("id: "))
         .collect();
-    assert_eq!(ids, vec!["5", "6"]);
+    assert_eq!(ids, vec!["5", "6", "7"]);
     let text = http::read_until(
         &s.url,
-        &format!("{path}?after=5"),
+        &format!("{path}?after=6"),
         &[("Authorization", &auth)],
-        |t| t.contains("id: 6\n"),
+        |t| t.contains("id: 7\n"),
     )
     .await;
     assert_eq!(text.lines().filter(|l| l.starts_with("id: ")).count(), 1);
@@ -691,9 +703,9 @@ async fn protocol_bad_input_table() {
     ] {
         let r = call(&s, &s.agent, "session_context", args.clone()).await["result"].clone();
         assert_eq!(r["isError"], true, "{args}");
-        assert_eq!(r["structuredContent"]["error"], "INVALID_ARGUMENT");
+        assert_eq!(common::tool_error(&r)["error"], "INVALID_ARGUMENT");
         assert!(
-            r["structuredContent"]["message"]
+            common::tool_error(&r)["message"]
                 .as_str()
                 .is_some_and(|m| m.starts_with(field)),
             "{r}"
@@ -794,7 +806,7 @@ async fn other_tenants_sessions_are_not_found_and_nothing_leaks() {
     .await["result"]
         .clone();
     assert_eq!(r["isError"], true);
-    assert_eq!(r["structuredContent"]["error"], "NOT_FOUND");
+    assert_eq!(common::tool_error(&r)["error"], "NOT_FOUND");
     assert!(!r.to_string().contains("secret research"));
 
     let read = modern(
@@ -830,10 +842,11 @@ async fn an_unreachable_service_is_a_clear_retryable_error() {
     let r = call(&s, &s.agent, "session_context", json!({"prompt": "x"})).await["result"].clone();
     assert_eq!(r["isError"], true);
     assert_eq!(
-        r["structuredContent"]["error"], "SERVICE_UNAVAILABLE",
+        common::tool_error(&r)["error"],
+        "SERVICE_UNAVAILABLE",
         "{r}"
     );
-    assert_eq!(r["structuredContent"]["retryable"], true);
+    assert_eq!(common::tool_error(&r)["retryable"], true);
     println!("unreachable backend answered in {:?}", started.elapsed());
     // Discovery and listing still work.
     assert_eq!(

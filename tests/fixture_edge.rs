@@ -101,11 +101,19 @@ async fn schemas_come_from_the_reflected_messages() {
     assert_eq!(p["text"]["type"], "string");
     assert_eq!(p["text"]["description"], "A required string.");
     assert_eq!(p["count"]["type"], "integer");
-    assert_eq!(p["count"]["maximum"], i32::MAX);
-    assert_eq!(
-        p["big"]["type"],
-        json!(["integer", "string"]),
-        "int64 follows the proto3 JSON mapping"
+    assert!(
+        p["count"].get("minimum").is_none() && p["count"].get("maximum").is_none(),
+        "an int32's own range is no meaningful bound: {}",
+        p["count"]
+    );
+    assert_eq!(p["big"]["type"], "integer", "int64 is a JSON integer too");
+    assert_eq!(p["big"]["format"], "int64");
+    assert!(
+        p["big"]["$comment"]
+            .as_str()
+            .is_some_and(|c| c.contains("2^53")),
+        "the schema says where 64-bit integers stop being exact: {}",
+        p["big"]
     );
     assert_eq!(
         p["tags"],
@@ -122,7 +130,7 @@ async fn schemas_come_from_the_reflected_messages() {
     assert_eq!(p["nested"]["properties"]["flag"]["type"], "boolean");
     assert_eq!(
         echo["outputSchema"]["properties"]["echo"]["properties"]["big"]["type"],
-        "string"
+        "integer"
     );
 
     let args = json!({"text": "hi", "big": "9007199254740993", "colour": "COLOUR_RED", "tags": ["a"], "labels": {"k": "v"}, "nested": {"flag": true}});
@@ -135,8 +143,9 @@ async fn schemas_come_from_the_reflected_messages() {
     assert_eq!(r["isError"], false, "{r}");
     let echoed = &r["structuredContent"]["echo"];
     assert_eq!(
-        echoed["big"], "9007199254740993",
-        "64-bit integers survive exactly"
+        echoed["big"],
+        json!(9_007_199_254_740_993_i64),
+        "64-bit integers come back as exact JSON integers"
     );
     assert_eq!(echoed["colour"], "COLOUR_RED");
     assert_eq!(echoed["labels"]["k"], "v");
@@ -171,7 +180,7 @@ async fn schemas_come_from_the_reflected_messages() {
         )
         .await;
         assert_eq!(r["isError"], true);
-        let message = r["structuredContent"]["message"]
+        let message = common::tool_error(&r)["message"]
             .as_str()
             .unwrap_or_default()
             .to_owned();

@@ -105,7 +105,13 @@ fn modern_era_over_stdio() {
     let d = agent.reply(1);
     assert_eq!(
         d["result"]["supportedVersions"],
-        json!(["2025-06-18", "2025-11-25", "2026-07-28"]),
+        json!([
+            "2024-11-05",
+            "2025-03-26",
+            "2025-06-18",
+            "2025-11-25",
+            "2026-07-28"
+        ]),
         "{d}"
     );
 
@@ -113,7 +119,8 @@ fn modern_era_over_stdio() {
         "params": {"_meta": meta(), "name": "session_close", "arguments": {}}}));
     let gated = agent.reply(2);
     assert_eq!(
-        gated["result"]["structuredContent"]["error"], "no_active_session",
+        common::tool_error(&gated["result"])["error"],
+        "no_active_session",
         "{gated}"
     );
 
@@ -188,7 +195,7 @@ fn legacy_era_over_stdio() {
         "params": {"name": "session_context", "arguments": {"prompt": 1}}}));
     let bad = agent.reply(4);
     assert!(
-        bad["result"]["structuredContent"]["message"]
+        common::tool_error(&bad["result"])["message"]
             .as_str()
             .is_some_and(|m| m.starts_with("prompt")),
         "{bad}"

@@ -32,6 +32,11 @@ impl Backend {
         self.channel.clone()
     }
 
+    /// The deadline of a call to this backend.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     /// One unary call on behalf of `principal`, with the deadline, the
     /// principal assertion and the current trace context in its metadata.
     /// An unreachable or slow backend yields UNAVAILABLE or
@@ -43,12 +48,28 @@ impl Backend {
         principal: &Principal,
         key: &InternalKey,
     ) -> Result<DynamicMessage, Status> {
+        self.unary_within(method, message, principal, key, None)
+            .await
+    }
+
+    /// [`Backend::unary`] with the method's own deadline when it has one (a
+    /// long-poll tool waits longer than the backend default); the longer of
+    /// the two applies.
+    pub async fn unary_within(
+        &self,
+        method: &MethodDescriptor,
+        message: DynamicMessage,
+        principal: &Principal,
+        key: &InternalKey,
+        deadline: Option<Duration>,
+    ) -> Result<DynamicMessage, Status> {
+        let timeout = deadline.map_or(self.timeout, |d| d.max(self.timeout));
         let path = format!("/{}/{}", method.parent_service().full_name(), method.name());
         let path: http::uri::PathAndQuery = path
             .parse()
             .map_err(|_| Status::internal("invalid method path"))?;
         let mut request = Request::new(message);
-        request.set_timeout(self.timeout);
+        request.set_timeout(timeout);
         key.sign(&mut request, principal);
         let codec = DynamicCodec {
             output: method.output(),
@@ -60,12 +81,12 @@ impl Backend {
                 .map_err(|e| Status::unavailable(format!("{} is unreachable: {e}", self.url)))?;
             grpc.unary(request, path, codec).await
         };
-        match tokio::time::timeout(self.timeout, call).await {
+        match tokio::time::timeout(timeout, call).await {
             Ok(result) => result.map(tonic::Response::into_inner),
             Err(_) => Err(Status::deadline_exceeded(format!(
                 "{} did not answer within {} ms",
                 self.url,
-                self.timeout.as_millis()
+                timeout.as_millis()
             ))),
         }
     }

@@ -39,6 +39,12 @@ impl Tool {
         scopes
     }
 
+    /// The tool's own deadline, when its options set one.
+    pub fn deadline(&self) -> Option<std::time::Duration> {
+        (self.options.deadline_ms > 0)
+            .then(|| std::time::Duration::from_millis(u64::from(self.options.deadline_ms)))
+    }
+
     /// The `tools/list` entry.
     pub fn to_json(&self) -> Value {
         let mut tool = json!({
@@ -49,7 +55,7 @@ impl Tool {
                 "readOnlyHint": self.options.read_only,
                 "destructiveHint": self.options.destructive,
                 "idempotentHint": self.options.read_only,
-                "openWorldHint": false,
+                "openWorldHint": self.options.open_world,
             },
         });
         if !self.title.is_empty() {

@@ -120,61 +120,59 @@ impl Core {
         };
         let started = Instant::now();
         let mut principal = caller.clone();
+        let arguments_seen = arguments.clone().unwrap_or(json!({}));
 
         if !tool.options.session_exempt
             && let Some(session) = &self.session
         {
             match self.current_session(session, caller).await {
                 Ok(id) => principal.session_id = Some(id),
-                Err(result) => return Ok(result),
+                Err(failure) => return Ok(failure.to_result()),
             }
         }
         if let Some(session_id) = principal.session_id.clone() {
-            let payload =
-                json!({"name": name, "arguments": arguments.clone().unwrap_or(json!({}))});
+            let payload = json!({"name": name, "arguments": arguments_seen});
             if let Err(status) = self
                 .append(&principal, &session_id, spb::EventType::ToolCall, payload)
                 .await
             {
                 if domain_code(&status) == Some("SESSION_NOT_OPEN") {
-                    return Ok(tool_error("no_active_session", NO_SESSION_MESSAGE, false));
+                    return Ok(no_session().to_result());
                 }
-                return Ok(status_result(&status));
+                return Ok(status_failure(&status).to_result());
             }
         }
 
-        let outcome = self.invoke(tool, &principal, arguments.clone()).await;
-        let (result, outcome_name) = match outcome {
-            Ok(result) => (result, "ok"),
-            Err(result) => (result, "error"),
-        };
+        let outcome = self.invoke(tool, &principal, arguments).await;
 
         // session_context opened (or joined) a session: record the call in it.
-        let session_id = match (&principal.session_id, tool.options.session_exempt) {
+        let session_id = match (&principal.session_id, &outcome) {
             (Some(id), _) => Some(id.clone()),
-            (None, true) if outcome_name == "ok" => result["structuredContent"]["session_id"]
-                .as_str()
-                .map(str::to_owned),
+            (None, Ok(result)) if tool.options.session_exempt => {
+                result["structuredContent"]["session_id"]
+                    .as_str()
+                    .map(str::to_owned)
+            }
             _ => None,
         };
         if let (Some(session_id), Some(_)) = (session_id, &self.session) {
             principal.session_id = Some(session_id.clone());
             if tool.options.session_exempt {
-                let payload = json!({"name": name, "arguments": arguments.unwrap_or(json!({}))});
+                let payload = json!({"name": name, "arguments": arguments_seen});
                 let _ = self
                     .append(&principal, &session_id, spb::EventType::ToolCall, payload)
                     .await;
             }
             let payload = json!({
                 "name": name,
-                "outcome": outcome_name,
+                "outcome": if outcome.is_ok() { "ok" } else { "error" },
                 "duration_ms": started.elapsed().as_millis() as u64,
                 "provenance": {
                     "service": tool.method.parent_service().full_name(),
                     "method": tool.method.name(),
                     "trace_id": ithaca_kit::propagation::current_trace_id(),
                 },
-                "error": if outcome_name == "error" { result["structuredContent"]["error"].clone() } else { Value::Null },
+                "error": outcome.as_ref().err().map_or(Value::Null, |f| json!(f.code)),
             });
             if let Err(status) = self
                 .append(&principal, &session_id, spb::EventType::ToolResult, payload)
@@ -183,24 +181,26 @@ impl Core {
                 tracing::warn!(error = %status.message(), tool = name, "recording tool_result failed");
             }
         }
-        Ok(result)
+        Ok(match outcome {
+            Ok(result) => result,
+            Err(failure) => failure.to_result(),
+        })
     }
 
-    /// Transcode, call the backend, render the result. `Err` holds a tool
-    /// error result.
+    /// Transcode, call the backend, render the result.
     async fn invoke(
         &self,
         tool: &Tool,
         principal: &Principal,
         arguments: Option<Value>,
-    ) -> Result<Value, Value> {
+    ) -> Result<Value, ToolFailure> {
         let request = transcode::to_message(&tool.method.input(), arguments)
-            .map_err(|e| tool_error("INVALID_ARGUMENT", &e.message, false))?;
-        let backend = self.backend(&tool.method).map_err(|s| status_result(&s))?;
+            .map_err(|e| ToolFailure::new("INVALID_ARGUMENT", &e.message, false))?;
+        let backend = self.backend(&tool.method).map_err(|s| status_failure(&s))?;
         let response = backend
-            .unary(&tool.method, request, principal, &self.key)
+            .unary_within(&tool.method, request, principal, &self.key, tool.deadline())
             .await
-            .map_err(|s| status_result(&s))?;
+            .map_err(|s| status_failure(&s))?;
         Ok(render_tool_result(&response))
     }
 
@@ -208,16 +208,15 @@ impl Core {
         &self,
         session: &Backend,
         caller: &Principal,
-    ) -> Result<String, Value> {
+    ) -> Result<String, ToolFailure> {
         let mut client = SessionServiceClient::new(session.channel());
         let mut request = Request::new(spb::GetCurrentSessionRequest {});
+        request.set_timeout(session.timeout());
         self.key.sign(&mut request, caller);
         match client.get_current_session(request).await {
             Ok(reply) => Ok(reply.into_inner().session_id),
-            Err(status) if domain_code(&status) == Some("NO_ACTIVE_SESSION") => {
-                Err(tool_error("no_active_session", NO_SESSION_MESSAGE, false))
-            }
-            Err(status) => Err(status_result(&status)),
+            Err(status) if domain_code(&status) == Some("NO_ACTIVE_SESSION") => Err(no_session()),
+            Err(status) => Err(status_failure(&status)),
         }
     }
 
@@ -238,6 +237,7 @@ impl Core {
             r#type: kind as i32,
             payload: Some(json::to_struct(payload)),
         });
+        request.set_timeout(session.timeout());
         self.key.sign(&mut request, principal);
         client
             .append_event(request)
@@ -336,18 +336,44 @@ fn internal(status: &Status) -> RpcError {
     }
 }
 
-/// A tool error result: `{"error": CODE, "message": …}` as structured
-/// content and as text.
-pub fn tool_error(code: &str, message: &str, retryable: bool) -> Value {
-    let mut body = json!({"error": code, "message": message});
-    if retryable {
-        body["retryable"] = json!(true);
+/// A tool that failed: what the agent is told, and what the trace records.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolFailure {
+    /// A typed code (`no_active_session`, `NOT_FOUND`, a domain code).
+    pub code: String,
+    pub message: String,
+    /// Whether the same call may succeed if tried again later.
+    pub retryable: bool,
+}
+
+impl ToolFailure {
+    pub fn new(code: &str, message: &str, retryable: bool) -> Self {
+        ToolFailure {
+            code: code.to_owned(),
+            message: message.to_owned(),
+            retryable,
+        }
     }
-    json!({
-        "content": [{"type": "text", "text": body.to_string()}],
-        "structuredContent": body,
-        "isError": true,
-    })
+
+    /// The `{"error": CODE, "message": …}` body agents read.
+    pub fn body(&self) -> Value {
+        let mut body = json!({"error": self.code, "message": self.message});
+        if self.retryable {
+            body["retryable"] = json!(true);
+        }
+        body
+    }
+
+    /// The `CallToolResult` JSON: the body as text content and no
+    /// `structuredContent`, because a tool's output schema describes its
+    /// success and clients (the Node SDK 1.x among them) validate structured
+    /// content even on errors.
+    pub fn to_result(&self) -> Value {
+        json!({
+            "content": [{"type": "text", "text": self.body().to_string()}],
+            "isError": true,
+        })
+    }
 }
 
 /// The typed code of a failed backend call.
@@ -370,16 +396,23 @@ pub fn error_code(status: &Status) -> String {
     .to_owned()
 }
 
-fn status_result(status: &Status) -> Value {
+fn status_failure(status: &Status) -> ToolFailure {
     let retryable = matches!(
         status.code(),
         Code::Unavailable | Code::DeadlineExceeded | Code::ResourceExhausted
     );
     let message = match status.code() {
-        Code::Internal | Code::Unknown => "the service failed; see the server logs",
+        Code::Internal | Code::Unknown => {
+            tracing::warn!(code = ?status.code(), error = %status.message(), "backend failed");
+            "the service failed; see the server logs"
+        }
         _ => status.message(),
     };
-    tool_error(&error_code(status), message, retryable)
+    ToolFailure::new(&error_code(status), message, retryable)
+}
+
+fn no_session() -> ToolFailure {
+    ToolFailure::new("no_active_session", NO_SESSION_MESSAGE, false)
 }
 
 /// A successful tool response as `CallToolResult` JSON.

@@ -44,19 +44,73 @@ pub struct HttpOptions {
     pub public_url: String,
     /// Largest request body.
     pub body_limit: usize,
-    /// Longest a request may take to produce its response head.
+    /// Longest a request may take to produce its response head (a tool with
+    /// a longer deadline of its own gets that plus a margin).
     pub request_timeout: Duration,
+    /// Browser origins (`https://console.example`) allowed to call the edge
+    /// cross-origin. Empty: CORS is off and preflights are refused.
+    pub cors_origins: Vec<String>,
+}
+
+/// The defaults `ithaca up`, `ithaca serve edge` and tests share.
+impl HttpOptions {
+    pub const DEFAULT_PUBLIC_URL: &str = "http://127.0.0.1:8080";
+    pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
+    pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 }
 
 impl Default for HttpOptions {
     fn default() -> Self {
         HttpOptions {
-            public_url: "http://127.0.0.1:8080".to_owned(),
-            body_limit: 1024 * 1024,
-            request_timeout: Duration::from_secs(30),
+            public_url: Self::DEFAULT_PUBLIC_URL.to_owned(),
+            body_limit: Self::DEFAULT_BODY_LIMIT,
+            request_timeout: Self::DEFAULT_REQUEST_TIMEOUT,
+            cors_origins: Vec::new(),
         }
     }
 }
+
+/// Named JSON-RPC error codes the HTTP front answers with itself.
+pub mod codes {
+    pub const PARSE_ERROR: i32 = -32700;
+    pub const INVALID_REQUEST: i32 = -32600;
+    pub const METHOD_NOT_FOUND: i32 = -32601;
+    pub const INVALID_PARAMS: i32 = -32602;
+    pub const INTERNAL_ERROR: i32 = -32603;
+    pub const UNSUPPORTED_PROTOCOL_VERSION: i32 = -32022;
+}
+
+/// The requests a 2026-07-28 client may send (its schema's `ClientRequest`).
+const MODERN_METHODS: &[&str] = &[
+    "server/discover",
+    "tools/list",
+    "tools/call",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "prompts/list",
+    "prompts/get",
+    "completion/complete",
+    "subscriptions/listen",
+];
+
+/// The requests of the `initialize` profile (2024-11-05 to 2025-11-25).
+const LEGACY_METHODS: &[&str] = &[
+    "initialize",
+    "ping",
+    "server/discover",
+    "tools/list",
+    "tools/call",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "prompts/list",
+    "prompts/get",
+    "completion/complete",
+    "logging/setLevel",
+];
 
 /// Who callers are: verified keys, or one local principal when
 /// authentication is off.
@@ -143,8 +197,17 @@ impl Edge {
             || (!self.public_host.is_empty() && name == hostname(&self.public_host))
     }
 
+    /// Whether `origin` (as the browser sent it) may call cross-origin.
+    fn cors_allowed(&self, origin: &str) -> bool {
+        let origin = origin.trim_end_matches('/');
+        self.options
+            .cors_origins
+            .iter()
+            .any(|o| o == "*" || o.trim_end_matches('/').eq_ignore_ascii_case(origin))
+    }
+
     /// DNS-rebinding defence: a foreign `Host`, or an `Origin` that is not
-    /// this server, is refused.
+    /// this server nor an allowed CORS origin, is refused.
     fn check_origin(&self, headers: &HeaderMap) -> Result<(), Response> {
         let host = headers
             .get(header::HOST)
@@ -157,11 +220,9 @@ impl Edge {
             ));
         }
         if let Some(origin) = headers.get(header::ORIGIN) {
-            let ok = origin
-                .to_str()
-                .ok()
-                .and_then(host_of)
-                .is_some_and(|h| self.host_allowed(&h));
+            let ok = origin.to_str().ok().is_some_and(|o| {
+                self.cors_allowed(o) || host_of(o).is_some_and(|h| self.host_allowed(&h))
+            });
             if !ok {
                 return Err(plain(StatusCode::FORBIDDEN, "origin not allowed"));
             }
@@ -202,9 +263,15 @@ impl Edge {
             "Bearer realm=\"{REALM}\", resource_metadata=\"{}\"",
             self.metadata_url()
         );
+        let what_to_do = "send `Authorization: Bearer dmbg_<env>_<keyid>_<secret>`; \
+            an administrator issues keys with `ithaca keys create` (this server has no OAuth \
+            authorization server)";
         let mut response = (
             StatusCode::UNAUTHORIZED,
-            axum::Json(json!({"error": "invalid_token", "error_description": failure.to_string()})),
+            axum::Json(json!({
+                "error": "invalid_token",
+                "error_description": format!("{failure}: {what_to_do}"),
+            })),
         )
             .into_response();
         if let Ok(v) = HeaderValue::from_str(&challenge) {
@@ -222,6 +289,70 @@ impl Edge {
         if let Ok(v) = HeaderValue::from_str(&challenge) {
             response.headers_mut().insert(header::WWW_AUTHENTICATE, v);
         }
+        response
+    }
+
+    /// How long a request may take: the HTTP default, or longer for a tool
+    /// whose own deadline is longer (a long poll), plus a margin so the
+    /// tool's own timeout answers first.
+    fn request_timeout(&self, message: &Value) -> Duration {
+        let tool_deadline = (message["method"] == "tools/call")
+            .then(|| message["params"]["name"].as_str())
+            .flatten()
+            .and_then(|name| self.core.catalog.tool(name))
+            .and_then(crate::catalog::Tool::deadline);
+        match tool_deadline {
+            Some(d) => self.options.request_timeout.max(d + Duration::from_secs(5)),
+            None => self.options.request_timeout,
+        }
+    }
+
+    /// Answer a CORS preflight: allowed origins get the methods and headers
+    /// MCP uses; anything else is refused (CORS is off unless configured).
+    fn preflight(&self, headers: &HeaderMap) -> Response {
+        let origin = headers.get(header::ORIGIN).and_then(|o| o.to_str().ok());
+        let Some(origin) = origin.filter(|o| self.cors_allowed(o)) else {
+            return plain(
+                StatusCode::FORBIDDEN,
+                "cross-origin requests are not allowed from this origin; an operator allows \
+                 origins with --cors-origin",
+            );
+        };
+        let mut response = StatusCode::NO_CONTENT.into_response();
+        let h = response.headers_mut();
+        if let Ok(v) = HeaderValue::from_str(origin) {
+            h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, v);
+        }
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_METHODS,
+            HeaderValue::from_static("GET, POST, OPTIONS"),
+        );
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_HEADERS,
+            HeaderValue::from_static(
+                "authorization, content-type, accept, mcp-protocol-version, mcp-method, mcp-name, last-event-id",
+            ),
+        );
+        h.insert(
+            header::ACCESS_CONTROL_MAX_AGE,
+            HeaderValue::from_static("600"),
+        );
+        h.insert(header::VARY, HeaderValue::from_static("Origin"));
+        response
+    }
+
+    /// Mark a response readable by an allowed cross-origin caller.
+    fn with_cors(&self, origin: Option<&HeaderValue>, mut response: Response) -> Response {
+        let Some(origin) = origin.filter(|o| o.to_str().is_ok_and(|o| self.cors_allowed(o))) else {
+            return response;
+        };
+        let h = response.headers_mut();
+        h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin.clone());
+        h.insert(
+            header::ACCESS_CONTROL_EXPOSE_HEADERS,
+            HeaderValue::from_static("www-authenticate"),
+        );
+        h.append(header::VARY, HeaderValue::from_static("Origin"));
         response
     }
 
@@ -263,8 +394,154 @@ fn plain(status: StatusCode, text: impl Into<String>) -> Response {
 }
 
 fn jsonrpc_error(status: StatusCode, id: Value, code: i32, message: &str) -> Response {
-    let body = json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}});
+    jsonrpc_error_with(status, id, code, message, None)
+}
+
+fn jsonrpc_error_with(
+    status: StatusCode,
+    id: Value,
+    code: i32,
+    message: &str,
+    data: Option<Value>,
+) -> Response {
+    let mut error = json!({"code": code, "message": message});
+    if let Some(data) = data {
+        error["data"] = data;
+    }
+    let body = json!({"jsonrpc": "2.0", "id": id, "error": error});
     (status, axum::Json(body)).into_response()
+}
+
+/// Per-request protocol checks made before rmcp sees the request: the
+/// `MCP-Protocol-Version` header names a served revision (in both eras), the
+/// method exists in the request's era, and its params have what it needs.
+fn check_request(message: &Value, headers: &HeaderMap) -> Result<(), Response> {
+    let id = message.get("id").cloned().unwrap_or(Value::Null);
+    let supported: Vec<String> = crate::mcp::VERSIONS.iter().map(|v| v.to_string()).collect();
+    if let Some(header) = headers.get("mcp-protocol-version") {
+        let version = header.to_str().unwrap_or("");
+        if !supported.iter().any(|v| v == version) {
+            return Err(jsonrpc_error_with(
+                StatusCode::BAD_REQUEST,
+                id,
+                codes::UNSUPPORTED_PROTOCOL_VERSION,
+                &format!(
+                    "Unsupported protocol version in MCP-Protocol-Version: {version:?}; this server speaks {}",
+                    supported.join(", ")
+                ),
+                Some(json!({"supported": supported, "requested": version})),
+            ));
+        }
+    }
+    let Some(method) = message["method"].as_str() else {
+        return Ok(());
+    };
+    if method.starts_with("notifications/") || message.get("id").is_none() {
+        return Ok(());
+    }
+    let modern = is_modern(message);
+    let known = if modern {
+        MODERN_METHODS
+    } else {
+        LEGACY_METHODS
+    };
+    if !known.contains(&method) {
+        let era = if modern {
+            "protocol 2026-07-28"
+        } else {
+            "the initialize profile"
+        };
+        let mut text = format!("Method not found: {method:?} is not a request of {era}");
+        if modern && LEGACY_METHODS.contains(&method) {
+            text.push_str(" (it was removed in 2026-07-28)");
+        }
+        text.push_str(&format!("; the requests are: {}", known.join(", ")));
+        // The 2026-07-28 transport answers an unknown method with 404.
+        let status = if modern {
+            StatusCode::NOT_FOUND
+        } else {
+            StatusCode::OK
+        };
+        return Err(jsonrpc_error_with(
+            status,
+            id,
+            codes::METHOD_NOT_FOUND,
+            &text,
+            Some(json!({"method": method})),
+        ));
+    }
+    if let Err(what) = check_params(method, &message["params"]) {
+        return Err(jsonrpc_error(
+            StatusCode::OK,
+            id,
+            codes::INVALID_PARAMS,
+            &format!("Invalid params: {what}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Whether a request declares the 2026-07-28 era in its own `_meta`.
+fn is_modern(message: &Value) -> bool {
+    message["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"].is_string()
+}
+
+/// The JSON-RPC envelope's shape: `id` a string or a number, `method` a
+/// string, `params` an object. A wrong type is an invalid request (400),
+/// decided here because rmcp would answer it with a bare 415.
+fn check_envelope(message: &Value) -> Result<(), Response> {
+    let refuse = |what: &str| {
+        Err(jsonrpc_error(
+            StatusCode::BAD_REQUEST,
+            Value::Null,
+            codes::INVALID_REQUEST,
+            &format!("Invalid Request: {what}"),
+        ))
+    };
+    if !message.is_object() || message.get("jsonrpc") != Some(&json!("2.0")) {
+        return refuse("expected one JSON-RPC 2.0 message object");
+    }
+    match message.get("id") {
+        None | Some(Value::String(_) | Value::Number(_)) => {}
+        Some(_) => return refuse("`id` must be a string or a number"),
+    }
+    match message.get("method") {
+        Some(Value::String(_)) => {}
+        Some(_) => return refuse("`method` must be a string"),
+        // A response to a server request: needs an id and a result or error.
+        None if message.get("id").is_some()
+            && (message.get("result").is_some() || message.get("error").is_some()) => {}
+        None => return refuse("`method` is missing"),
+    }
+    match message.get("params") {
+        None | Some(Value::Object(_)) => Ok(()),
+        Some(_) => refuse("`params` must be an object"),
+    }
+}
+
+/// What a request needs in `params`, checked before dispatch so a missing
+/// or mistyped field is named (`-32602`) instead of looking like an unknown
+/// method.
+fn check_params(method: &str, params: &Value) -> Result<(), String> {
+    let string = |field: &str| -> Result<(), String> {
+        match params.get(field) {
+            Some(Value::String(_)) => Ok(()),
+            Some(_) => Err(format!("params.{field} must be a string")),
+            None => Err(format!("{method} needs params.{field} (a string)")),
+        }
+    };
+    match method {
+        "tools/call" => {
+            string("name")?;
+            match params.get("arguments") {
+                None | Some(Value::Null | Value::Object(_)) => Ok(()),
+                Some(_) => Err("params.arguments must be an object".to_owned()),
+            }
+        }
+        "prompts/get" => string("name"),
+        "resources/read" | "resources/subscribe" | "resources/unsubscribe" => string("uri"),
+        _ => Ok(()),
+    }
 }
 
 struct MetaExtractor<'a>(&'a serde_json::Map<String, Value>);
@@ -330,6 +607,20 @@ fn request_span(message: &Value, headers: &HeaderMap) -> tracing::Span {
 async fn mcp_entry(State(edge): State<Arc<Edge>>, request: Request) -> Response {
     let started = Instant::now();
     let (mut parts, body) = request.into_parts();
+    if parts.method == Method::OPTIONS {
+        return edge.preflight(&parts.headers);
+    }
+    let origin = parts.headers.get(header::ORIGIN).cloned();
+    let response = mcp_request(&edge, started, &mut parts, body).await;
+    edge.with_cors(origin.as_ref(), response)
+}
+
+async fn mcp_request(
+    edge: &Arc<Edge>,
+    started: Instant,
+    parts: &mut http::request::Parts,
+    body: Body,
+) -> Response {
     if let Err(refused) = edge.check_origin(&parts.headers) {
         return refused;
     }
@@ -337,13 +628,19 @@ async fn mcp_entry(State(edge): State<Arc<Edge>>, request: Request) -> Response 
         Ok(p) => p,
         Err(refused) => return refused,
     };
-    // curl and some clients send `*/*`; rmcp wants both MCP types listed.
+    // Responses are JSON unless a call streams, so a client that accepts
+    // only JSON (or anything) is served; rmcp wants both MCP types listed.
     let accept = parts
         .headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    if accept.is_empty() || accept.trim() == "*/*" {
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    let wants_json = accept.is_empty()
+        || accept.contains("*/*")
+        || accept.contains("application/*")
+        || accept.contains("application/json");
+    if wants_json && !accept.contains("text/event-stream") {
         parts.headers.insert(
             header::ACCEPT,
             HeaderValue::from_static("application/json, text/event-stream"),
@@ -351,11 +648,8 @@ async fn mcp_entry(State(edge): State<Arc<Edge>>, request: Request) -> Response 
     }
     if parts.method != Method::POST {
         // rmcp answers GET and DELETE with 405 for stateless servers.
-        let response = edge
-            .mcp
-            .clone()
-            .oneshot(Request::from_parts(parts, Body::empty()))
-            .await;
+        let request = Request::from_parts(parts.clone(), Body::empty());
+        let response = edge.mcp.clone().oneshot(request).await;
         return response
             .map(|r| r.map(Body::new))
             .unwrap_or_else(|never| match never {});
@@ -378,7 +672,7 @@ async fn mcp_entry(State(edge): State<Arc<Edge>>, request: Request) -> Response 
             return jsonrpc_error(
                 StatusCode::BAD_REQUEST,
                 Value::Null,
-                -32700,
+                codes::PARSE_ERROR,
                 "Parse error: the body is not valid JSON",
             );
         }
@@ -399,20 +693,15 @@ async fn mcp_entry(State(edge): State<Arc<Edge>>, request: Request) -> Response 
         return jsonrpc_error(
             StatusCode::BAD_REQUEST,
             Value::Null,
-            -32600,
+            codes::INVALID_REQUEST,
             "Invalid Request: batch requests are not supported",
         );
     }
-    if !message.is_object()
-        || message.get("jsonrpc") != Some(&json!("2.0"))
-        || message.get("id") == Some(&Value::Null)
-    {
-        return jsonrpc_error(
-            StatusCode::BAD_REQUEST,
-            Value::Null,
-            -32600,
-            "Invalid Request: expected one JSON-RPC 2.0 message object",
-        );
+    if let Err(refused) = check_envelope(&message) {
+        return refused;
+    }
+    if let Err(refused) = check_request(&message, &parts.headers) {
+        return refused;
     }
     if scoped {
         for scope in edge.required_scopes(&message) {
@@ -428,9 +717,10 @@ async fn mcp_entry(State(edge): State<Arc<Edge>>, request: Request) -> Response 
         principal,
         span: span.clone(),
     });
-    let request = Request::from_parts(parts, Body::from(bytes));
+    let timeout = edge.request_timeout(&message);
+    let request = Request::from_parts(parts.clone(), Body::from(bytes));
     let call = edge.mcp.clone().oneshot(request);
-    let response = match tokio::time::timeout(edge.options.request_timeout, call).await {
+    let response = match tokio::time::timeout(timeout, call).await {
         Ok(Ok(response)) => response.map(Body::new),
         Ok(Err(never)) => match never {},
         Err(_) => {
@@ -438,7 +728,7 @@ async fn mcp_entry(State(edge): State<Arc<Edge>>, request: Request) -> Response 
             jsonrpc_error(
                 StatusCode::GATEWAY_TIMEOUT,
                 id,
-                -32603,
+                codes::INTERNAL_ERROR,
                 "the request timed out",
             )
         }
@@ -494,14 +784,13 @@ async fn metrics(State(edge): State<Arc<Edge>>) -> Response {
 
 async fn resource_metadata(State(edge): State<Arc<Edge>>) -> Response {
     let base = edge.options.public_url.trim_end_matches('/');
+    // No authorization server is named: keys are issued by an administrator
+    // (`ithaca keys create`), and naming one that serves no metadata would
+    // send OAuth-capable hosts looking in vain.
     axum::Json(json!({
         "resource": format!("{base}/mcp"),
-        "authorization_servers": [base],
         "bearer_methods_supported": ["header"],
-        "scopes_supported": [
-            "data:read", "strategy:author", "runs:write", "runs:cancel",
-            "approvals:read", "approvals:decide", "artifacts:read"
-        ],
+        "scopes_supported": ithaca_proto::scopes::ALL,
         "resource_name": "Ithaca",
         "resource_documentation": "API keys (dmbg_<env>_<keyid>_<secret>) are issued with `ithaca keys create`",
     }))

@@ -32,6 +32,9 @@ use ithaca_kit::principal::InternalKey;
 use std::collections::HashMap;
 use std::time::Duration;
 
+/// The deadline of a backend call when none is configured.
+pub const DEFAULT_BACKEND_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Where the edge finds its backends.
 #[derive(Clone, Debug, Default)]
 pub struct Backends {
@@ -47,7 +50,7 @@ pub struct Backends {
     pub approvals_url: Option<String>,
     /// Further backends whose descriptors come from their reflection.
     pub reflected: Vec<String>,
-    /// Deadline of each backend call.
+    /// Deadline of each backend call (zero: [`DEFAULT_BACKEND_TIMEOUT`]).
     pub timeout: Duration,
 }
 
@@ -69,40 +72,25 @@ pub enum BuildError {
 /// descriptors, and for reflected backends from what they report.
 pub async fn build_core(backends: &Backends, key: InternalKey) -> Result<core::Core, BuildError> {
     let timeout = if backends.timeout.is_zero() {
-        Duration::from_secs(10)
+        DEFAULT_BACKEND_TIMEOUT
     } else {
         backends.timeout
     };
+    let built_in = [
+        (ithaca_proto::service_names::AUTH, &backends.auth_url),
+        (ithaca_proto::service_names::SESSION, &backends.session_url),
+        (ithaca_proto::service_names::BROKER, &backends.broker_url),
+        (
+            ithaca_proto::service_names::APPROVALS,
+            &backends.approvals_url,
+        ),
+        (ithaca_proto::service_names::SKILLS, &backends.skills_url),
+    ];
     let mut routes = HashMap::new();
-    if let Some(url) = &backends.auth_url {
-        routes.insert(
-            ithaca_proto::service_names::AUTH.to_owned(),
-            Backend::new(url, timeout)?,
-        );
-    }
-    if let Some(url) = &backends.session_url {
-        routes.insert(
-            ithaca_proto::service_names::SESSION.to_owned(),
-            Backend::new(url, timeout)?,
-        );
-    }
-    if let Some(url) = &backends.broker_url {
-        routes.insert(
-            ithaca_proto::service_names::BROKER.to_owned(),
-            Backend::new(url, timeout)?,
-        );
-    }
-    if let Some(url) = &backends.approvals_url {
-        routes.insert(
-            ithaca_proto::service_names::APPROVALS.to_owned(),
-            Backend::new(url, timeout)?,
-        );
-    }
-    if let Some(url) = &backends.skills_url {
-        routes.insert(
-            ithaca_proto::service_names::SKILLS.to_owned(),
-            Backend::new(url, timeout)?,
-        );
+    for (service, url) in built_in {
+        if let Some(url) = url {
+            routes.insert(service.to_owned(), Backend::new(url, timeout)?);
+        }
     }
     let mut catalog = Catalog::from_pool(ithaca_proto::annotations::pool())?;
     for url in &backends.reflected {

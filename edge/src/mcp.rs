@@ -25,8 +25,12 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use tracing::Instrument;
 
-/// Protocol revisions served, oldest first.
+/// Protocol revisions served, oldest first: every revision a deployed
+/// client still speaks (Python `mcp` 1.9 and the Node SDK 1.11 offer
+/// 2025-03-26; older hosts 2024-11-05).
 pub const VERSIONS: &[ProtocolVersion] = &[
+    ProtocolVersion::V_2024_11_05,
+    ProtocolVersion::V_2025_03_26,
     ProtocolVersion::V_2025_06_18,
     ProtocolVersion::V_2025_11_25,
     ProtocolVersion::V_2026_07_28,
@@ -120,6 +124,24 @@ impl Gateway {
     }
 }
 
+/// Whether `version` has structured tool output (`structuredContent`,
+/// `outputSchema`, tool `title`), which arrived in 2025-06-18. Revisions are
+/// dates, so they compare as strings.
+fn has_structured_output(version: Option<&ProtocolVersion>) -> bool {
+    // A request that names no version over HTTP is 2025-03-26 by the
+    // spec's rule; rmcp reports that as the version too.
+    version.is_none_or(|v| v.as_str() >= ProtocolVersion::V_2025_06_18.as_str())
+}
+
+/// A `tools/list` entry for a revision without structured output.
+fn without_structured_output(mut tool: Value) -> Value {
+    if let Value::Object(map) = &mut tool {
+        map.remove("outputSchema");
+        map.remove("title");
+    }
+    tool
+}
+
 fn rpc_error(e: RpcError) -> ErrorData {
     ErrorData::new(ErrorCode(e.code), e.message, e.data)
 }
@@ -200,10 +222,18 @@ impl ServerHandler for Gateway {
         ctx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let caller = self.caller(&ctx)?;
+        let structured = has_structured_output(ctx.protocol_version().as_ref());
         let tools: Vec<Value> = self
             .core
             .tools_for(&caller.principal)
             .map(|t| t.to_json())
+            .map(|t| {
+                if structured {
+                    t
+                } else {
+                    without_structured_output(t)
+                }
+            })
             .collect();
         // The list depends on the caller's scopes and actor.
         self.result(json!({"tools": tools}), LIST_TTL_MS, "private")
@@ -215,6 +245,7 @@ impl ServerHandler for Gateway {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let caller = self.caller(&ctx)?;
+        let structured = has_structured_output(ctx.protocol_version().as_ref());
         let arguments = request.arguments.map(Value::Object);
         let name = request.name.to_string();
         let result = self
@@ -227,6 +258,10 @@ impl ServerHandler for Gateway {
             .map_err(|e| ErrorData::internal_error(format!("building tool result: {e}"), None))?;
         // rmcp drops the field again for legacy peers.
         result.result_type = Some(rmcp::model::ResultType::COMPLETE);
+        if !structured {
+            // The text block already carries the same JSON.
+            result.structured_content = None;
+        }
         Ok(result.into())
     }
 

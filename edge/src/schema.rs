@@ -99,22 +99,16 @@ fn field_schema(field: &FieldDescriptor, direction: Direction, depth: usize) -> 
 fn singular_schema(kind: &Kind, direction: Direction, depth: usize) -> Value {
     match kind {
         Kind::Double | Kind::Float => json!({"type": "number"}),
-        Kind::Int32 | Kind::Sint32 | Kind::Sfixed32 => {
-            json!({"type": "integer", "minimum": i32::MIN, "maximum": i32::MAX})
-        }
-        Kind::Uint32 | Kind::Fixed32 => {
-            json!({"type": "integer", "minimum": 0, "maximum": u32::MAX})
-        }
-        // The proto3 JSON mapping writes 64-bit integers as decimal strings
-        // and reads either form.
-        Kind::Int64 | Kind::Sint64 | Kind::Sfixed64 => match direction {
-            Direction::Input => json!({"type": ["integer", "string"], "pattern": "^-?[0-9]+$"}),
-            Direction::Output => json!({"type": "string", "pattern": "^-?[0-9]+$"}),
-        },
-        Kind::Uint64 | Kind::Fixed64 => match direction {
-            Direction::Input => json!({"type": ["integer", "string"], "pattern": "^[0-9]+$"}),
-            Direction::Output => json!({"type": "string", "pattern": "^[0-9]+$"}),
-        },
+        // The type's own range is not a meaningful bound for an agent, so
+        // 32-bit integers carry none (the transcoder still enforces it);
+        // unsigned ones say they cannot be negative.
+        Kind::Int32 | Kind::Sint32 | Kind::Sfixed32 => json!({"type": "integer"}),
+        Kind::Uint32 | Kind::Fixed32 => json!({"type": "integer", "minimum": 0}),
+        // 64-bit integers are JSON integers both ways (the transcoder also
+        // reads decimal strings); the schema says when one may pass 2^53,
+        // where JavaScript numbers stop being exact.
+        Kind::Int64 | Kind::Sint64 | Kind::Sfixed64 => int64_schema(false),
+        Kind::Uint64 | Kind::Fixed64 => int64_schema(true),
         Kind::Bool => json!({"type": "boolean"}),
         Kind::String => json!({"type": "string"}),
         Kind::Bytes => json!({"type": "string", "contentEncoding": "base64"}),
@@ -127,6 +121,18 @@ fn singular_schema(kind: &Kind, direction: Direction, depth: usize) -> Value {
         }
         Kind::Message(m) => object_schema(m, direction, depth),
     }
+}
+
+fn int64_schema(unsigned: bool) -> Value {
+    let mut schema = json!({
+        "type": "integer",
+        "format": if unsigned { "uint64" } else { "int64" },
+        "$comment": "64-bit: values beyond 2^53 are exact in JSON but not in JavaScript numbers",
+    });
+    if unsigned {
+        schema["minimum"] = json!(0);
+    }
+    schema
 }
 
 /// Schemas of the well-known types, as their JSON mapping writes them.
@@ -156,7 +162,7 @@ fn well_known(message: &MessageDescriptor) -> Option<Value> {
             json!({"type": ["integer", "null"]})
         }
         "google.protobuf.Int64Value" | "google.protobuf.UInt64Value" => {
-            json!({"type": ["integer", "string", "null"]})
+            json!({"type": ["integer", "null"]})
         }
         _ => return None,
     })

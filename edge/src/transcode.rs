@@ -45,14 +45,41 @@ pub fn to_message(
 }
 
 /// Render a response message as JSON with proto field names and every field
-/// present (so it matches the output schema).
+/// present (so it matches the output schema). Integers are JSON integers,
+/// 64-bit ones included (proto3's JSON mapping would write those as
+/// strings), and whole numbers inside free-form `Struct` values, which
+/// protobuf keeps as doubles, come back as integers too: `63`, not `63.0`.
 pub fn to_json(message: &DynamicMessage) -> Value {
     let options = SerializeOptions::new()
         .use_proto_field_name(true)
-        .skip_default_fields(false);
-    message
+        .skip_default_fields(false)
+        .stringify_64_bit_integers(false);
+    let mut value = message
         .serialize_with_options(serde_json::value::Serializer, &options)
-        .unwrap_or(Value::Null)
+        .unwrap_or(Value::Null);
+    integral_floats_as_integers(&mut value);
+    value
+}
+
+/// The largest integer a double (and so a JavaScript number) holds exactly.
+pub const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_991.0;
+
+/// Rewrite every whole-valued float as a JSON integer. A number's value does
+/// not change, so this can only make integer schemas match.
+fn integral_floats_as_integers(value: &mut Value) {
+    match value {
+        Value::Number(n) if !n.is_i64() && !n.is_u64() => {
+            if let Some(f) = n.as_f64()
+                && f.fract() == 0.0
+                && f.abs() <= MAX_SAFE_INTEGER
+            {
+                *value = Value::from(f as i64);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(integral_floats_as_integers),
+        Value::Object(map) => map.values_mut().for_each(integral_floats_as_integers),
+        _ => {}
+    }
 }
 
 fn type_name(v: &Value) -> &'static str {
@@ -102,9 +129,14 @@ fn check_message(
             .or_else(|| message.get_field_by_json_name(key));
         let Some(field) = field else {
             let names: Vec<_> = message.fields().map(|f| f.name().to_owned()).collect();
+            let expected = if names.is_empty() {
+                "this takes no arguments".to_owned()
+            } else {
+                format!("expected one of: {}", names.join(", "))
+            };
             return Err(err(
                 &join(path, key),
-                format!("unknown argument; expected one of: {}", names.join(", ")),
+                format!("unknown argument; {expected}"),
             ));
         };
         if v.is_null() {

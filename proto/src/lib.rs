@@ -62,3 +62,26 @@ pub mod service_names {
     pub const SKILLS: &str = "ithaca.skills.v1.SkillsService";
     pub const APPROVALS: &str = "ithaca.approvals.v1.ApprovalsService";
 }
+
+/// The scopes a key may be granted (seed 000's table): the one list the auth
+/// service parses, the edge advertises and local callers hold.
+pub mod scopes {
+    pub const DATA_READ: &str = "data:read";
+    pub const STRATEGY_AUTHOR: &str = "strategy:author";
+    pub const RUNS_WRITE: &str = "runs:write";
+    pub const RUNS_CANCEL: &str = "runs:cancel";
+    pub const APPROVALS_READ: &str = "approvals:read";
+    pub const APPROVALS_DECIDE: &str = "approvals:decide";
+    pub const ARTIFACTS_READ: &str = "artifacts:read";
+
+    /// Every scope, in the order of seed 000's table.
+    pub const ALL: [&str; 7] = [
+        DATA_READ,
+        STRATEGY_AUTHOR,
+        RUNS_WRITE,
+        RUNS_CANCEL,
+        APPROVALS_READ,
+        APPROVALS_DECIDE,
+        ARTIFACTS_READ,
+    ];
+}

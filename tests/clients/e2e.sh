@@ -4,6 +4,11 @@
 # TypeScript SDK client pinned to 2026-07-28 and to legacy, and the MCP
 # Inspector CLI in both eras. Each lists tools, opens a session with
 # session_context, calls a gated tool and reads the session's resource.
+# Then the research story through the 1.x lines deployed agents run (issue 8):
+# the Node SDK `@modelcontextprotocol/sdk` (latest 1.x, and 1.11.x, which
+# speaks up to 2025-03-26) and Python `mcp` (latest 1.x, and 1.9.0, the oldest
+# with 2025-03-26), each at its own version and, from the latest ones, offering
+# every older revision; and the smoke path of each over stdio.
 #
 # Usage: tests/clients/e2e.sh TOOLS_DIR BIN_DIR [POSTGRES_URL]
 #   With POSTGRES_URL (a server where a scratch database may be created), the
@@ -12,8 +17,12 @@ set -Eeuo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 tools="${1:?usage: e2e.sh TOOLS_DIR BIN_DIR}"
 bin="${2:?usage: e2e.sh TOOLS_DIR BIN_DIR}"
-for t in python node mcp-inspector; do
+for t in python node mcp-inspector python-mcp1 python-mcp1-old; do
   [[ -x "$tools/bin/$t" ]] || { echo "e2e: $tools/bin/$t is missing; run tests/clients/install.sh" >&2; exit 1; }
+done
+for d in node-sdk1 node-sdk1-old; do
+  [[ -f "$tools/$d/node_modules/@modelcontextprotocol/sdk/package.json" ]] \
+    || { echo "e2e: $tools/$d has no @modelcontextprotocol/sdk; run tests/clients/install.sh" >&2; exit 1; }
 done
 [[ -x "$bin/ithaca" ]] || { echo "e2e: $bin/ithaca is missing; build it first" >&2; exit 1; }
 
@@ -89,6 +98,40 @@ echo "$credential" | "$bin/ithaca" accounts add --provider ibkr --label main --c
 export STORY_SECRETS="$credential,gw.e2e-internal.example,U999"
 run "the research story on SQLite (python mcp 2.3, 2026-07-28)" "$tools/bin/python" "$here/story.py" "$url" "$key" "$human" -- \
   "$bin/ithaca" policy set --trading on --data-dir "$work/stack"
+
+# The 1.x client lines. Each full story starts with trading off (the story turns it on).
+story1() { # $1 = name, rest = the client command; URL, keys and the policy command are appended
+  local name="$1"; shift
+  "$bin/ithaca" policy set --trading off --data-dir "$work/stack" >/dev/null
+  run "$name" "$@" "$url" "$key" "$human" -- "$bin/ithaca" policy set --trading on --data-dir "$work/stack"
+}
+node_story=("$tools/bin/node" "$here/story.mjs")
+story1 "the research story (node sdk 1.x latest, its own 2025-11-25)" "${node_story[@]}" --sdk "$tools/node-sdk1"
+for v in 2025-06-18 2025-03-26 2024-11-05; do
+  story1 "the research story (node sdk 1.x latest, offering $v)" "${node_story[@]}" --sdk "$tools/node-sdk1" --protocol-version "$v"
+done
+story1 "the research story (node sdk 1.11, its own 2025-03-26)" "${node_story[@]}" --sdk "$tools/node-sdk1-old"
+story1 "the research story (node sdk 1.11, offering 2024-11-05)" "${node_story[@]}" --sdk "$tools/node-sdk1-old" --protocol-version 2024-11-05
+story1 "the research story (python mcp 1.x latest, its own 2025-11-25)" "$tools/bin/python-mcp1" "$here/story.py"
+for v in 2025-06-18 2025-03-26 2024-11-05; do
+  story1 "the research story (python mcp 1.x latest, offering $v)" "$tools/bin/python-mcp1" "$here/story.py" --protocol-version "$v"
+done
+story1 "the research story (python mcp 1.9, its own 2025-03-26)" "$tools/bin/python-mcp1-old" "$here/story.py"
+story1 "the research story (python mcp 2.3, legacy)" "$tools/bin/python" "$here/story.py" --mode legacy
+
+# The smoke path of each 1.x client over stdio (`ithaca mcp`), one data folder each.
+run "node sdk 1.x latest over stdio (ithaca mcp)" "${node_story[@]}" --sdk "$tools/node-sdk1" --stdio -- \
+  "$bin/ithaca" mcp --data-dir "$work/stdio-node1"
+run "node sdk 1.11 over stdio (ithaca mcp)" "${node_story[@]}" --sdk "$tools/node-sdk1-old" --stdio -- \
+  "$bin/ithaca" mcp --data-dir "$work/stdio-node1-old"
+run "python mcp 1.x latest over stdio (ithaca mcp)" "$tools/bin/python-mcp1" "$here/story.py" --stdio -- \
+  "$bin/ithaca" mcp --data-dir "$work/stdio-py1"
+run "python mcp 1.x latest offering 2025-03-26 over stdio (ithaca mcp)" "$tools/bin/python-mcp1" "$here/story.py" \
+  --protocol-version 2025-03-26 --stdio -- "$bin/ithaca" mcp --data-dir "$work/stdio-py1-0326"
+run "python mcp 1.9 over stdio (ithaca mcp)" "$tools/bin/python-mcp1-old" "$here/story.py" --stdio -- \
+  "$bin/ithaca" mcp --data-dir "$work/stdio-py1-old"
+run "python mcp 2.3 smoke path over stdio (ithaca mcp)" "$tools/bin/python" "$here/story.py" --stdio -- \
+  "$bin/ithaca" mcp --data-dir "$work/stdio-py2"
 
 if [[ -n "${3:-}" ]]; then
   # The same story on PostgreSQL, in a scratch database dropped afterwards.

@@ -267,3 +267,18 @@ pub fn serve(service: &str, database_url: &str, schema: &str) -> (Process, Strin
         .to_owned();
     (process, format!("http://{addr}"))
 }
+
+/// The `{"error", "message", "retryable"?}` body of a tool error result.
+/// Errors travel as text content only: a tool's output schema describes its
+/// success, so an error must carry no `structuredContent` that breaks it.
+pub fn tool_error(result: &serde_json::Value) -> serde_json::Value {
+    assert_eq!(result["isError"], true, "not a tool error: {result}");
+    assert!(
+        result.get("structuredContent").is_none(),
+        "a tool error must not carry structuredContent: {result}"
+    );
+    let text = result["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a tool error needs a text block: {result}"));
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("error text is not JSON ({e}): {text}"))
+}

@@ -36,14 +36,15 @@ impl Scope {
     ];
 
     pub fn as_str(self) -> &'static str {
+        use ithaca_proto::scopes;
         match self {
-            Scope::DataRead => "data:read",
-            Scope::StrategyAuthor => "strategy:author",
-            Scope::RunsWrite => "runs:write",
-            Scope::RunsCancel => "runs:cancel",
-            Scope::ApprovalsRead => "approvals:read",
-            Scope::ApprovalsDecide => "approvals:decide",
-            Scope::ArtifactsRead => "artifacts:read",
+            Scope::DataRead => scopes::DATA_READ,
+            Scope::StrategyAuthor => scopes::STRATEGY_AUTHOR,
+            Scope::RunsWrite => scopes::RUNS_WRITE,
+            Scope::RunsCancel => scopes::RUNS_CANCEL,
+            Scope::ApprovalsRead => scopes::APPROVALS_READ,
+            Scope::ApprovalsDecide => scopes::APPROVALS_DECIDE,
+            Scope::ArtifactsRead => scopes::ARTIFACTS_READ,
         }
     }
 
@@ -179,6 +180,12 @@ mod tests {
         for case in &cases {
             assert_eq!(parse_token(case), None, "{case:?} must be refused");
         }
+    }
+
+    #[test]
+    fn scopes_are_the_contracts_list() {
+        let ours: Vec<&str> = Scope::ALL.iter().map(|s| s.as_str()).collect();
+        assert_eq!(ours, ithaca_proto::scopes::ALL);
     }
 
     #[test]

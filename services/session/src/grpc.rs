@@ -21,6 +21,7 @@ impl Grpc {
     fn descriptor(&self, row: SessionRow) -> pb::SessionDescriptor {
         pb::SessionDescriptor {
             trace_stream: self.service.trace_stream(&row.session_id),
+            trace_resource: crate::service::SessionService::trace_resource(&row.session_id),
             session_id: row.session_id,
             tenant_id: row.tenant_id,
             title: row.title,

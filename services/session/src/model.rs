@@ -52,6 +52,7 @@ pub fn event_name(t: EventType) -> Option<&'static str> {
         EventType::Denial => "denial",
         EventType::Error => "error",
         EventType::Approval => "approval",
+        EventType::SessionClosed => "session_closed",
     })
 }
 
@@ -61,7 +62,10 @@ pub fn event_name(t: EventType) -> Option<&'static str> {
 pub fn completes_in_flight(t: EventType) -> bool {
     matches!(
         t,
-        EventType::ToolResult | EventType::RunTransition | EventType::Error
+        EventType::ToolResult
+            | EventType::RunTransition
+            | EventType::Error
+            | EventType::SessionClosed
     )
 }
 

@@ -62,12 +62,19 @@ impl SessionService {
         }
     }
 
-    /// The SSE URL of a session's trace.
+    /// The SSE URL of a session's trace; empty when no HTTP edge serves
+    /// this deployment (an empty public URL, as over stdio).
     pub fn trace_stream(&self, session_id: &str) -> String {
-        format!(
-            "{}/api/sessions/{session_id}/events/stream",
-            self.config.public_url.trim_end_matches('/')
-        )
+        let base = self.config.public_url.trim_end_matches('/');
+        if base.is_empty() {
+            return String::new();
+        }
+        format!("{base}/api/sessions/{session_id}/events/stream")
+    }
+
+    /// The resource that holds a session and its trace.
+    pub fn trace_resource(session_id: &str) -> String {
+        format!("doomberg://sessions/{session_id}")
     }
 
     /// Create a session, or resume `session_id`; see seed 002.
@@ -182,6 +189,21 @@ impl SessionService {
             .with_domain("SESSION_NOT_OPEN"));
         }
         self.store.clear_current(tenant_id, &session_id).await?;
+        if closed {
+            // Watchers learn the session ended; their streams end after it.
+            let by = if caller.actor == ithaca_kit::principal::Actor::Human {
+                "person"
+            } else {
+                "agent"
+            };
+            let payload = serde_json::json!({
+                "reason": "closed",
+                "closed_by": by,
+                "agent_id": caller.agent(),
+            });
+            self.append_event(caller, &session_id, EventType::SessionClosed, payload)
+                .await?;
+        }
         tracing::info!(%session_id, %tenant_id, "session closed");
         Ok(row)
     }
@@ -223,8 +245,28 @@ impl SessionService {
         Ok(self.store.prompts(&row.session_id).await?)
     }
 
-    /// Append one event with the current trace id.
+    /// Append one event with the current trace id, for a caller of the
+    /// AppendEvent RPC: any type but the ones this service writes itself.
     pub async fn append(
+        &self,
+        caller: &Principal,
+        session_id: &str,
+        event_type: EventType,
+        payload: serde_json::Value,
+    ) -> Result<EventRow, ServiceError> {
+        if matches!(
+            event_type,
+            EventType::SessionClosed | EventType::SessionOpen
+        ) {
+            return Err(ServiceError::invalid(
+                "type: session_open and session_closed are written by the session service itself",
+            ));
+        }
+        self.append_event(caller, session_id, event_type, payload)
+            .await
+    }
+
+    async fn append_event(
         &self,
         caller: &Principal,
         session_id: &str,
@@ -324,6 +366,11 @@ impl SessionService {
     }
 }
 
+/// How long a tail follows after `session_closed`, so results of calls in
+/// flight at close (the closing call's own `tool_result` among them) reach
+/// live watchers before the stream ends. A reconnect replays everything.
+const LINGER_AFTER_CLOSE: Duration = Duration::from_secs(2);
+
 /// One live tail.
 struct Follower {
     store: Store,
@@ -341,6 +388,8 @@ impl Follower {
         mut notifications: broadcast::Receiver<(std::sync::Arc<str>, i64)>,
         tx: mpsc::Sender<Result<EventRow, ServiceError>>,
     ) {
+        // Set once `session_closed` was sent: the tail ends at this instant.
+        let mut ends_at: Option<tokio::time::Instant> = None;
         loop {
             // Catch up from the database.
             loop {
@@ -358,6 +407,9 @@ impl Follower {
                 let full = page.len() as i64 == Self::PAGE;
                 for event in page {
                     self.last_sent = event.seq;
+                    if ends_at.is_none() && event.event_type == "session_closed" {
+                        ends_at = Some(tokio::time::Instant::now() + LINGER_AFTER_CLOSE);
+                    }
                     if tx.send(Ok(event)).await.is_err() {
                         return; // the caller hung up
                     }
@@ -366,10 +418,20 @@ impl Follower {
                     break;
                 }
             }
+            if ends_at.is_some_and(|at| at <= tokio::time::Instant::now()) {
+                return;
+            }
             // Wait until there is something newer than what was sent.
             loop {
+                let linger = async {
+                    match ends_at {
+                        Some(at) => tokio::time::sleep_until(at).await,
+                        None => std::future::pending().await,
+                    }
+                };
                 tokio::select! {
                     _ = self.shutdown.cancelled() => return,
+                    _ = linger => return,
                     _ = tx.closed() => return,
                     _ = tokio::time::sleep(self.poll_every) => break,
                     received = notifications.recv() => match received {

@@ -294,20 +294,44 @@ impl Rpc for Grpc {
             .service
             .artifact(&caller, &request.get_ref().artifact_id)
             .await?;
-        let resource = mcp::Content {
-            kind: Some(mcp::content::Kind::Resource(mcp::EmbeddedResource {
-                uri: format!("doomberg://runs/{}/artifacts/{}", a.run_id, a.artifact_id),
-                mime_type: a.mime_type.clone(),
-                body: Some(mcp::embedded_resource::Body::Text(a.body.clone())),
-            })),
-        };
-        let structured = serde_json::json!({
-            "artifact_id": a.artifact_id, "run_id": a.run_id, "name": a.name,
-            "mime_type": a.mime_type, "size": a.body.len(),
-        });
-        Ok(Response::new(mcp::ToolContent {
-            content: vec![resource],
-            structured: Some(json::to_struct(structured)),
-        }))
+        Ok(Response::new(artifact_content(&a)))
+    }
+
+    async fn read_artifact(
+        &self,
+        request: Request<pb::ReadArtifactRequest>,
+    ) -> Result<Response<mcp::ToolContent>, Status> {
+        let caller = principal::of(&request)?;
+        let r = request.get_ref();
+        let a = self.service.artifact(&caller, &r.artifact_id).await?;
+        if a.run_id != r.run_id.trim() {
+            // The URI names a run the artifact is not of: as if it were absent.
+            return Err(ithaca_kit::error::ServiceError::not_found(format!(
+                "artifact_id: run {} has no artifact {}",
+                r.run_id, r.artifact_id
+            ))
+            .into());
+        }
+        Ok(Response::new(artifact_content(&a)))
+    }
+}
+
+/// An artifact as MCP content: the body embedded under its readable URI,
+/// plus what it is as structured content.
+fn artifact_content(a: &crate::store::ArtifactRow) -> mcp::ToolContent {
+    let resource = mcp::Content {
+        kind: Some(mcp::content::Kind::Resource(mcp::EmbeddedResource {
+            uri: format!("doomberg://runs/{}/artifacts/{}", a.run_id, a.artifact_id),
+            mime_type: a.mime_type.clone(),
+            body: Some(mcp::embedded_resource::Body::Text(a.body.clone())),
+        })),
+    };
+    let structured = serde_json::json!({
+        "artifact_id": a.artifact_id, "run_id": a.run_id, "name": a.name,
+        "mime_type": a.mime_type, "size": a.body.len(),
+    });
+    mcp::ToolContent {
+        content: vec![resource],
+        structured: Some(json::to_struct(structured)),
     }
 }
