@@ -51,7 +51,7 @@ pub async fn run(common: &CommonArgs, args: McpArgs) -> anyhow::Result<()> {
         return up::run(common, up_args).await;
     }
     // stdout carries the protocol; logs go to stderr.
-    let _telemetry = telemetry::init("ithaca-mcp", common.log_format)?;
+    let _telemetry = telemetry::init_with("ithaca-mcp", common.log_format, "warn")?;
     let key = up::internal_key(common, &args.data_dir)?;
     if args.edge.auth_url.is_some()
         || args.edge.session_url.is_some()

@@ -247,3 +247,25 @@ fn an_unauthenticated_edge_refuses_non_loopback_addresses() {
         "{err}"
     );
 }
+
+/// An explicit edge port wins over `--port-base 0`, whether given as
+/// `DOOMBERG_MCP_PORT` or `--mcp-port` (it used to be ignored silently).
+#[test]
+fn an_explicit_mcp_port_wins_over_port_base_zero() {
+    let free = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = free.local_addr().expect("addr").port();
+    drop(free);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cmd = common::ithaca();
+    cmd.env_remove("ITHACA_INTERNAL_KEY")
+        .env("DOOMBERG_MCP_PORT", port.to_string())
+        .args(["up", "--port-base", "0", "--data-dir"])
+        .arg(dir.path().join("stack"));
+    let mut stack = common::Process::spawn(cmd);
+    let lines = stack.wait_for("ithaca: ready", Duration::from_secs(60));
+    assert_eq!(
+        value_after(&lines, "mcp"),
+        format!("http://127.0.0.1:{port}/mcp")
+    );
+    assert!(stack.terminate().success());
+}

@@ -973,3 +973,76 @@ async fn mcp_spans_continue_the_callers_trace_into_grpc() {
         "{text}"
     );
 }
+
+/// CORS is off by default (see tests/agents.rs); an allowed origin gets its
+/// preflight answered before authentication and may read responses, any
+/// other origin is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cors_allows_only_configured_origins() {
+    let options = HttpOptions {
+        cors_origins: vec!["https://console.example".to_owned()],
+        ..HttpOptions::default()
+    };
+    let s = stack_with(options, Duration::from_secs(1), None).await;
+    let preflight = |origin: &'static str| {
+        let url = s.url.clone();
+        async move {
+            http::request(
+                &url,
+                "OPTIONS",
+                "/mcp",
+                &[
+                    ("Origin", origin),
+                    ("Access-Control-Request-Method", "POST"),
+                    (
+                        "Access-Control-Request-Headers",
+                        "authorization, content-type",
+                    ),
+                ],
+                b"",
+            )
+            .await
+        }
+    };
+    let ok = preflight("https://console.example").await;
+    assert_eq!(ok.status, 204, "{}", ok.text());
+    assert_eq!(
+        ok.header("access-control-allow-origin"),
+        Some("https://console.example")
+    );
+    assert!(
+        ok.header("access-control-allow-headers")
+            .is_some_and(|h| h.contains("authorization") && h.contains("mcp-protocol-version"))
+    );
+    let refused = preflight("https://evil.example").await;
+    assert_eq!(refused.status, 403);
+    assert!(refused.header("access-control-allow-origin").is_none());
+
+    // The real request from the allowed origin is served and readable.
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}});
+    let r = raw(
+        &s,
+        Some(&s.agent),
+        &[
+            ("Origin", "https://console.example"),
+            ("MCP-Protocol-Version", "2025-06-18"),
+        ],
+        &body.to_string(),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        Some("https://console.example")
+    );
+    // Another origin is refused (DNS-rebinding defence) and gets no grant.
+    let r = raw(
+        &s,
+        Some(&s.agent),
+        &[("Origin", "https://evil.example")],
+        &body.to_string(),
+    )
+    .await;
+    assert_eq!(r.status, 403);
+    assert!(r.header("access-control-allow-origin").is_none());
+}

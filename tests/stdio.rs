@@ -132,6 +132,18 @@ fn modern_era_over_stdio() {
         .as_str()
         .expect("id")
         .to_owned();
+    // No HTTP edge runs here: no SSE link to a port nothing listens on, but
+    // the resource that holds the trace.
+    let descriptor = &opened["result"]["structuredContent"];
+    assert_eq!(descriptor["trace_stream"], "", "{descriptor}");
+    assert_eq!(
+        descriptor["trace_resource"],
+        format!("doomberg://sessions/{sid}")
+    );
+
+    // ping is not a request of 2026-07-28, over stdio as over HTTP.
+    agent.send(json!({"jsonrpc": "2.0", "id": 30, "method": "ping", "params": {"_meta": meta()}}));
+    assert_eq!(agent.reply(30)["error"]["code"], -32601);
 
     agent.send(
         json!({"jsonrpc": "2.0", "id": 4, "method": "resources/read",
@@ -201,4 +213,43 @@ fn legacy_era_over_stdio() {
         "{bad}"
     );
     agent.close_and_wait();
+}
+
+/// Over stdio the agent's host shows stderr to people: by default only
+/// warnings, and no colour codes when stderr is not a terminal.
+#[test]
+fn stdio_logs_are_quiet_and_plain() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cmd = common::ithaca();
+    cmd.env_remove("ITHACA_INTERNAL_KEY")
+        .env_remove("RUST_LOG")
+        .args(["mcp", "--data-dir"])
+        .arg(dir.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn ithaca mcp");
+    {
+        let mut stdin = child.stdin.take().expect("stdin");
+        for (id, name) in [(1, "session_context"), (2, "list_symbols")] {
+            let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                "params": {"_meta": meta(), "name": name, "arguments": {"prompt": "quiet"}}});
+            writeln!(stdin, "{call}").expect("write");
+        }
+        // Give the calls time to run before stdin closes.
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    let output = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains('\u{1b}'), "ANSI codes on a pipe: {stderr}");
+    assert!(
+        !stderr.contains(" INFO "),
+        "INFO lines by default: {stderr}"
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(
+        stdout.lines().count(),
+        2,
+        "both calls were answered: {stdout}"
+    );
 }

@@ -50,6 +50,17 @@ pub enum TelemetryError {
 ///
 /// The filter comes from `RUST_LOG` (default `info`).
 pub fn init(service_name: &str, format: LogFormat) -> Result<Guard, TelemetryError> {
+    init_with(service_name, format, "info")
+}
+
+/// [`init`] with another default filter when `RUST_LOG` is unset: a stdio
+/// server, whose stderr an agent's host shows to people, logs only
+/// warnings by default.
+pub fn init_with(
+    service_name: &str,
+    format: LogFormat,
+    default_filter: &'static str,
+) -> Result<Guard, TelemetryError> {
     let mut builder = SdkTracerProvider::builder().with_resource(
         Resource::builder()
             .with_service_name(service_name.to_owned())
@@ -62,13 +73,21 @@ pub fn init(service_name: &str, format: LogFormat) -> Result<Guard, TelemetryErr
         builder = builder.with_batch_exporter(exporter);
     }
     let provider = builder.build();
-    install(provider.clone(), format)?;
+    install_with(provider.clone(), format, default_filter)?;
     Ok(Guard { provider })
 }
 
 /// Install the global subscriber with a given provider (tests pass one with
 /// an in-memory exporter).
 pub fn install(provider: SdkTracerProvider, format: LogFormat) -> Result<(), TelemetryError> {
+    install_with(provider, format, "info")
+}
+
+fn install_with(
+    provider: SdkTracerProvider,
+    format: LogFormat,
+    default_filter: &'static str,
+) -> Result<(), TelemetryError> {
     opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
     opentelemetry::global::set_tracer_provider(provider.clone());
     // Spans always reach OpenTelemetry at INFO, whatever RUST_LOG says: trace
@@ -77,7 +96,11 @@ pub fn install(provider: SdkTracerProvider, format: LogFormat) -> Result<(), Tel
     let otel = tracing_opentelemetry::layer()
         .with_tracer(provider.tracer("ithaca"))
         .with_filter(LevelFilter::INFO);
-    let filter = || EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter =
+        || EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
+    // Colour codes only where a person reads a terminal, never in files,
+    // pipes or an agent host's log panel.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let registry = tracing_subscriber::registry().with(otel);
     let result = match format {
         LogFormat::Json => registry
@@ -92,6 +115,7 @@ pub fn install(provider: SdkTracerProvider, format: LogFormat) -> Result<(), Tel
             .with(
                 tracing_subscriber::fmt::layer()
                     .with_writer(std::io::stderr)
+                    .with_ansi(ansi)
                     .with_filter(filter()),
             )
             .try_init(),
