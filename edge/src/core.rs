@@ -21,7 +21,7 @@ use std::time::Instant;
 use tonic::{Code, Request, Status};
 
 /// The message agents get when they skip `session_context`.
-pub const NO_SESSION_MESSAGE: &str = "Call session_context before calling any other tool.";
+pub use ithaca_proto::NO_ACTIVE_SESSION_MESSAGE as NO_SESSION_MESSAGE;
 
 /// A JSON-RPC level failure (not a tool result).
 #[derive(Debug, Clone, PartialEq)]
@@ -245,7 +245,8 @@ impl Core {
             .map(tonic::Response::into_inner)
     }
 
-    /// A session-service client call signed for `principal` (the SSE stream).
+    /// A client of the session service (the SSE stream uses it); sign each
+    /// request with [`Core::sign`].
     pub fn session_client(&self) -> Option<SessionServiceClient<tonic::transport::Channel>> {
         self.session
             .as_ref()
@@ -420,14 +421,12 @@ fn render_tool_result(response: &DynamicMessage) -> Value {
     if response.descriptor().full_name() == catalog::CONTENT_MESSAGE
         && let Ok(content) = response.transcode_to::<mcp::ToolContent>()
     {
-        {
-            let blocks: Vec<Value> = content.content.into_iter().map(content_block).collect();
-            let mut result = json!({"content": blocks, "isError": false});
-            if let Some(structured) = content.structured {
-                result["structuredContent"] = json::from_struct(structured);
-            }
-            return result;
+        let blocks: Vec<Value> = content.content.into_iter().map(content_block).collect();
+        let mut result = json!({"content": blocks, "isError": false});
+        if let Some(structured) = content.structured {
+            result["structuredContent"] = json::from_struct(structured);
         }
+        return result;
     }
     let structured = transcode::to_json(response);
     json!({
@@ -470,21 +469,21 @@ fn render_resource(resource: &Resource, uri: &str, response: &DynamicMessage) ->
     if response.descriptor().full_name() == catalog::CONTENT_MESSAGE
         && let Ok(content) = response.transcode_to::<mcp::ToolContent>()
     {
-        {
-            let contents: Vec<Value> = content
-                .content
-                .into_iter()
-                .map(|c| match c.kind {
-                    Some(ContentKind::Resource(r)) => embedded(&r),
-                    Some(ContentKind::Image(b) | ContentKind::Audio(b)) => {
-                        json!({"uri": uri, "mimeType": b.mime_type, "blob": STANDARD.encode(&b.data)})
-                    }
-                    Some(ContentKind::Text(t)) => json!({"uri": uri, "mimeType": resource.mime_type, "text": t.text}),
-                    None => json!({"uri": uri, "mimeType": resource.mime_type, "text": ""}),
-                })
-                .collect();
-            return json!({"contents": contents});
-        }
+        let contents: Vec<Value> = content
+            .content
+            .into_iter()
+            .map(|c| match c.kind {
+                Some(ContentKind::Resource(r)) => embedded(&r),
+                Some(ContentKind::Image(b) | ContentKind::Audio(b)) => {
+                    json!({"uri": uri, "mimeType": b.mime_type, "blob": STANDARD.encode(&b.data)})
+                }
+                Some(ContentKind::Text(t)) => {
+                    json!({"uri": uri, "mimeType": resource.mime_type, "text": t.text})
+                }
+                None => json!({"uri": uri, "mimeType": resource.mime_type, "text": ""}),
+            })
+            .collect();
+        return json!({"contents": contents});
     }
     let body = transcode::to_json(response);
     json!({"contents": [{"uri": uri, "mimeType": resource.mime_type, "text": body.to_string()}]})

@@ -151,9 +151,10 @@ fn capabilities() -> ServerCapabilities {
         "tools": {"listChanged": false},
         "resources": {"listChanged": false, "subscribe": false},
         "prompts": {"listChanged": false},
-        // Completion requests are answered (with no suggestions yet) and a
-        // log level is accepted; no log notifications are sent.
-        "completions": {},
+        // Completions are not advertised: no argument has suggestions yet,
+        // and an empty list for every request would only mislead. A log
+        // level is accepted; log notifications come with the streaming
+        // contract.
         "logging": {},
     });
     serde_json::from_value(caps).expect("static capabilities deserialize")

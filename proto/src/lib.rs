@@ -85,3 +85,7 @@ pub mod scopes {
         ARTIFACTS_READ,
     ];
 }
+
+/// What an agent is told when it calls a tool without an open session: the
+/// session service's refusal and the edge's tool error say the same.
+pub const NO_ACTIVE_SESSION_MESSAGE: &str = "Call session_context before calling any other tool.";

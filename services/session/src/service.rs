@@ -466,7 +466,7 @@ fn not_found(session_id: &str) -> ServiceError {
 }
 
 fn no_active_session() -> ServiceError {
-    ServiceError::precondition("Call session_context before calling any other tool.")
+    ServiceError::precondition(ithaca_proto::NO_ACTIVE_SESSION_MESSAGE)
         .with_domain(NO_ACTIVE_SESSION)
 }
 
