@@ -22,7 +22,7 @@ pub struct EdgeArgs {
     /// The auth service URL (required unless --auth off).
     #[arg(long, env = "ITHACA_AUTH_URL")]
     pub auth_url: Option<String>,
-    /// The session service URL (without it tools run without the session gate).
+    /// The session service URL: the session gate and the trace.
     #[arg(long, env = "ITHACA_SESSION_URL")]
     pub session_url: Option<String>,
     /// The broker service URL (market data tools).
@@ -68,6 +68,11 @@ pub struct EdgeArgs {
         value_delimiter = ','
     )]
     pub cors_origins: Vec<String>,
+    /// Serve tools without a session service: no session gate and no trace.
+    /// Only for protocol fixtures (the conformance suite); without a session
+    /// service and without this flag, an edge with tools refuses to start.
+    #[arg(long, env = "ITHACA_NO_SESSION_GATE")]
+    pub no_session_gate: bool,
 }
 
 impl EdgeArgs {
@@ -89,6 +94,7 @@ impl EdgeArgs {
             backend_timeout_ms: ithaca_edge::DEFAULT_BACKEND_TIMEOUT.as_millis() as u64,
             key_cache_ms: MAX_CACHE_TTL.as_millis() as u64,
             cors_origins: Vec::new(),
+            no_session_gate: false,
         }
     }
 }
@@ -122,6 +128,7 @@ async fn core(args: &EdgeArgs, key: &InternalKey) -> anyhow::Result<Arc<ithaca_e
         approvals_url: args.approvals_url.clone(),
         reflected: args.backends.clone(),
         timeout: Duration::from_millis(args.backend_timeout_ms),
+        ungated: args.no_session_gate,
     };
     let core = ithaca_edge::build_core(&backends, key.clone())
         .await

@@ -713,4 +713,40 @@ async fn the_protocol_answers_a_probe() {
     )
     .await;
     assert_eq!(r.status, 403, "{}", r.text());
+
+    // initialize with 2026-07-28 is refused: that revision has no handshake.
+    let r = legacy(
+        &up,
+        None,
+        "initialize",
+        json!({"protocolVersion": "2026-07-28", "capabilities": {},
+        "clientInfo": {"name": "confused", "version": "1"}}),
+    )
+    .await;
+    assert_eq!(r.json()["error"]["code"], -32601, "{}", r.text());
+    // Handshakes are counted by client; clients cannot mint label values.
+    let r = legacy(
+        &up,
+        None,
+        "initialize",
+        json!({"protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "probe-client", "version": "9.9"}}),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/zzz-made-up"});
+    raw(
+        &up,
+        &[accept, ("MCP-Protocol-Version", "2025-11-25")],
+        &note.to_string(),
+    )
+    .await;
+    let metrics = http::request(&up.url, "GET", "/metrics", &[], b"")
+        .await
+        .text();
+    assert!(
+        metrics.contains("mcp_client_handshakes_total{era=\"legacy\",client_name=\"probe-client\",client_version=\"9.9\"} 1"),
+        "{metrics}"
+    );
+    assert!(!metrics.contains("zzz-made-up"), "{metrics}");
 }

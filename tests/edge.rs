@@ -89,6 +89,7 @@ async fn stack_with(options: HttpOptions, cache: Duration, session_url: Option<S
         approvals_url: None,
         reflected: Vec::new(),
         timeout: Duration::from_secs(2),
+        ungated: false,
     };
     let core = ithaca_edge::build_core(&backends, common::key())
         .await

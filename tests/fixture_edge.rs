@@ -18,10 +18,21 @@ async fn edge() -> String {
     let fixture_url = format!("http://{}", listener.local_addr().expect("addr"));
     tokio::spawn(ithaca_fixture::serve(listener, std::future::pending()));
 
+    // Without a session service the edge refuses tools that would run
+    // ungated (seed 002), unless told it fronts a protocol fixture.
     let backends = ithaca_edge::Backends {
         reflected: vec![fixture_url],
         timeout: Duration::from_secs(5),
         ..Default::default()
+    };
+    let refused = ithaca_edge::build_core(&backends, common::key()).await;
+    assert!(
+        matches!(refused, Err(ithaca_edge::BuildError::NoSessionGate(_))),
+        "an edge with tools and no session gate must not build"
+    );
+    let backends = ithaca_edge::Backends {
+        ungated: true,
+        ..backends
     };
     let core = ithaca_edge::build_core(&backends, common::key())
         .await

@@ -292,6 +292,31 @@ impl Edge {
         response
     }
 
+    /// Log and count a handshake with the client's own name and version:
+    /// `initialize` (the legacy profile) or `server/discover` (2026-07-28).
+    fn count_handshake(&self, message: &Value) {
+        let params = &message["params"];
+        let (era, info) = match message["method"].as_str() {
+            Some("initialize") => ("legacy", &params["clientInfo"]),
+            Some("server/discover") => (
+                "2026-07-28",
+                &params["_meta"]["io.modelcontextprotocol/clientInfo"],
+            ),
+            _ => return,
+        };
+        let name = info["name"].as_str().unwrap_or("");
+        let version = info["version"].as_str().unwrap_or("");
+        let requested = params["protocolVersion"].as_str().unwrap_or("");
+        tracing::info!(
+            era,
+            client_name = name,
+            client_version = version,
+            requested,
+            "mcp handshake"
+        );
+        self.metrics.handshake(era, name, version);
+    }
+
     /// How long a request may take: the HTTP default, or longer for a tool
     /// whose own deadline is longer (a long poll), plus a margin so the
     /// tool's own timeout answers first.
@@ -439,6 +464,19 @@ fn check_request(message: &Value, headers: &HeaderMap) -> Result<(), Response> {
     if method.starts_with("notifications/") || message.get("id").is_none() {
         return Ok(());
     }
+    if method == "initialize"
+        && message["params"]["protocolVersion"].as_str() >= Some(crate::mcp::NO_INITIALIZE_FROM)
+    {
+        // 2026-07-28 has no handshake: its clients call server/discover.
+        return Err(jsonrpc_error_with(
+            StatusCode::OK,
+            id,
+            codes::METHOD_NOT_FOUND,
+            "Method not found: initialize is not a request of protocol 2026-07-28 and later; \
+             send server/discover and put the version in each request's _meta",
+            Some(json!({"method": method})),
+        ));
+    }
     let modern = is_modern(message);
     let known = if modern {
         MODERN_METHODS
@@ -480,6 +518,26 @@ fn check_request(message: &Value, headers: &HeaderMap) -> Result<(), Response> {
     }
     Ok(())
 }
+
+/// The `method` label of a request's metrics: a known method, or `other`
+/// (a client must not mint label values), `response` for a reply.
+fn metric_method(message: &Value) -> String {
+    let Some(method) = message["method"].as_str() else {
+        return "response".to_owned();
+    };
+    let known = MODERN_METHODS.contains(&method)
+        || LEGACY_METHODS.contains(&method)
+        || KNOWN_NOTIFICATIONS.contains(&method);
+    if known { method } else { "other" }.to_owned()
+}
+
+/// Notifications a client may send (the label set of their metrics).
+const KNOWN_NOTIFICATIONS: &[&str] = &[
+    "notifications/initialized",
+    "notifications/cancelled",
+    "notifications/progress",
+    "notifications/roots/list_changed",
+];
 
 /// Whether a request declares the 2026-07-28 era in its own `_meta`.
 fn is_modern(message: &Value) -> bool {
@@ -711,7 +769,8 @@ async fn mcp_request(
         }
     }
 
-    let method = message["method"].as_str().unwrap_or("response").to_owned();
+    let method = metric_method(&message);
+    edge.count_handshake(&message);
     let span = request_span(&message, &parts.headers);
     parts.extensions.insert(CallerInfo {
         principal,

@@ -52,6 +52,11 @@ pub struct Backends {
     pub reflected: Vec<String>,
     /// Deadline of each backend call (zero: [`DEFAULT_BACKEND_TIMEOUT`]).
     pub timeout: Duration,
+    /// Serve tools with no session service, so no session gate and no
+    /// trace: only for protocol fixtures such as the conformance suite's.
+    /// Without it an edge with tools and no session service refuses to
+    /// build, because seed 002 forbids unscoped tool calls.
+    pub ungated: bool,
 }
 
 /// Building the edge failed.
@@ -66,6 +71,11 @@ pub enum BuildError {
     },
     #[error(transparent)]
     Catalog(#[from] CatalogError),
+    #[error(
+        "tools {0} would run without the session gate: give the edge a session service \
+         (--session-url), or pass --no-session-gate for a protocol fixture"
+    )]
+    NoSessionGate(String),
 }
 
 /// Build the core: routes for the built-in services from the embedded
@@ -112,5 +122,26 @@ pub async fn build_core(backends: &Backends, key: InternalKey) -> Result<core::C
     catalog.tools.retain(|t| served(&t.method));
     catalog.resources.retain(|r| served(&r.method));
     catalog.prompts.retain(|p| served(&p.method));
+    // Only the session service's own tool (session_context) opens sessions
+    // and so runs before one exists; another backend cannot exempt its
+    // tools from the gate by marking them.
+    for tool in &mut catalog.tools {
+        if tool.method.parent_service().full_name() != ithaca_proto::service_names::SESSION {
+            tool.options.session_exempt = false;
+        }
+    }
+    let has_gate = routes.contains_key(ithaca_proto::service_names::SESSION);
+    if !has_gate && !backends.ungated {
+        let gated: Vec<&str> = catalog
+            .tools
+            .iter()
+            .filter(|t| !t.options.session_exempt)
+            .map(|t| t.name.as_str())
+            .take(5)
+            .collect();
+        if !gated.is_empty() {
+            return Err(BuildError::NoSessionGate(gated.join(", ")));
+        }
+    }
     Ok(core::Core::new(catalog, routes, key))
 }

@@ -36,6 +36,9 @@ pub const VERSIONS: &[ProtocolVersion] = &[
     ProtocolVersion::V_2026_07_28,
 ];
 
+/// The first revision without `initialize` (revisions compare as strings).
+pub const NO_INITIALIZE_FROM: &str = "2026-07-28";
+
 /// How long list results may be cached by a client.
 const LIST_TTL_MS: u64 = 60_000;
 /// How long discovery may be cached.

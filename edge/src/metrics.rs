@@ -21,10 +21,33 @@ struct Series {
     sum: f64,
 }
 
+/// At most this many distinct client (name, version) pairs are counted;
+/// later ones count as `other`, so a client cannot grow `/metrics` at will.
+const MAX_CLIENTS: usize = 200;
+
 /// All MCP operation metrics of a process.
 #[derive(Default)]
 pub struct Metrics {
     series: Mutex<BTreeMap<(String, String), Series>>,
+    /// Handshakes by (era, client name, client version): which clients still
+    /// use the `initialize` profile, so an operator can tell when it is safe
+    /// to remove.
+    handshakes: Mutex<BTreeMap<(&'static str, String, String), u64>>,
+}
+
+/// A label value taken from a client: printable ASCII of a safe set, cut to
+/// 64 characters, `unknown` when empty.
+fn client_label(s: &str) -> String {
+    let clean: String = s
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || "._-@/+ ".contains(*c))
+        .take(64)
+        .collect();
+    if clean.is_empty() {
+        "unknown".to_owned()
+    } else {
+        clean
+    }
 }
 
 impl Metrics {
@@ -44,6 +67,19 @@ impl Metrics {
         }
         s.total += 1;
         s.sum += secs;
+    }
+
+    /// Count one handshake: `initialize` (era `legacy`) or
+    /// `server/discover` (era `2026-07-28`), by the client's own name.
+    pub fn handshake(&self, era: &'static str, client_name: &str, client_version: &str) {
+        let Ok(mut handshakes) = self.handshakes.lock() else {
+            return;
+        };
+        let mut key = (era, client_label(client_name), client_label(client_version));
+        if !handshakes.contains_key(&key) && handshakes.len() >= MAX_CLIENTS {
+            key = (era, "other".to_owned(), "other".to_owned());
+        }
+        *handshakes.entry(key).or_default() += 1;
     }
 
     /// The Prometheus text exposition.
@@ -98,6 +134,19 @@ impl Metrics {
                 s.total
             );
         }
+        drop(series);
+        out.push_str("# HELP mcp_client_handshakes_total Handshakes by protocol era and client (clientInfo).\n");
+        out.push_str("# TYPE mcp_client_handshakes_total counter\n");
+        if let Ok(handshakes) = self.handshakes.lock() {
+            for ((era, name, version), n) in handshakes.iter() {
+                let _ = writeln!(
+                    out,
+                    "mcp_client_handshakes_total{{era=\"{era}\",client_name=\"{}\",client_version=\"{}\"}} {n}",
+                    escape(name),
+                    escape(version)
+                );
+            }
+        }
         out
     }
 }
@@ -111,6 +160,29 @@ fn escape(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn handshakes_are_counted_by_client_and_bounded() {
+        let m = Metrics::default();
+        m.handshake("legacy", "claude-code", "1.2.3");
+        m.handshake("legacy", "claude-code", "1.2.3");
+        m.handshake("2026-07-28", "bad\"name\n\0", "");
+        for i in 0..(MAX_CLIENTS + 50) {
+            m.handshake("legacy", &format!("flood-{i}"), "1");
+        }
+        let text = m.render();
+        assert!(text.contains(
+            "mcp_client_handshakes_total{era=\"legacy\",client_name=\"claude-code\",client_version=\"1.2.3\"} 2"
+        ));
+        assert!(text.contains("client_name=\"badname\",client_version=\"unknown\""));
+        assert!(text.contains("client_name=\"other\""), "{text}");
+        assert!(
+            text.lines()
+                .filter(|l| l.starts_with("mcp_client_handshakes_total"))
+                .count()
+                <= MAX_CLIENTS + 1
+        );
+    }
 
     #[test]
     fn renders_cumulative_buckets() {

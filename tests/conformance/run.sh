@@ -39,7 +39,7 @@ start() {
 start "$out/fixture.log" "$bin/ithaca-fixture" --listen 127.0.0.1:0
 fixture="$addr"
 start "$out/edge.log" env ITHACA_INTERNAL_KEY="conformance-run-internal-key-0123456789" RUST_LOG=warn \
-  "$bin/ithaca" serve edge --auth off --listen 127.0.0.1:0 --backend "http://$fixture"
+  "$bin/ithaca" serve edge --auth off --no-session-gate --listen 127.0.0.1:0 --backend "http://$fixture"
 edge="$addr"
 url="http://$edge/mcp"
 echo "conformance: edge at $url fronting the fixture at $fixture"
