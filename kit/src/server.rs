@@ -1,6 +1,7 @@
 //! Serving gRPC: a service's routes plus the standard health service and
 //! server reflection, on a listener the caller bound (so tests can bind port
-//! 0), until the shutdown token is cancelled.
+//! 0), until the shutdown token is cancelled. A handler that panics answers
+//! INTERNAL ([`crate::panic`]) and the server goes on serving.
 
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -73,6 +74,9 @@ pub async fn serve(
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     let server = Server::builder()
         .trace_fn(crate::propagation::server_span)
+        // Around every route, so a panic anywhere below it (the principal
+        // verifier, a handler) becomes a gRPC status, not a reset stream.
+        .layer(crate::panic::CatchPanicLayer)
         .add_routes(routes)
         .serve_with_incoming_shutdown(incoming, signal);
     tokio::pin!(server);
