@@ -494,6 +494,84 @@ async fn discovery_runs_in_sessions_and_bad_input() {
     assert!(err.message().starts_with("version"), "{}", err.message());
 }
 
+/// Every skill in the catalog, run through gRPC with only its required
+/// inputs (and `symbol` where it takes one): each succeeds with artifacts.
+/// A skill with no required input is also run with none at all, and must
+/// refuse cleanly (INVALID_ARGUMENT, or a run failed on an input), never
+/// answer INTERNAL or leave its run behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_skill_runs_with_every_optional_input_omitted() {
+    let s = stack().await;
+    let mut c = client(&s.skills_url, common::agent("tenant-a", "agent-a"));
+    let catalog = c
+        .get_catalog(pb::GetCatalogRequest {})
+        .await
+        .expect("catalog")
+        .into_inner();
+    assert!(catalog.skills.len() >= 5, "{:?}", catalog.skills);
+    for skill in &catalog.skills {
+        let id = skill.skill_id.as_str();
+        let manifest = c
+            .describe_skill(pb::DescribeSkillRequest {
+                skill_id: id.into(),
+                version: Some(skill.version.clone()),
+            })
+            .await
+            .expect("describe")
+            .into_inner();
+        let schema = json::from_struct(manifest.input_schema.expect("input schema"));
+        let required: Vec<&str> = schema["required"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        let mut inputs = serde_json::Map::new();
+        for name in &required {
+            let value = match *name {
+                "symbol" => json!("AAPL"),
+                other => panic!("{id}: give this test a value for the required input {other}"),
+            };
+            inputs.insert((*name).to_owned(), value);
+        }
+        if schema["properties"].get("symbol").is_some() {
+            inputs.insert("symbol".into(), json!("AAPL"));
+        }
+        let inputs = Value::Object(inputs);
+        let r = run(&mut c, id, inputs.clone())
+            .await
+            .unwrap_or_else(|e| panic!("{id} {inputs}: {e:?}"));
+        assert_eq!(r.status, "succeeded", "{id} {inputs}: {}", r.error);
+        assert!(!r.artifacts.is_empty(), "{id}: artifacts");
+        assert!(r.outputs.is_some(), "{id}: outputs");
+
+        if required.is_empty() {
+            match run(&mut c, id, json!({})).await {
+                Ok(r) => assert!(
+                    r.status == "failed" && r.error.starts_with("inputs."),
+                    "{id} {{}}: {} {}",
+                    r.status,
+                    r.error
+                ),
+                Err(e) => assert_eq!(e.code(), tonic::Code::InvalidArgument, "{id} {{}}: {e:?}"),
+            }
+        }
+    }
+    // The case: peers omitted means every other symbol.
+    let peers = run(&mut c, "corr.peers", json!({"symbol": "AAPL"}))
+        .await
+        .expect("corr.peers without peers");
+    let names: Vec<String> = outputs(&peers)["peers"]
+        .as_array()
+        .expect("peers")
+        .iter()
+        .filter_map(|p| p["symbol"].as_str().map(str::to_owned))
+        .collect();
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(sorted, vec!["FB", "GOOG", "IBM", "MSFT"], "{names:?}");
+}
+
 /// An independent long/flat momentum simulation, period by period.
 fn simulate(prices: &[f64], lookback: usize, holding: usize, cost: f64) -> Vec<f64> {
     let mut equity = vec![1.0; lookback + 1];
@@ -660,13 +738,13 @@ async fn runs_left_running_by_a_stopped_worker_are_failed_not_stuck() {
         .expect("db");
     let now = ithaca_kit::clock::now_ms();
     let stuck = ithaca_skills::store::RunRow {
-        run_id: uuid::Uuid::new_v4().to_string(),
-        tenant_id: "tenant-a".into(),
+        run_id: ithaca_skills::model::RunId::new_v4(),
+        tenant_id: ithaca_kit::id::TenantId::parse("tenant-a").expect("tenant"),
         session_id: String::new(),
         skill_id: "backtest.momentum".into(),
         version: "1.0".into(),
         inputs: "{}".into(),
-        status: "running".into(),
+        status: ithaca_skills::model::RunStatus::Running,
         outputs: None,
         error: String::new(),
         created_at_ms: now - 3_600_000,
@@ -686,7 +764,7 @@ async fn runs_left_running_by_a_stopped_worker_are_failed_not_stuck() {
     let mut status = String::new();
     for _ in 0..50 {
         let view = svc.get_run(&owner, &stuck.run_id).await.expect("run");
-        status = view.run.status.clone();
+        status = view.run.status.to_string();
         if status == "failed" {
             assert!(
                 view.run.error.starts_with("interrupted"),

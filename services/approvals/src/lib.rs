@@ -1,6 +1,7 @@
 //! The approvals service: each tenant's policy (`doomberg://policies/current`)
 //! and approval requests for actions that move money.
 //!
+//! - [`model`]: approval statuses, decisions and promotion modes.
 //! - [`service`]: policy, promotions (refused or pending), decisions by
 //!   people only, execution of approved calls with the requester's
 //!   principal, and the trace of every step.
@@ -13,6 +14,7 @@
 #![forbid(unsafe_code)]
 
 pub mod grpc;
+pub mod model;
 pub mod service;
 pub mod store;
 
