@@ -572,6 +572,95 @@ async fn every_skill_runs_with_every_optional_input_omitted() {
     assert_eq!(sorted, vec!["FB", "GOOG", "IBM", "MSFT"], "{names:?}");
 }
 
+/// The charts as a person sees them: the SVG artifacts of a term
+/// structure, a long single-symbol backtest (AAPL grows by orders of
+/// magnitude) and a strategy backtest, written to
+/// `$CARGO_TARGET_TMPDIR/charts/` and rendered to PNG with `rsvg-convert`
+/// when it is installed (`apt-get install librsvg2-bin`), so they can be
+/// looked at.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn charts_render_to_png() {
+    let s = stack().await;
+    let mut c = client(&s.skills_url, common::agent("tenant-a", "agent-a"));
+    let strategy = c
+        .propose_strategy(pb::ProposeStrategyRequest {
+            name: "Tech momentum".into(),
+            universe: vec!["AAPL".into(), "MSFT".into(), "IBM".into()],
+            lookback: 126,
+            rebalance: 21,
+            risk: Some(pb::RiskLimits {
+                max_weight: Some(0.5),
+                max_drawdown: Some(0.3),
+            }),
+            cost_bps: None,
+        })
+        .await
+        .expect("propose")
+        .into_inner();
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("charts");
+    std::fs::create_dir_all(&dir).expect("chart dir");
+    for (file, skill, inputs) in [
+        (
+            "term_structure",
+            "vol.term_structure",
+            json!({"symbol": "AAPL"}),
+        ),
+        (
+            "backtest_aapl",
+            "backtest.momentum",
+            json!({"symbol": "AAPL"}),
+        ),
+        (
+            "backtest_strategy",
+            "backtest.momentum",
+            json!({"strategy_id": strategy.strategy_id}),
+        ),
+    ] {
+        let r = run(&mut c, skill, inputs).await.expect("run");
+        assert_eq!(r.status, "succeeded", "{file}: {}", r.error);
+        let id = r
+            .artifacts
+            .iter()
+            .find(|a| a.mime_type == "image/svg+xml")
+            .expect("an svg")
+            .artifact_id
+            .clone();
+        let artifact = c
+            .get_artifact(pb::GetArtifactRequest { artifact_id: id })
+            .await
+            .expect("artifact")
+            .into_inner();
+        let Some(ithaca_proto::mcp::v1::content::Kind::Resource(res)) = &artifact.content[0].kind
+        else {
+            panic!("an embedded resource")
+        };
+        let Some(ithaca_proto::mcp::v1::embedded_resource::Body::Text(svg)) = &res.body else {
+            panic!("text body")
+        };
+        assert!(svg.matches("<text").count() > 10, "{file}: tick labels");
+        let svg_path = dir.join(format!("{file}.svg"));
+        std::fs::write(&svg_path, svg).expect("write svg");
+        let png_path = dir.join(format!("{file}.png"));
+        match std::process::Command::new("rsvg-convert")
+            .arg(&svg_path)
+            .arg("-o")
+            .arg(&png_path)
+            .status()
+        {
+            Ok(status) => {
+                assert!(status.success(), "{file}: rsvg-convert failed");
+                let png = std::fs::read(&png_path).expect("png");
+                assert!(png.starts_with(b"\x89PNG"), "{file}: a PNG");
+                eprintln!("chart: {}", png_path.display());
+            }
+            Err(_) => eprintln!(
+                "NOT RENDERED: {file}: rsvg-convert is not installed; the SVG is {}",
+                svg_path.display()
+            ),
+        }
+    }
+}
+
 /// An independent long/flat momentum simulation, period by period.
 fn simulate(prices: &[f64], lookback: usize, holding: usize, cost: f64) -> Vec<f64> {
     let mut equity = vec![1.0; lookback + 1];

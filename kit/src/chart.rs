@@ -214,7 +214,7 @@ fn draw_panel(
         None
     };
     let log_y = panel.y_scale == Scale::Log;
-    let y = padded_range(values.chain(floor), if log_y { 1.0 } else { 0.05 })
+    let y = padded_range(values.chain(floor), if log_y { 1.0 } else { 0.08 })
         .ok_or("a panel has no points")?;
     let log_x = matches!(
         chart.x,
@@ -228,11 +228,18 @@ fn draw_panel(
         panel,
         x_labels,
     };
+    // plotters labels only the powers of ten of a log axis; ticks at 1, 2
+    // and 5 of every decade read better over the one or two decades that
+    // equity curves and windows span.
+    let log = |r: Range<f64>| {
+        let ticks = log_ticks(&r);
+        r.log_scale().with_key_points(ticks)
+    };
     match (log_x, log_y) {
         (false, false) => ctx.draw(area, x, y),
-        (false, true) => ctx.draw(area, x, y.log_scale()),
-        (true, false) => ctx.draw(area, x.log_scale(), y),
-        (true, true) => ctx.draw(area, x.log_scale(), y.log_scale()),
+        (false, true) => ctx.draw(area, x, log(y)),
+        (true, false) => ctx.draw(area, log(x), y),
+        (true, true) => ctx.draw(area, log(x), log(y)),
     }
 }
 
@@ -274,8 +281,10 @@ impl PanelContext<'_> {
             YFormat::Percent => percent_tick(*v),
         };
         let mut mesh = chart.configure_mesh();
+        // A short panel (weight 1) gets fewer labels than a tall one.
+        let y_labels = (self.panel.weight as usize * 3).clamp(4, 10);
         mesh.x_labels(8)
-            .y_labels(8)
+            .y_labels(y_labels)
             .x_label_formatter(&x_fmt)
             .y_label_formatter(&y_fmt)
             .y_desc(self.panel.y_label.as_str())
@@ -336,6 +345,26 @@ impl PanelContext<'_> {
                 .draw()?;
         }
         Ok(())
+    }
+}
+
+/// Ticks for a log axis over `range`: 1, 2 and 5 times each power of ten
+/// in it, or every whole multiple when that gives fewer than three.
+fn log_ticks(range: &Range<f64>) -> Vec<f64> {
+    let within = |v: &f64| range.start <= *v && *v <= range.end;
+    let decades = range.start.log10().floor() as i32..=range.end.log10().ceil() as i32;
+    let ticks = |multiples: &[f64]| -> Vec<f64> {
+        decades
+            .clone()
+            .flat_map(|k| multiples.iter().map(move |m| m * 10f64.powi(k)))
+            .filter(within)
+            .collect()
+    };
+    let coarse = ticks(&[1.0, 2.0, 5.0]);
+    if coarse.len() >= 3 {
+        coarse
+    } else {
+        ticks(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0])
     }
 }
 
@@ -403,6 +432,16 @@ mod tests {
         assert_eq!(scale_for([1.0, 2.0, 9.0]), Scale::Linear);
         assert_eq!(scale_for([1.0, 30.0]), Scale::Log);
         assert_eq!(scale_for([-1.0, 30.0]), Scale::Linear);
+    }
+
+    #[test]
+    fn log_axes_tick_at_one_two_and_five() {
+        assert_eq!(log_ticks(&(0.6..30.0)), vec![1.0, 2.0, 5.0, 10.0, 20.0]);
+        assert_eq!(
+            log_ticks(&(4.0..300.0)),
+            vec![5.0, 10.0, 20.0, 50.0, 100.0, 200.0]
+        );
+        assert_eq!(log_ticks(&(1.5..4.5)), vec![2.0, 3.0, 4.0]);
     }
 
     #[test]
