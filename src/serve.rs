@@ -8,7 +8,6 @@ use ithaca_kit::shutdown::{self, CancellationToken};
 use ithaca_kit::telemetry;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
@@ -161,10 +160,8 @@ pub async fn run(common: &CommonArgs, args: ServeArgs) -> anyhow::Result<()> {
     tracing::info!(service = %args.service, %addr, "serving");
     // A machine-readable line for scripts and tests that bind port 0.
     println!("ithaca: {} listening on {addr}", args.service);
-    let result = task.await.context("server task")?;
-    // Give background tasks a moment to see the cancellation.
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    result
+    // The server task ends after the service's background tasks finished.
+    task.await.context("server task")?
 }
 
 async fn run_edge(key: InternalKey, args: ServeArgs) -> anyhow::Result<()> {

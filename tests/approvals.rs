@@ -328,10 +328,10 @@ async fn an_expired_request_never_runs() {
     let now = ithaca_kit::clock::now_ms();
     let expired = ithaca_approvals::store::ApprovalRow {
         approval_id: uuid::Uuid::new_v4().to_string(),
-        tenant_id: "tenant-a".into(),
+        tenant_id: ithaca_kit::id::TenantId::parse("tenant-a").expect("tenant"),
         tool: "promote_strategy".into(),
         arguments: r#"{"strategy_id":"x","mode":"paper"}"#.into(),
-        status: "pending".into(),
+        status: ithaca_approvals::model::ApprovalStatus::Pending,
         requested_by: "agent-a".into(),
         requester: serde_json::to_string(&requester).expect("json"),
         session_id: String::new(),

@@ -494,6 +494,173 @@ async fn discovery_runs_in_sessions_and_bad_input() {
     assert!(err.message().starts_with("version"), "{}", err.message());
 }
 
+/// Every skill in the catalog, run through gRPC with only its required
+/// inputs (and `symbol` where it takes one): each succeeds with artifacts.
+/// A skill with no required input is also run with none at all, and must
+/// refuse cleanly (INVALID_ARGUMENT, or a run failed on an input), never
+/// answer INTERNAL or leave its run behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_skill_runs_with_every_optional_input_omitted() {
+    let s = stack().await;
+    let mut c = client(&s.skills_url, common::agent("tenant-a", "agent-a"));
+    let catalog = c
+        .get_catalog(pb::GetCatalogRequest {})
+        .await
+        .expect("catalog")
+        .into_inner();
+    assert!(catalog.skills.len() >= 5, "{:?}", catalog.skills);
+    for skill in &catalog.skills {
+        let id = skill.skill_id.as_str();
+        let manifest = c
+            .describe_skill(pb::DescribeSkillRequest {
+                skill_id: id.into(),
+                version: Some(skill.version.clone()),
+            })
+            .await
+            .expect("describe")
+            .into_inner();
+        let schema = json::from_struct(manifest.input_schema.expect("input schema"));
+        let required: Vec<&str> = schema["required"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        let mut inputs = serde_json::Map::new();
+        for name in &required {
+            let value = match *name {
+                "symbol" => json!("AAPL"),
+                other => panic!("{id}: give this test a value for the required input {other}"),
+            };
+            inputs.insert((*name).to_owned(), value);
+        }
+        if schema["properties"].get("symbol").is_some() {
+            inputs.insert("symbol".into(), json!("AAPL"));
+        }
+        let inputs = Value::Object(inputs);
+        let r = run(&mut c, id, inputs.clone())
+            .await
+            .unwrap_or_else(|e| panic!("{id} {inputs}: {e:?}"));
+        assert_eq!(r.status, "succeeded", "{id} {inputs}: {}", r.error);
+        assert!(!r.artifacts.is_empty(), "{id}: artifacts");
+        assert!(r.outputs.is_some(), "{id}: outputs");
+
+        if required.is_empty() {
+            match run(&mut c, id, json!({})).await {
+                Ok(r) => assert!(
+                    r.status == "failed" && r.error.starts_with("inputs."),
+                    "{id} {{}}: {} {}",
+                    r.status,
+                    r.error
+                ),
+                Err(e) => assert_eq!(e.code(), tonic::Code::InvalidArgument, "{id} {{}}: {e:?}"),
+            }
+        }
+    }
+    // The case: peers omitted means every other symbol.
+    let peers = run(&mut c, "corr.peers", json!({"symbol": "AAPL"}))
+        .await
+        .expect("corr.peers without peers");
+    let names: Vec<String> = outputs(&peers)["peers"]
+        .as_array()
+        .expect("peers")
+        .iter()
+        .filter_map(|p| p["symbol"].as_str().map(str::to_owned))
+        .collect();
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(sorted, vec!["FB", "GOOG", "IBM", "MSFT"], "{names:?}");
+}
+
+/// The charts as a person sees them: the SVG artifacts of a term
+/// structure, a long single-symbol backtest (AAPL grows by orders of
+/// magnitude) and a strategy backtest, written to
+/// `$CARGO_TARGET_TMPDIR/charts/` and rendered to PNG with `rsvg-convert`
+/// when it is installed (`apt-get install librsvg2-bin`), so they can be
+/// looked at.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn charts_render_to_png() {
+    let s = stack().await;
+    let mut c = client(&s.skills_url, common::agent("tenant-a", "agent-a"));
+    let strategy = c
+        .propose_strategy(pb::ProposeStrategyRequest {
+            name: "Tech momentum".into(),
+            universe: vec!["AAPL".into(), "MSFT".into(), "IBM".into()],
+            lookback: 126,
+            rebalance: 21,
+            risk: Some(pb::RiskLimits {
+                max_weight: Some(0.5),
+                max_drawdown: Some(0.3),
+            }),
+            cost_bps: None,
+        })
+        .await
+        .expect("propose")
+        .into_inner();
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("charts");
+    std::fs::create_dir_all(&dir).expect("chart dir");
+    for (file, skill, inputs) in [
+        (
+            "term_structure",
+            "vol.term_structure",
+            json!({"symbol": "AAPL"}),
+        ),
+        (
+            "backtest_aapl",
+            "backtest.momentum",
+            json!({"symbol": "AAPL"}),
+        ),
+        (
+            "backtest_strategy",
+            "backtest.momentum",
+            json!({"strategy_id": strategy.strategy_id}),
+        ),
+    ] {
+        let r = run(&mut c, skill, inputs).await.expect("run");
+        assert_eq!(r.status, "succeeded", "{file}: {}", r.error);
+        let id = r
+            .artifacts
+            .iter()
+            .find(|a| a.mime_type == "image/svg+xml")
+            .expect("an svg")
+            .artifact_id
+            .clone();
+        let artifact = c
+            .get_artifact(pb::GetArtifactRequest { artifact_id: id })
+            .await
+            .expect("artifact")
+            .into_inner();
+        let Some(ithaca_proto::mcp::v1::content::Kind::Resource(res)) = &artifact.content[0].kind
+        else {
+            panic!("an embedded resource")
+        };
+        let Some(ithaca_proto::mcp::v1::embedded_resource::Body::Text(svg)) = &res.body else {
+            panic!("text body")
+        };
+        assert!(svg.matches("<text").count() > 10, "{file}: tick labels");
+        let svg_path = dir.join(format!("{file}.svg"));
+        std::fs::write(&svg_path, svg).expect("write svg");
+        let png_path = dir.join(format!("{file}.png"));
+        match std::process::Command::new("rsvg-convert")
+            .arg(&svg_path)
+            .arg("-o")
+            .arg(&png_path)
+            .status()
+        {
+            Ok(status) => {
+                assert!(status.success(), "{file}: rsvg-convert failed");
+                let png = std::fs::read(&png_path).expect("png");
+                assert!(png.starts_with(b"\x89PNG"), "{file}: a PNG");
+                eprintln!("chart: {}", png_path.display());
+            }
+            Err(_) => eprintln!(
+                "NOT RENDERED: {file}: rsvg-convert is not installed; the SVG is {}",
+                svg_path.display()
+            ),
+        }
+    }
+}
+
 /// An independent long/flat momentum simulation, period by period.
 fn simulate(prices: &[f64], lookback: usize, holding: usize, cost: f64) -> Vec<f64> {
     let mut equity = vec![1.0; lookback + 1];
@@ -660,13 +827,13 @@ async fn runs_left_running_by_a_stopped_worker_are_failed_not_stuck() {
         .expect("db");
     let now = ithaca_kit::clock::now_ms();
     let stuck = ithaca_skills::store::RunRow {
-        run_id: uuid::Uuid::new_v4().to_string(),
-        tenant_id: "tenant-a".into(),
+        run_id: ithaca_skills::model::RunId::new_v4(),
+        tenant_id: ithaca_kit::id::TenantId::parse("tenant-a").expect("tenant"),
         session_id: String::new(),
         skill_id: "backtest.momentum".into(),
         version: "1.0".into(),
         inputs: "{}".into(),
-        status: "running".into(),
+        status: ithaca_skills::model::RunStatus::Running,
         outputs: None,
         error: String::new(),
         created_at_ms: now - 3_600_000,
@@ -681,12 +848,12 @@ async fn runs_left_running_by_a_stopped_worker_are_failed_not_stuck() {
     let svc = ithaca_skills::service(db, common::key(), &ithaca_skills::Config::default())
         .expect("service");
     let shutdown = ithaca_kit::shutdown::CancellationToken::new();
-    svc.spawn_worker(shutdown.clone());
+    svc.spawn_worker(shutdown.clone(), &tokio_util::task::TaskTracker::new());
     let owner = common::agent("tenant-a", "agent-a");
     let mut status = String::new();
     for _ in 0..50 {
         let view = svc.get_run(&owner, &stuck.run_id).await.expect("run");
-        status = view.run.status.clone();
+        status = view.run.status.to_string();
         if status == "failed" {
             assert!(
                 view.run.error.starts_with("interrupted"),

@@ -1,10 +1,16 @@
-//! The auth and session stores, driven through their domain services, run
-//! as one suite against SQLite and against PostgreSQL.
+//! The auth, session and broker stores, driven through their domain
+//! services: one named test per behaviour, each run on SQLite and on
+//! PostgreSQL (as Quickwit runs one metastore suite on every backend).
+//!
+//! [`on_both_databases!`] turns each behaviour `b` (an `async fn b(db: Db)`)
+//! into `b::sqlite`, on a fresh SQLite file, and `b::postgres`, on a fresh
+//! schema of the database at `ITHACA_TEST_POSTGRES_URL` (skipped, loudly,
+//! when it is not set). Every behaviour starts from an empty database.
 
 mod common;
 
 use ithaca_auth::model::KeyActor;
-use ithaca_auth::service::KeySpec;
+use ithaca_auth::service::{KeySpec, NewKey};
 use ithaca_kit::db::Db;
 use ithaca_kit::error::Code;
 use ithaca_kit::principal::{Actor, Principal};
@@ -12,372 +18,40 @@ use ithaca_kit::shutdown::CancellationToken;
 use ithaca_proto::session::v1::EventType;
 use serde_json::json;
 
+/// For each behaviour, a module with a `sqlite` and a `postgres` test that
+/// open the service's database with `$open` and hand it to the behaviour.
+macro_rules! on_both_databases {
+    ($open:path => $($behaviour:ident),+ $(,)?) => {$(
+        mod $behaviour {
+            #[tokio::test]
+            async fn sqlite() {
+                let dir = tempfile::tempdir().expect("tempdir");
+                let db = $open(&crate::common::sqlite_path(&dir, "store"), "unused")
+                    .await
+                    .expect("open");
+                super::$behaviour(db).await;
+            }
+
+            #[tokio::test]
+            async fn postgres() {
+                let Some(url) = crate::common::postgres(module_path!()) else {
+                    return;
+                };
+                let schema = crate::common::unique_schema("store");
+                let db = $open(&url, &schema).await.expect("open");
+                super::$behaviour(db.clone()).await;
+                db.close().await;
+                crate::common::drop_schema(&url, &schema).await;
+            }
+        }
+    )+};
+}
+
 fn human(tenant: &str) -> Principal {
     Principal {
         actor: Actor::Human,
         ..common::agent(tenant, "person")
     }
-}
-
-async fn auth_suite(db: Db) {
-    let svc = ithaca_auth::service(db.clone());
-    let store = ithaca_auth::store::Store::new(db);
-    let system = Principal::system("");
-
-    let one = svc.create_tenant(&system, "one").await.expect("tenant one");
-    let two = svc.create_tenant(&system, "two").await.expect("tenant two");
-    let tenants = svc.list_tenants(&system).await.expect("list tenants");
-    assert_eq!(tenants.len(), 2);
-
-    let spec = |tenant: &str, scopes: &[&str], actor| KeySpec {
-        tenant_id: tenant.to_owned(),
-        scopes: scopes.iter().map(|s| s.to_string()).collect(),
-        actor: Some(actor),
-        label: "bot".to_owned(),
-        env: String::new(),
-    };
-    let created = svc
-        .create_key(
-            &system,
-            spec(
-                &one.tenant_id,
-                &["runs:write", "data:read"],
-                KeyActor::Agent,
-            ),
-        )
-        .await
-        .expect("create key");
-    let key_id = created.row.key_id.clone();
-    let prefix = format!("dmbg_test_{key_id}_");
-    assert!(created.token.starts_with(&prefix), "{}", created.token);
-    let secret = &created.token[prefix.len()..];
-    assert!(secret.len() >= 43, "high-entropy secret");
-    assert_eq!(key_id.len(), 32);
-
-    // Only the salted hash is persisted.
-    let row = store
-        .find_key(&key_id)
-        .await
-        .expect("read")
-        .expect("row exists");
-    assert_eq!(row.secret_hash.len(), 64);
-    assert!(!row.secret_hash.contains(secret) && !row.salt.contains(secret));
-    assert_eq!(row.scopes, "data:read runs:write");
-
-    let verified = svc.verify(&system, &created.token).await.expect("verifies");
-    assert_eq!(verified.tenant_id, one.tenant_id);
-    assert_eq!(verified.key_id, key_id);
-    assert_eq!(verified.scopes, vec!["data:read", "runs:write"]);
-    let row = store.find_key(&key_id).await.expect("read").expect("row");
-    assert!(
-        row.last_used_at_ms.is_some(),
-        "verification records last use"
-    );
-
-    // Tenants do not see each other's keys.
-    let listed = svc
-        .list_keys(&system, &one.tenant_id, false)
-        .await
-        .expect("list");
-    assert_eq!(listed.len(), 1);
-    assert!(
-        svc.list_keys(&system, &two.tenant_id, false)
-            .await
-            .expect("list")
-            .is_empty()
-    );
-    let err = svc
-        .revoke_key(&human(&two.tenant_id), &one.tenant_id, &key_id)
-        .await
-        .expect_err("other tenant");
-    assert_eq!(err.code, Code::NotFound);
-    let err = svc
-        .revoke_key(&human(&two.tenant_id), "", &key_id)
-        .await
-        .expect_err("key of another tenant");
-    assert_eq!(err.code, Code::NotFound);
-    let err = svc
-        .list_keys(&common::agent(&one.tenant_id, "a"), "", false)
-        .await
-        .expect_err("agents cannot administer keys");
-    assert_eq!(err.code, Code::PermissionDenied);
-    let err = svc
-        .verify(&human(&one.tenant_id), &created.token)
-        .await
-        .expect_err("only the system verifies");
-    assert_eq!(err.code, Code::PermissionDenied);
-
-    // A human manages keys of its own tenant.
-    let own = svc
-        .create_key(
-            &human(&one.tenant_id),
-            spec("", &["data:read"], KeyActor::Human),
-        )
-        .await
-        .expect("human creates a key in its tenant");
-    assert_eq!(own.row.tenant_id, one.tenant_id);
-
-    // Revocation.
-    let revoked = svc
-        .revoke_key(&system, &one.tenant_id, &key_id)
-        .await
-        .expect("revoke");
-    assert!(revoked.revoked_at_ms.is_some());
-    let err = svc
-        .verify(&system, &created.token)
-        .await
-        .expect_err("revoked");
-    assert_eq!(err.code, Code::Unauthenticated);
-    let active = svc
-        .list_keys(&system, &one.tenant_id, false)
-        .await
-        .expect("list");
-    assert!(active.iter().all(|k| k.key_id != key_id));
-    let all = svc
-        .list_keys(&system, &one.tenant_id, true)
-        .await
-        .expect("list");
-    assert!(
-        all.iter()
-            .any(|k| k.key_id == key_id && k.revoked_at_ms.is_some())
-    );
-
-    // Bad input names the field.
-    for (bad, field) in [
-        (spec(&one.tenant_id, &["root"], KeyActor::Agent), "scopes"),
-        (spec(&one.tenant_id, &[], KeyActor::Agent), "scopes"),
-        (
-            spec(&one.tenant_id, &["approvals:decide"], KeyActor::Agent),
-            "scopes",
-        ),
-        (
-            KeySpec {
-                env: "moon".into(),
-                ..spec(&one.tenant_id, &["data:read"], KeyActor::Agent)
-            },
-            "env",
-        ),
-        (
-            KeySpec {
-                actor: None,
-                ..spec(&one.tenant_id, &["data:read"], KeyActor::Agent)
-            },
-            "actor",
-        ),
-        (spec("", &["data:read"], KeyActor::Agent), "tenant_id"),
-    ] {
-        let err = svc.create_key(&system, bad).await.expect_err("bad input");
-        assert_eq!(err.code, Code::InvalidArgument, "{}", err.message);
-        assert!(
-            err.message.starts_with(field),
-            "{} names {field}",
-            err.message
-        );
-    }
-    let err = svc
-        .create_key(
-            &system,
-            spec("no-such-tenant", &["data:read"], KeyActor::Agent),
-        )
-        .await
-        .expect_err("unknown tenant");
-    assert_eq!(err.code, Code::NotFound);
-}
-
-async fn session_suite(db: Db) {
-    let svc = ithaca_session::service(
-        db,
-        ithaca_session::Config::default(),
-        CancellationToken::new(),
-    );
-    let alice = common::agent("tenant-a", "agent-a");
-    let other_agent = common::agent("tenant-a", "agent-b");
-    let bob = common::agent("tenant-b", "agent-a");
-
-    let err = svc.current(&alice).await.expect_err("no session yet");
-    assert_eq!(err.domain, Some("NO_ACTIVE_SESSION"));
-
-    let prompt = "Research NVDA momentum\n\nPull prices, then backtest.";
-    let s = svc
-        .session_context(&alice, prompt, None, None)
-        .await
-        .expect("open a session");
-    assert_eq!(s.title, "Research NVDA momentum");
-    assert_eq!(s.status, "open");
-    assert_eq!(s.tenant_id, "tenant-a");
-    assert!(uuid::Uuid::parse_str(&s.session_id).is_ok());
-    let (events, last) = svc.read(&alice, &s.session_id, 0, 0).await.expect("read");
-    assert_eq!(last, 2);
-    let kinds: Vec<_> = events
-        .iter()
-        .map(|e| (e.seq, e.event_type.as_str()))
-        .collect();
-    assert_eq!(kinds, vec![(1, "session_open"), (2, "reasoning")]);
-    let payload: serde_json::Value = serde_json::from_str(&events[1].payload).expect("json");
-    assert_eq!(payload["prompt"], prompt, "the prompt is stored verbatim");
-
-    // The current session belongs to (tenant, agent).
-    assert_eq!(
-        svc.current(&alice).await.expect("current").session_id,
-        s.session_id
-    );
-    assert!(svc.current(&other_agent).await.is_err());
-    assert!(svc.current(&bob).await.is_err());
-
-    // Resume appends to the prompt history and continues the trace.
-    let titled = svc
-        .session_context(
-            &other_agent,
-            "Now compare with AMD.",
-            Some("ignored on resume"),
-            Some(&s.session_id),
-        )
-        .await
-        .expect("resume");
-    assert_eq!(titled.session_id, s.session_id);
-    assert_eq!(titled.title, "Research NVDA momentum");
-    assert_eq!(
-        svc.current(&other_agent).await.expect("joined").session_id,
-        s.session_id
-    );
-    let prompts = svc.prompts(&alice, &s.session_id).await.expect("prompts");
-    let texts: Vec<_> = prompts
-        .iter()
-        .map(|p| (p.position, p.text.as_str()))
-        .collect();
-    assert_eq!(texts, vec![(1, prompt), (2, "Now compare with AMD.")]);
-
-    let e = svc
-        .append(
-            &alice,
-            &s.session_id,
-            EventType::ToolCall,
-            json!({"name": "get_price_history"}),
-        )
-        .await
-        .expect("append");
-    assert_eq!(e.seq, 4);
-    let (page, _) = svc.read(&alice, &s.session_id, 1, 2).await.expect("page");
-    assert_eq!(page.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![2, 3]);
-
-    // Another tenant sees nothing.
-    for result in [
-        svc.get(&bob, &s.session_id).await.map(|_| ()),
-        svc.read(&bob, &s.session_id, 0, 10).await.map(|_| ()),
-        svc.append(&bob, &s.session_id, EventType::ToolCall, json!({}))
-            .await
-            .map(|_| ()),
-        svc.session_context(&bob, "hi", None, Some(&s.session_id))
-            .await
-            .map(|_| ()),
-        svc.close(&bob, Some(&s.session_id)).await.map(|_| ()),
-        svc.prompts(&bob, &s.session_id).await.map(|_| ()),
-    ] {
-        assert_eq!(result.expect_err("hidden").code, Code::NotFound);
-    }
-    assert!(svc.tail(&bob, &s.session_id, 0).await.is_err());
-
-    // Closing: no new tool calls, in-flight results still land (grace).
-    let closed = svc.close(&alice, None).await.expect("close current");
-    assert_eq!(closed.status, "closed");
-    assert!(svc.current(&alice).await.is_err());
-    let err = svc
-        .append(&alice, &s.session_id, EventType::ToolCall, json!({}))
-        .await
-        .expect_err("closed");
-    assert_eq!(
-        (err.code, err.domain),
-        (Code::FailedPrecondition, Some("SESSION_NOT_OPEN"))
-    );
-    let late = svc
-        .append(
-            &alice,
-            &s.session_id,
-            EventType::ToolResult,
-            json!({"outcome": "ok"}),
-        )
-        .await
-        .expect("an in-flight result still lands");
-    assert_eq!(late.seq, 5);
-    let err = svc
-        .session_context(&alice, "again", None, Some(&s.session_id))
-        .await
-        .expect_err("closed sessions are not resumed");
-    assert_eq!(err.code, Code::FailedPrecondition);
-
-    let archived = svc.archive(&alice, &s.session_id).await.expect("archive");
-    assert_eq!(archived.status, "archived");
-    assert!(
-        svc.append(&alice, &s.session_id, EventType::ToolResult, json!({}))
-            .await
-            .is_err()
-    );
-    let (all, last) = svc
-        .read(&alice, &s.session_id, 0, 1000)
-        .await
-        .expect("still readable");
-    assert_eq!((all.len(), last), (5, 5));
-
-    // Bad input.
-    let err = svc
-        .session_context(&alice, "  \n", None, None)
-        .await
-        .expect_err("blank");
-    assert!(err.message.starts_with("prompt"));
-    let err = svc.get(&alice, "sess_01HQ").await.expect_err("not a uuid");
-    assert!(err.message.starts_with("session_id"));
-    let err = svc
-        .append(&alice, &s.session_id, EventType::Unspecified, json!({}))
-        .await
-        .expect_err("no type");
-    assert!(err.message.starts_with("type"));
-    let err = svc
-        .read(&alice, &s.session_id, -1, 10)
-        .await
-        .expect_err("negative");
-    assert!(err.message.starts_with("after_seq"));
-}
-
-#[tokio::test]
-async fn auth_store_sqlite() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let db = ithaca_auth::open_db(&common::sqlite_path(&dir, "auth"), "unused")
-        .await
-        .expect("open");
-    auth_suite(db).await;
-}
-
-#[tokio::test]
-async fn auth_store_postgres() {
-    let Some(url) = common::postgres("auth_store_postgres") else {
-        return;
-    };
-    let schema = common::unique_schema("auth");
-    let db = ithaca_auth::open_db(&url, &schema).await.expect("open");
-    auth_suite(db.clone()).await;
-    db.close().await;
-    common::drop_schema(&url, &schema).await;
-}
-
-#[tokio::test]
-async fn session_store_sqlite() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let db = ithaca_session::open_db(&common::sqlite_path(&dir, "session"), "unused")
-        .await
-        .expect("open");
-    session_suite(db).await;
-}
-
-#[tokio::test]
-async fn session_store_postgres() {
-    let Some(url) = common::postgres("session_store_postgres") else {
-        return;
-    };
-    let schema = common::unique_schema("session");
-    let db = ithaca_session::open_db(&url, &schema).await.expect("open");
-    session_suite(db.clone()).await;
-    db.close().await;
-    common::drop_schema(&url, &schema).await;
 }
 
 #[tokio::test]
@@ -392,247 +66,741 @@ async fn migrations_are_idempotent_on_reopen() {
     }
 }
 
-const DEMO: &[u8] = include_bytes!("../data/demo/stocks_daily_ohlcv_2000-2013.csv.gz");
+mod auth {
+    use super::*;
+    use ithaca_auth::service::AuthService;
+    use ithaca_auth::store::{Store, TenantRow};
 
-fn ingest_rows(file: ithaca_broker::csv::BarsFile) -> Vec<ithaca_broker::service::IngestRow> {
-    file.rows.into_iter().map(Into::into).collect()
-}
-
-async fn broker_suite(db: Db) {
-    use ithaca_broker::service::{HistoryQuery, NewAccount};
-    let svc = ithaca_broker::service(db.clone(), &common::key());
-    let system = Principal::system("");
-    let agent = common::agent("tenant-a", "agent-a");
-
-    // A malformed row: reported with its line, nothing stored.
-    let bad = "Ticker,Date,Open,High,Low,Close,Volume,Adj Close\nAAPL,2000-03-01,10,11,9,10.5,100,1.0\nAAPL,2000-03-02,10,9,11,10,100,1.0\n";
-    let parsed = ithaca_broker::csv::parse_bars("bad.csv", bad.as_bytes()).expect("parses");
-    let err = svc
-        .ingest(
-            &system,
-            "bad.csv",
-            &parsed.checksum.clone(),
-            ingest_rows(parsed),
-        )
-        .await
-        .expect_err("inconsistent bar");
-    assert!(err.message.starts_with("line 3:"), "{}", err.message);
-    assert!(
-        svc.symbols(&agent).await.expect("symbols").is_empty(),
-        "nothing half-ingested"
+    on_both_databases!(ithaca_auth::open_db =>
+        tenants_are_created_and_listed,
+        keys_keep_only_a_salted_hash,
+        a_token_verifies_and_records_last_use,
+        tenants_do_not_see_each_others_keys,
+        only_people_and_the_system_administer_keys,
+        revoked_keys_no_longer_verify,
+        bad_key_specs_name_the_field,
     );
-    assert!(svc.datasets(&agent).await.expect("datasets").is_empty());
 
-    let demo = ithaca_broker::csv::parse_bars("demo.csv", DEMO).expect("demo parses");
-    let checksum = demo.checksum.clone();
-    let rows = ingest_rows(demo);
-    let err = svc
-        .ingest(&agent, "demo.csv", &checksum, rows.clone())
-        .await
-        .expect_err("agents do not ingest");
-    assert_eq!(err.code, Code::PermissionDenied);
-    let first = svc
-        .ingest(&system, "demo.csv", &checksum, rows.clone())
-        .await
-        .expect("ingest");
-    assert!(!first.already_present);
-    assert_eq!(first.dataset.row_count, 12_154);
-    assert_eq!(first.dataset.symbols, "AAPL FB GOOG IBM MSFT");
-    assert_eq!(
-        (
-            first.dataset.first_date.as_str(),
-            first.dataset.last_date.as_str()
-        ),
-        ("2000-03-01", "2013-03-01")
-    );
-    let again = svc
-        .ingest(&system, "demo.csv", &checksum, rows)
-        .await
-        .expect("re-ingest");
-    assert!(again.already_present, "the same file twice changes nothing");
-    assert_eq!(again.dataset.dataset_id, first.dataset.dataset_id);
-    assert_eq!(svc.datasets(&agent).await.expect("datasets").len(), 1);
+    /// Two tenants and an agent key (`runs:write`, `data:read`) in the first.
+    struct Fixture {
+        svc: AuthService,
+        store: Store,
+        system: Principal,
+        one: TenantRow,
+        two: TenantRow,
+        created: NewKey,
+    }
 
-    let symbols = svc.symbols(&agent).await.expect("symbols");
-    let fb = symbols.iter().find(|s| s.symbol == "FB").expect("FB");
-    assert_eq!((fb.bars, fb.first_date.as_str()), (196, "2012-05-18"));
+    fn spec(tenant: &str, scopes: &[&str], actor: KeyActor) -> KeySpec {
+        KeySpec {
+            tenant_id: tenant.to_owned(),
+            scopes: scopes.iter().map(|s| s.to_string()).collect(),
+            actor: Some(actor),
+            label: "bot".to_owned(),
+            env: String::new(),
+        }
+    }
 
-    let q = |symbol: &str| HistoryQuery {
-        symbol: symbol.into(),
-        ..Default::default()
-    };
-    let h = svc
-        .history(
-            &agent,
-            HistoryQuery {
-                start: Some("2013-02-25".into()),
-                fields: vec!["adj_close".into()],
-                ..q("aapl")
-            },
-        )
-        .await
-        .expect("history");
-    assert_eq!(h.symbol, "AAPL");
-    assert_eq!(
-        h.bars.iter().map(|b| b.date.as_str()).collect::<Vec<_>>(),
-        vec![
-            "2013-02-25",
-            "2013-02-26",
-            "2013-02-27",
-            "2013-02-28",
-            "2013-03-01"
-        ]
-    );
-    assert_eq!(h.fields, vec!["adj_close"]);
-    assert!(!h.truncated);
-    let h = svc
-        .history(
-            &agent,
-            HistoryQuery {
-                limit: Some(10),
-                ..q("IBM")
-            },
-        )
-        .await
-        .expect("bounded");
-    assert_eq!((h.bars.len(), h.truncated), (10, true));
-    assert_eq!(h.bars[0].date, "2000-03-01");
-    let h = svc.history(&agent, q("MSFT")).await.expect("default limit");
-    assert_eq!((h.bars.len(), h.truncated), (1000, true));
+    async fn fixture(db: Db) -> Fixture {
+        let svc = ithaca_auth::service(db.clone());
+        let store = Store::new(db);
+        let system = Principal::system("");
+        let one = svc.create_tenant(&system, "one").await.expect("tenant one");
+        let two = svc.create_tenant(&system, "two").await.expect("tenant two");
+        let created = svc
+            .create_key(
+                &system,
+                spec(
+                    &one.tenant_id,
+                    &["runs:write", "data:read"],
+                    KeyActor::Agent,
+                ),
+            )
+            .await
+            .expect("create key");
+        Fixture {
+            svc,
+            store,
+            system,
+            one,
+            two,
+            created,
+        }
+    }
 
-    let err = svc
-        .history(&agent, q("NVDA"))
-        .await
-        .expect_err("unknown symbol");
-    assert_eq!(
-        (err.code, err.domain),
-        (Code::NotFound, Some("UNKNOWN_SYMBOL"))
-    );
-    assert!(
-        err.message.contains("AAPL"),
-        "names the known symbols: {}",
-        err.message
-    );
-    let err = svc
-        .history(
-            &agent,
-            HistoryQuery {
-                start: Some("1990-01-01".into()),
-                end: Some("1990-12-31".into()),
-                ..q("AAPL")
-            },
-        )
-        .await
-        .expect_err("no bars");
-    assert_eq!(err.domain, Some("NO_DATA"));
-    let err = svc
-        .history(
-            &agent,
-            HistoryQuery {
-                end: Some("2010-01-01".into()),
-                ..q("FB")
-            },
-        )
-        .await
-        .expect_err("before the IPO");
-    assert_eq!(err.domain, Some("NO_DATA"));
-    for (query, field) in [
-        (
-            HistoryQuery {
-                start: Some("2001-02-30".into()),
-                ..q("AAPL")
-            },
-            "start",
-        ),
-        (
-            HistoryQuery {
-                fields: vec!["price".into()],
-                ..q("AAPL")
-            },
-            "fields",
-        ),
-        (
-            HistoryQuery {
-                limit: Some(0),
-                ..q("AAPL")
-            },
-            "limit",
-        ),
-        (q("AAPL; DROP TABLE bars"), "symbol"),
-    ] {
-        let err = svc.history(&agent, query).await.expect_err("bad input");
+    async fn tenants_are_created_and_listed(db: Db) {
+        let f = fixture(db).await;
+        let tenants = f.svc.list_tenants(&f.system).await.expect("list tenants");
+        assert_eq!(tenants.len(), 2);
+    }
+
+    async fn keys_keep_only_a_salted_hash(db: Db) {
+        let f = fixture(db).await;
+        let key_id = f.created.row.key_id.clone();
+        let prefix = format!("dmbg_test_{key_id}_");
+        assert!(f.created.token.starts_with(&prefix), "{}", f.created.token);
+        let secret = &f.created.token[prefix.len()..];
+        assert!(secret.len() >= 43, "high-entropy secret");
+        assert_eq!(key_id.len(), 32);
+
+        // Only the salted hash is persisted.
+        let row = f
+            .store
+            .find_key(&key_id)
+            .await
+            .expect("read")
+            .expect("row exists");
+        assert_eq!(row.secret_hash.len(), 64);
+        assert!(!row.secret_hash.contains(secret) && !row.salt.contains(secret));
+        assert_eq!(row.scopes, "data:read runs:write");
+    }
+
+    async fn a_token_verifies_and_records_last_use(db: Db) {
+        let f = fixture(db).await;
+        let key_id = f.created.row.key_id.clone();
+        let verified = f
+            .svc
+            .verify(&f.system, &f.created.token)
+            .await
+            .expect("verifies");
+        assert_eq!(verified.tenant_id, f.one.tenant_id);
+        assert_eq!(verified.key_id, key_id);
+        assert_eq!(verified.scopes, vec!["data:read", "runs:write"]);
+        let row = f.store.find_key(&key_id).await.expect("read").expect("row");
         assert!(
-            err.message.starts_with(field),
-            "{} names {field}",
-            err.message
+            row.last_used_at_ms.is_some(),
+            "verification records last use"
         );
     }
 
-    // Provider accounts: the credential is sealed at rest and never comes back.
-    let secret = "sk-live-DO-NOT-LEAK-4242";
-    let new = |tenant: &str| NewAccount {
-        tenant_id: tenant.into(),
-        provider: "ibkr".into(),
-        label: "main".into(),
-        config: json!({"host": "gw.internal.example", "quote_path": "/q", "order_path": "/o", "source_account": "U123", "account_ref": "ref-9"}),
-        credential: secret.into(),
-    };
-    let err = svc
-        .add_account(&agent, new("tenant-a"))
-        .await
-        .expect_err("agents cannot add accounts");
-    assert_eq!(err.code, Code::PermissionDenied);
-    let row = svc
-        .add_account(&system, new("tenant-a"))
-        .await
-        .expect("add");
-    let stored = ithaca_broker::store::Store::new(db.clone())
-        .accounts("tenant-a")
-        .await
-        .expect("rows");
-    assert_eq!(stored.len(), 1);
-    let sealed = stored[0].credential.clone().expect("sealed");
-    assert!(
-        !sealed.contains(secret),
-        "the credential is encrypted at rest"
-    );
-    assert!(svc.credential_configured(&row));
-    assert!(
-        svc.accounts(&common::agent("tenant-b", "b"))
+    async fn tenants_do_not_see_each_others_keys(db: Db) {
+        let f = fixture(db).await;
+        let key_id = f.created.row.key_id.clone();
+        let listed = f
+            .svc
+            .list_keys(&f.system, &f.one.tenant_id, false)
             .await
-            .expect("other tenant")
-            .is_empty()
+            .expect("list");
+        assert_eq!(listed.len(), 1);
+        assert!(
+            f.svc
+                .list_keys(&f.system, &f.two.tenant_id, false)
+                .await
+                .expect("list")
+                .is_empty()
+        );
+        let err = f
+            .svc
+            .revoke_key(&human(&f.two.tenant_id), &f.one.tenant_id, &key_id)
+            .await
+            .expect_err("other tenant");
+        assert_eq!(err.code, Code::NotFound);
+        let err = f
+            .svc
+            .revoke_key(&human(&f.two.tenant_id), "", &key_id)
+            .await
+            .expect_err("key of another tenant");
+        assert_eq!(err.code, Code::NotFound);
+    }
+
+    async fn only_people_and_the_system_administer_keys(db: Db) {
+        let f = fixture(db).await;
+        let err = f
+            .svc
+            .list_keys(&common::agent(&f.one.tenant_id, "a"), "", false)
+            .await
+            .expect_err("agents cannot administer keys");
+        assert_eq!(err.code, Code::PermissionDenied);
+        let err = f
+            .svc
+            .verify(&human(&f.one.tenant_id), &f.created.token)
+            .await
+            .expect_err("only the system verifies");
+        assert_eq!(err.code, Code::PermissionDenied);
+
+        // A human manages keys of its own tenant.
+        let own = f
+            .svc
+            .create_key(
+                &human(&f.one.tenant_id),
+                spec("", &["data:read"], KeyActor::Human),
+            )
+            .await
+            .expect("human creates a key in its tenant");
+        assert_eq!(own.row.tenant_id, f.one.tenant_id);
+    }
+
+    async fn revoked_keys_no_longer_verify(db: Db) {
+        let f = fixture(db).await;
+        let key_id = f.created.row.key_id.clone();
+        let revoked = f
+            .svc
+            .revoke_key(&f.system, &f.one.tenant_id, &key_id)
+            .await
+            .expect("revoke");
+        assert!(revoked.revoked_at_ms.is_some());
+        let err = f
+            .svc
+            .verify(&f.system, &f.created.token)
+            .await
+            .expect_err("revoked");
+        assert_eq!(err.code, Code::Unauthenticated);
+        let active = f
+            .svc
+            .list_keys(&f.system, &f.one.tenant_id, false)
+            .await
+            .expect("list");
+        assert!(active.iter().all(|k| k.key_id != key_id));
+        let all = f
+            .svc
+            .list_keys(&f.system, &f.one.tenant_id, true)
+            .await
+            .expect("list");
+        assert!(
+            all.iter()
+                .any(|k| k.key_id == key_id && k.revoked_at_ms.is_some())
+        );
+    }
+
+    async fn bad_key_specs_name_the_field(db: Db) {
+        let f = fixture(db).await;
+        let one = &f.one.tenant_id;
+        for (bad, field) in [
+            (spec(one, &["root"], KeyActor::Agent), "scopes"),
+            (spec(one, &[], KeyActor::Agent), "scopes"),
+            (spec(one, &["approvals:decide"], KeyActor::Agent), "scopes"),
+            (
+                KeySpec {
+                    env: "moon".into(),
+                    ..spec(one, &["data:read"], KeyActor::Agent)
+                },
+                "env",
+            ),
+            (
+                KeySpec {
+                    actor: None,
+                    ..spec(one, &["data:read"], KeyActor::Agent)
+                },
+                "actor",
+            ),
+            (spec("", &["data:read"], KeyActor::Agent), "tenant_id"),
+        ] {
+            let err = f
+                .svc
+                .create_key(&f.system, bad)
+                .await
+                .expect_err("bad input");
+            assert_eq!(err.code, Code::InvalidArgument, "{}", err.message);
+            assert!(
+                err.message.starts_with(field),
+                "{} names {field}",
+                err.message
+            );
+        }
+        let err = f
+            .svc
+            .create_key(
+                &f.system,
+                spec("no-such-tenant", &["data:read"], KeyActor::Agent),
+            )
+            .await
+            .expect_err("unknown tenant");
+        assert_eq!(err.code, Code::NotFound);
+    }
+}
+
+mod session {
+    use super::*;
+    use ithaca_session::service::SessionService;
+    use ithaca_session::store::SessionRow;
+
+    on_both_databases!(ithaca_session::open_db =>
+        there_is_no_current_session_before_session_context,
+        session_context_opens_a_titled_session_with_its_prompt,
+        the_current_session_belongs_to_tenant_and_agent,
+        resuming_appends_the_prompt_and_continues_the_trace,
+        another_tenant_sees_nothing,
+        a_closed_session_takes_only_in_flight_results,
+        archived_sessions_stay_readable,
+        bad_input_names_the_field,
     );
-    let err = svc
-        .add_account(
-            &system,
-            NewAccount {
-                provider: "IB KR!".into(),
-                ..new("tenant-a")
-            },
+
+    const PROMPT: &str = "Research NVDA momentum\n\nPull prices, then backtest.";
+
+    fn service(db: Db) -> SessionService {
+        ithaca_session::service(
+            db,
+            ithaca_session::Config::default(),
+            CancellationToken::new(),
+        )
+    }
+
+    fn alice() -> Principal {
+        common::agent("tenant-a", "agent-a")
+    }
+
+    /// Alice's session, opened with [`PROMPT`].
+    async fn open(svc: &SessionService) -> SessionRow {
+        svc.session_context(&alice(), PROMPT, None, None)
+            .await
+            .expect("open a session")
+    }
+
+    async fn there_is_no_current_session_before_session_context(db: Db) {
+        let svc = service(db);
+        let err = svc.current(&alice()).await.expect_err("no session yet");
+        assert_eq!(err.domain, Some("NO_ACTIVE_SESSION"));
+    }
+
+    async fn session_context_opens_a_titled_session_with_its_prompt(db: Db) {
+        let svc = service(db);
+        let s = open(&svc).await;
+        assert_eq!(s.title, "Research NVDA momentum");
+        assert_eq!(s.status, "open");
+        assert_eq!(s.tenant_id, "tenant-a");
+        assert!(uuid::Uuid::parse_str(&s.session_id).is_ok());
+        let (events, last) = svc.read(&alice(), &s.session_id, 0, 0).await.expect("read");
+        assert_eq!(last, 2);
+        let kinds: Vec<_> = events
+            .iter()
+            .map(|e| (e.seq, e.event_type.as_str()))
+            .collect();
+        assert_eq!(kinds, vec![(1, "session_open"), (2, "reasoning")]);
+        let payload: serde_json::Value = serde_json::from_str(&events[1].payload).expect("json");
+        assert_eq!(payload["prompt"], PROMPT, "the prompt is stored verbatim");
+    }
+
+    async fn the_current_session_belongs_to_tenant_and_agent(db: Db) {
+        let svc = service(db);
+        let s = open(&svc).await;
+        assert_eq!(
+            svc.current(&alice()).await.expect("current").session_id,
+            s.session_id
+        );
+        assert!(
+            svc.current(&common::agent("tenant-a", "agent-b"))
+                .await
+                .is_err()
+        );
+        assert!(
+            svc.current(&common::agent("tenant-b", "agent-a"))
+                .await
+                .is_err()
+        );
+    }
+
+    async fn resuming_appends_the_prompt_and_continues_the_trace(db: Db) {
+        let svc = service(db);
+        let s = open(&svc).await;
+        let other_agent = common::agent("tenant-a", "agent-b");
+        let titled = svc
+            .session_context(
+                &other_agent,
+                "Now compare with AMD.",
+                Some("ignored on resume"),
+                Some(&s.session_id),
+            )
+            .await
+            .expect("resume");
+        assert_eq!(titled.session_id, s.session_id);
+        assert_eq!(titled.title, "Research NVDA momentum");
+        assert_eq!(
+            svc.current(&other_agent).await.expect("joined").session_id,
+            s.session_id
+        );
+        let prompts = svc.prompts(&alice(), &s.session_id).await.expect("prompts");
+        let texts: Vec<_> = prompts
+            .iter()
+            .map(|p| (p.position, p.text.as_str()))
+            .collect();
+        assert_eq!(texts, vec![(1, PROMPT), (2, "Now compare with AMD.")]);
+
+        let e = svc
+            .append(
+                &alice(),
+                &s.session_id,
+                EventType::ToolCall,
+                json!({"name": "get_price_history"}),
+            )
+            .await
+            .expect("append");
+        assert_eq!(e.seq, 4);
+        let (page, _) = svc.read(&alice(), &s.session_id, 1, 2).await.expect("page");
+        assert_eq!(page.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![2, 3]);
+    }
+
+    async fn another_tenant_sees_nothing(db: Db) {
+        let svc = service(db);
+        let s = open(&svc).await;
+        let bob = common::agent("tenant-b", "agent-a");
+        for result in [
+            svc.get(&bob, &s.session_id).await.map(|_| ()),
+            svc.read(&bob, &s.session_id, 0, 10).await.map(|_| ()),
+            svc.append(&bob, &s.session_id, EventType::ToolCall, json!({}))
+                .await
+                .map(|_| ()),
+            svc.session_context(&bob, "hi", None, Some(&s.session_id))
+                .await
+                .map(|_| ()),
+            svc.close(&bob, Some(&s.session_id)).await.map(|_| ()),
+            svc.prompts(&bob, &s.session_id).await.map(|_| ()),
+        ] {
+            assert_eq!(result.expect_err("hidden").code, Code::NotFound);
+        }
+        assert!(svc.tail(&bob, &s.session_id, 0).await.is_err());
+    }
+
+    /// Closing: no new tool calls, in-flight results still land (grace).
+    async fn a_closed_session_takes_only_in_flight_results(db: Db) {
+        let svc = service(db);
+        let s = open(&svc).await;
+        let alice = alice();
+        let closed = svc.close(&alice, None).await.expect("close current");
+        assert_eq!(closed.status, "closed");
+        assert!(svc.current(&alice).await.is_err());
+        let err = svc
+            .append(&alice, &s.session_id, EventType::ToolCall, json!({}))
+            .await
+            .expect_err("closed");
+        assert_eq!(
+            (err.code, err.domain),
+            (Code::FailedPrecondition, Some("SESSION_NOT_OPEN"))
+        );
+        let late = svc
+            .append(
+                &alice,
+                &s.session_id,
+                EventType::ToolResult,
+                json!({"outcome": "ok"}),
+            )
+            .await
+            .expect("an in-flight result still lands");
+        // After session_open, reasoning and session_closed, with no gap left
+        // by the refusal.
+        assert_eq!(late.seq, 4);
+        let (events, _) = svc.read(&alice, &s.session_id, 0, 10).await.expect("read");
+        let kinds: Vec<&str> = events.iter().map(|e| e.event_type.as_str()).collect();
+        assert_eq!(kinds, ["session_open", "reasoning", "session_closed", "tool_result"]);
+        let err = svc
+            .session_context(&alice, "again", None, Some(&s.session_id))
+            .await
+            .expect_err("closed sessions are not resumed");
+        assert_eq!(err.code, Code::FailedPrecondition);
+    }
+
+    async fn archived_sessions_stay_readable(db: Db) {
+        let svc = service(db);
+        let s = open(&svc).await;
+        let alice = alice();
+        svc.close(&alice, None).await.expect("close current");
+        let archived = svc.archive(&alice, &s.session_id).await.expect("archive");
+        assert_eq!(archived.status, "archived");
+        assert!(
+            svc.append(&alice, &s.session_id, EventType::ToolResult, json!({}))
+                .await
+                .is_err()
+        );
+        let (all, last) = svc
+            .read(&alice, &s.session_id, 0, 1000)
+            .await
+            .expect("still readable");
+        // session_open, reasoning and session_closed.
+        assert_eq!((all.len(), last), (3, 3));
+    }
+
+    async fn bad_input_names_the_field(db: Db) {
+        let svc = service(db);
+        let s = open(&svc).await;
+        let alice = alice();
+        let err = svc
+            .session_context(&alice, "  \n", None, None)
+            .await
+            .expect_err("blank");
+        assert!(err.message.starts_with("prompt"));
+        let err = svc.get(&alice, "sess_01HQ").await.expect_err("not a uuid");
+        assert!(err.message.starts_with("session_id"));
+        let err = svc
+            .append(&alice, &s.session_id, EventType::Unspecified, json!({}))
+            .await
+            .expect_err("no type");
+        assert!(err.message.starts_with("type"));
+        let err = svc
+            .read(&alice, &s.session_id, -1, 10)
+            .await
+            .expect_err("negative");
+        assert!(err.message.starts_with("after_seq"));
+    }
+}
+
+mod broker {
+    use super::*;
+    use ithaca_broker::service::{BrokerService, HistoryQuery, IngestRow, NewAccount};
+
+    on_both_databases!(ithaca_broker::open_db =>
+        a_malformed_file_stores_nothing,
+        ingest_is_for_the_system_and_idempotent,
+        history_reads_the_ingested_bars,
+        history_refusals_name_the_problem,
+        provider_credentials_are_sealed_at_rest,
+    );
+
+    const DEMO: &[u8] = include_bytes!("../data/demo/stocks_daily_ohlcv_2000-2013.csv.gz");
+
+    fn ingest_rows(file: ithaca_broker::csv::BarsFile) -> Vec<IngestRow> {
+        file.rows.into_iter().map(Into::into).collect()
+    }
+
+    fn agent() -> Principal {
+        common::agent("tenant-a", "agent-a")
+    }
+
+    fn q(symbol: &str) -> HistoryQuery {
+        HistoryQuery {
+            symbol: symbol.into(),
+            ..Default::default()
+        }
+    }
+
+    /// The service over a database holding the demo file.
+    async fn with_demo(db: Db) -> BrokerService {
+        let svc = ithaca_broker::service(db, &common::key());
+        let demo = ithaca_broker::csv::parse_bars("demo.csv", DEMO).expect("demo parses");
+        let checksum = demo.checksum.clone();
+        svc.ingest(
+            &Principal::system(""),
+            "demo.csv",
+            &checksum,
+            ingest_rows(demo),
         )
         .await
-        .expect_err("bad provider");
-    assert!(err.message.starts_with("provider"), "{}", err.message);
-}
+        .expect("ingest");
+        svc
+    }
 
-#[tokio::test]
-async fn broker_store_sqlite() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let db = ithaca_broker::open_db(&common::sqlite_path(&dir, "broker"), "unused")
-        .await
-        .expect("open");
-    broker_suite(db).await;
-}
+    async fn a_malformed_file_stores_nothing(db: Db) {
+        let svc = ithaca_broker::service(db, &common::key());
+        // A malformed row: reported with its line, nothing stored.
+        let bad = "Ticker,Date,Open,High,Low,Close,Volume,Adj Close\nAAPL,2000-03-01,10,11,9,10.5,100,1.0\nAAPL,2000-03-02,10,9,11,10,100,1.0\n";
+        let parsed = ithaca_broker::csv::parse_bars("bad.csv", bad.as_bytes()).expect("parses");
+        let err = svc
+            .ingest(
+                &Principal::system(""),
+                "bad.csv",
+                &parsed.checksum.clone(),
+                ingest_rows(parsed),
+            )
+            .await
+            .expect_err("inconsistent bar");
+        assert!(err.message.starts_with("line 3:"), "{}", err.message);
+        assert!(
+            svc.symbols(&agent()).await.expect("symbols").is_empty(),
+            "nothing half-ingested"
+        );
+        assert!(svc.datasets(&agent()).await.expect("datasets").is_empty());
+    }
 
-#[tokio::test]
-async fn broker_store_postgres() {
-    let Some(url) = common::postgres("broker_store_postgres") else {
-        return;
-    };
-    let schema = common::unique_schema("broker");
-    let db = ithaca_broker::open_db(&url, &schema).await.expect("open");
-    broker_suite(db.clone()).await;
-    db.close().await;
-    common::drop_schema(&url, &schema).await;
+    async fn ingest_is_for_the_system_and_idempotent(db: Db) {
+        let svc = ithaca_broker::service(db, &common::key());
+        let system = Principal::system("");
+        let demo = ithaca_broker::csv::parse_bars("demo.csv", DEMO).expect("demo parses");
+        let checksum = demo.checksum.clone();
+        let rows = ingest_rows(demo);
+        let err = svc
+            .ingest(&agent(), "demo.csv", &checksum, rows.clone())
+            .await
+            .expect_err("agents do not ingest");
+        assert_eq!(err.code, Code::PermissionDenied);
+        let first = svc
+            .ingest(&system, "demo.csv", &checksum, rows.clone())
+            .await
+            .expect("ingest");
+        assert!(!first.already_present);
+        assert_eq!(first.dataset.row_count, 12_154);
+        assert_eq!(first.dataset.symbols, "AAPL FB GOOG IBM MSFT");
+        assert_eq!(
+            (
+                first.dataset.first_date.as_str(),
+                first.dataset.last_date.as_str()
+            ),
+            ("2000-03-01", "2013-03-01")
+        );
+        let again = svc
+            .ingest(&system, "demo.csv", &checksum, rows)
+            .await
+            .expect("re-ingest");
+        assert!(again.already_present, "the same file twice changes nothing");
+        assert_eq!(again.dataset.dataset_id, first.dataset.dataset_id);
+        assert_eq!(svc.datasets(&agent()).await.expect("datasets").len(), 1);
+    }
+
+    async fn history_reads_the_ingested_bars(db: Db) {
+        let svc = with_demo(db).await;
+        let agent = agent();
+        let symbols = svc.symbols(&agent).await.expect("symbols");
+        let fb = symbols.iter().find(|s| s.symbol == "FB").expect("FB");
+        assert_eq!((fb.bars, fb.first_date.as_str()), (196, "2012-05-18"));
+
+        let h = svc
+            .history(
+                &agent,
+                HistoryQuery {
+                    start: Some("2013-02-25".into()),
+                    fields: vec!["adj_close".into()],
+                    ..q("aapl")
+                },
+            )
+            .await
+            .expect("history");
+        assert_eq!(h.symbol, "AAPL");
+        assert_eq!(
+            h.bars.iter().map(|b| b.date.as_str()).collect::<Vec<_>>(),
+            vec![
+                "2013-02-25",
+                "2013-02-26",
+                "2013-02-27",
+                "2013-02-28",
+                "2013-03-01"
+            ]
+        );
+        assert_eq!(h.fields, vec!["adj_close"]);
+        assert!(!h.truncated);
+        let h = svc
+            .history(
+                &agent,
+                HistoryQuery {
+                    limit: Some(10),
+                    ..q("IBM")
+                },
+            )
+            .await
+            .expect("bounded");
+        assert_eq!((h.bars.len(), h.truncated), (10, true));
+        assert_eq!(h.bars[0].date, "2000-03-01");
+        let h = svc.history(&agent, q("MSFT")).await.expect("default limit");
+        assert_eq!((h.bars.len(), h.truncated), (1000, true));
+    }
+
+    async fn history_refusals_name_the_problem(db: Db) {
+        let svc = with_demo(db).await;
+        let agent = agent();
+        let err = svc
+            .history(&agent, q("NVDA"))
+            .await
+            .expect_err("unknown symbol");
+        assert_eq!(
+            (err.code, err.domain),
+            (Code::NotFound, Some("UNKNOWN_SYMBOL"))
+        );
+        assert!(
+            err.message.contains("AAPL"),
+            "names the known symbols: {}",
+            err.message
+        );
+        let err = svc
+            .history(
+                &agent,
+                HistoryQuery {
+                    start: Some("1990-01-01".into()),
+                    end: Some("1990-12-31".into()),
+                    ..q("AAPL")
+                },
+            )
+            .await
+            .expect_err("no bars");
+        assert_eq!(err.domain, Some("NO_DATA"));
+        let err = svc
+            .history(
+                &agent,
+                HistoryQuery {
+                    end: Some("2010-01-01".into()),
+                    ..q("FB")
+                },
+            )
+            .await
+            .expect_err("before the IPO");
+        assert_eq!(err.domain, Some("NO_DATA"));
+        for (query, field) in [
+            (
+                HistoryQuery {
+                    start: Some("2001-02-30".into()),
+                    ..q("AAPL")
+                },
+                "start",
+            ),
+            (
+                HistoryQuery {
+                    fields: vec!["price".into()],
+                    ..q("AAPL")
+                },
+                "fields",
+            ),
+            (
+                HistoryQuery {
+                    limit: Some(0),
+                    ..q("AAPL")
+                },
+                "limit",
+            ),
+            (q("AAPL; DROP TABLE bars"), "symbol"),
+        ] {
+            let err = svc.history(&agent, query).await.expect_err("bad input");
+            assert!(
+                err.message.starts_with(field),
+                "{} names {field}",
+                err.message
+            );
+        }
+    }
+
+    /// Provider accounts: the credential is sealed at rest and never comes
+    /// back.
+    async fn provider_credentials_are_sealed_at_rest(db: Db) {
+        let svc = ithaca_broker::service(db.clone(), &common::key());
+        let system = Principal::system("");
+        let secret = "sk-live-DO-NOT-LEAK-4242";
+        let new = |tenant: &str| NewAccount {
+            tenant_id: tenant.into(),
+            provider: "ibkr".into(),
+            label: "main".into(),
+            config: json!({"host": "gw.internal.example", "quote_path": "/q", "order_path": "/o", "source_account": "U123", "account_ref": "ref-9"}),
+            credential: secret.into(),
+        };
+        let err = svc
+            .add_account(&agent(), new("tenant-a"))
+            .await
+            .expect_err("agents cannot add accounts");
+        assert_eq!(err.code, Code::PermissionDenied);
+        let row = svc
+            .add_account(&system, new("tenant-a"))
+            .await
+            .expect("add");
+        let stored = ithaca_broker::store::Store::new(db)
+            .accounts("tenant-a")
+            .await
+            .expect("rows");
+        assert_eq!(stored.len(), 1);
+        let sealed = stored[0].credential.clone().expect("sealed");
+        assert!(
+            !sealed.contains(secret),
+            "the credential is encrypted at rest"
+        );
+        assert!(svc.credential_configured(&row));
+        assert!(
+            svc.accounts(&common::agent("tenant-b", "b"))
+                .await
+                .expect("other tenant")
+                .is_empty()
+        );
+        let err = svc
+            .add_account(
+                &system,
+                NewAccount {
+                    provider: "IB KR!".into(),
+                    ..new("tenant-a")
+                },
+            )
+            .await
+            .expect_err("bad provider");
+        assert!(err.message.starts_with("provider"), "{}", err.message);
+    }
 }

@@ -1,10 +1,12 @@
 //! Serving gRPC: a service's routes plus the standard health service and
 //! server reflection, on a listener the caller bound (so tests can bind port
-//! 0), until the shutdown token is cancelled.
+//! 0), until the shutdown token is cancelled. A handler that panics answers
+//! INTERNAL ([`crate::panic`]) and the server goes on serving.
 
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tonic::service::Routes;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
@@ -20,6 +22,21 @@ pub struct ServeOptions {
     pub service_names: Vec<&'static str>,
     /// The services themselves (already wrapped in the principal verifier).
     pub routes: Routes,
+    /// The service's background tasks (a worker, a listener). They stop on
+    /// the same shutdown signal; `serve` returns only after they finished
+    /// (within the drain bound), so no task is cut off mid-write.
+    pub background: TaskTracker,
+}
+
+impl ServeOptions {
+    /// A service with no background tasks.
+    pub fn new(service_names: Vec<&'static str>, routes: Routes) -> Self {
+        ServeOptions {
+            service_names,
+            routes,
+            background: TaskTracker::new(),
+        }
+    }
 }
 
 /// The server failed.
@@ -73,13 +90,25 @@ pub async fn serve(
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     let server = Server::builder()
         .trace_fn(crate::propagation::server_span)
+        // Around every route, so a panic anywhere below it (the principal
+        // verifier, a handler) becomes a gRPC status, not a reset stream.
+        .layer(crate::panic::CatchPanicLayer)
         .add_routes(routes)
         .serve_with_incoming_shutdown(incoming, signal);
     tokio::pin!(server);
+    let background = options.background;
+    background.close();
+    let drained = async {
+        let result = (&mut server).await;
+        // The server stopped on the shutdown signal, which the background
+        // tasks heard too: wait until they finished.
+        background.wait().await;
+        result
+    };
     tokio::select! {
-        result = &mut server => Ok(result?),
+        result = drained => Ok(result?),
         _ = async { shutdown.cancelled().await; tokio::time::sleep(DRAIN_TIMEOUT).await } => {
-            tracing::warn!(timeout_s = DRAIN_TIMEOUT.as_secs(), "in-flight calls did not finish in time; stopping anyway");
+            tracing::warn!(timeout_s = DRAIN_TIMEOUT.as_secs(), tasks = background.len(), "in-flight calls or background tasks did not finish in time; stopping anyway");
             Ok(())
         }
     }

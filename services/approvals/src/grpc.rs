@@ -17,7 +17,7 @@ pub struct Grpc {
 fn policy(p: PolicyRow) -> pb::Policy {
     pb::Policy {
         kind: "policies.current".into(),
-        tenant_id: p.tenant_id,
+        tenant_id: p.tenant_id.into(),
         trading: Some(pb::Trading {
             enabled: p.trading_enabled,
             detail: if p.trading_enabled {
@@ -53,7 +53,7 @@ fn approval(a: ApprovalRow) -> pb::Approval {
         result: a.result.as_deref().and_then(parse),
         approval_id: a.approval_id,
         tool: a.tool,
-        status: a.status,
+        status: a.status.as_str().to_owned(),
         requested_by: a.requested_by,
         decided_by: a.decided_by,
         note: a.note,

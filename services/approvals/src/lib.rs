@@ -1,6 +1,7 @@
 //! The approvals service: each tenant's policy (`doomberg://policies/current`)
 //! and approval requests for actions that move money.
 //!
+//! - [`model`]: approval statuses, decisions and promotion modes.
 //! - [`service`]: policy, promotions (refused or pending), decisions by
 //!   people only, execution of approved calls with the requester's
 //!   principal, and the trace of every step.
@@ -13,6 +14,7 @@
 #![forbid(unsafe_code)]
 
 pub mod grpc;
+pub mod model;
 pub mod service;
 pub mod store;
 
@@ -51,8 +53,8 @@ pub fn serve_options(
         service: service(db, key.clone(), config)?,
     };
     let server = ApprovalsServiceServer::with_interceptor(grpc, Verifier::new(key));
-    Ok(ServeOptions {
-        service_names: vec![ithaca_proto::service_names::APPROVALS],
-        routes: Routes::new(server),
-    })
+    Ok(ServeOptions::new(
+        vec![ithaca_proto::service_names::APPROVALS],
+        Routes::new(server),
+    ))
 }

@@ -4,9 +4,11 @@
 //! its owning service with the requester's principal. Every step lands in
 //! the requester's research session.
 
+use crate::model::{ApprovalStatus, Decision, Mode};
 use crate::store::{ApprovalRow, Change, PolicyRow, Store};
 use ithaca_kit::clock;
 use ithaca_kit::error::{Code, ServiceError};
+use ithaca_kit::id::TenantId;
 use ithaca_kit::json;
 use ithaca_kit::principal::{Actor, InternalKey, Principal};
 use ithaca_proto::session::v1 as spb;
@@ -127,10 +129,9 @@ impl ApprovalsService {
         strategy_id: &str,
         mode: &str,
     ) -> Result<ApprovalRow, ServiceError> {
-        let tenant = own_tenant(caller)?;
-        if !matches!(mode, "paper" | "live") {
-            return Err(ServiceError::invalid("mode: must be paper or live"));
-        }
+        let tenant = TenantId::of(caller)?;
+        let mode = Mode::parse(mode)
+            .ok_or_else(|| ServiceError::invalid("mode: must be paper or live"))?;
         // The strategy must exist (in the caller's tenant).
         let mut request = tonic::Request::new(kpb::GetStrategyRequest {
             strategy_id: strategy_id.to_owned(),
@@ -144,12 +145,12 @@ impl ApprovalsService {
             .await
             .map_err(|s| from_status(&s))?;
 
-        let policy = self.store.policy(tenant).await?;
+        let policy = self.store.policy(&tenant).await?;
         let allowed = match mode {
-            "paper" => policy.trading_enabled,
-            _ => policy.trading_enabled && policy.live_enabled,
+            Mode::Paper => policy.trading_enabled,
+            Mode::Live => policy.trading_enabled && policy.live_enabled,
         };
-        let arguments = json!({"strategy_id": strategy_id, "mode": mode});
+        let arguments = json!({"strategy_id": strategy_id, "mode": mode.as_str()});
         if !allowed {
             self.trace(caller, spb::EventType::Denial, json!({"tool": "promote_strategy", "arguments": arguments, "error": "TRADING_DISABLED"})).await;
             return Err(ServiceError::precondition(format!(
@@ -160,10 +161,10 @@ impl ApprovalsService {
         let now = clock::now_ms();
         let approval = ApprovalRow {
             approval_id: uuid::Uuid::new_v4().hyphenated().to_string(),
-            tenant_id: tenant.to_owned(),
+            tenant_id: tenant,
             tool: "promote_strategy".to_owned(),
             arguments: arguments.to_string(),
-            status: "pending".to_owned(),
+            status: ApprovalStatus::Pending,
             requested_by: caller.agent().to_owned(),
             requester: serde_json::to_string(caller).map_err(|e| ServiceError::internal(&e))?,
             session_id: caller.session_id.clone().unwrap_or_default(),
@@ -175,7 +176,7 @@ impl ApprovalsService {
             expires_at_ms: now + APPROVAL_TTL_MS,
         };
         self.store.insert(&approval).await?;
-        self.trace(caller, spb::EventType::Approval, json!({"approval_id": approval.approval_id, "tool": approval.tool, "arguments": arguments, "status": "pending"})).await;
+        self.trace(caller, spb::EventType::Approval, json!({"approval_id": approval.approval_id, "tool": approval.tool, "arguments": arguments, "status": ApprovalStatus::Pending.as_str()})).await;
         Ok(approval)
     }
 
@@ -186,10 +187,15 @@ impl ApprovalsService {
         status: Option<&str>,
     ) -> Result<Vec<ApprovalRow>, ServiceError> {
         let tenant = target_tenant(caller, tenant_id)?;
-        Ok(self
-            .store
-            .list(&tenant, status.filter(|s| !s.is_empty()))
-            .await?)
+        let status = match status.filter(|s| !s.is_empty()) {
+            None => None,
+            Some(text) => match ApprovalStatus::parse(text) {
+                Some(status) => Some(status),
+                // No request is ever in a status that does not exist.
+                None => return Ok(Vec::new()),
+            },
+        };
+        Ok(self.store.list(&tenant, status).await?)
     }
 
     pub async fn get(
@@ -225,9 +231,8 @@ impl ApprovalsService {
             )
             .with_domain("HUMAN_REQUIRED"));
         }
-        if !matches!(decision, "approve" | "deny") {
-            return Err(ServiceError::invalid("decision: must be approve or deny"));
-        }
+        let decision = Decision::parse(decision)
+            .ok_or_else(|| ServiceError::invalid("decision: must be approve or deny"))?;
         let approval = self.get(caller, tenant_id, approval_id).await?;
         let requester: Principal =
             serde_json::from_str(&approval.requester).map_err(|e| ServiceError::internal(&e))?;
@@ -236,12 +241,12 @@ impl ApprovalsService {
             Actor::System => "administrator".to_owned(),
             _ => caller.key_id.clone(),
         };
-        if approval.status == "pending" && now > approval.expires_at_ms {
+        if approval.status == ApprovalStatus::Pending && now > approval.expires_at_ms {
             self.store
                 .transition(
                     &approval.approval_id,
-                    "pending",
-                    "expired",
+                    ApprovalStatus::Pending,
+                    ApprovalStatus::Expired,
                     &Change::default(),
                     now,
                 )
@@ -249,7 +254,7 @@ impl ApprovalsService {
             self.trace(
                 &requester,
                 spb::EventType::Approval,
-                json!({"approval_id": approval.approval_id, "status": "expired"}),
+                json!({"approval_id": approval.approval_id, "status": ApprovalStatus::Expired.as_str()}),
             )
             .await;
             return Err(ServiceError::precondition(
@@ -257,11 +262,7 @@ impl ApprovalsService {
             )
             .with_domain("APPROVAL_EXPIRED"));
         }
-        let to = if decision == "approve" {
-            "approved"
-        } else {
-            "denied"
-        };
+        let to = decision.status();
         let change = Change {
             decided_by: Some(&decided_by),
             note: Some(note),
@@ -269,7 +270,13 @@ impl ApprovalsService {
         };
         if !self
             .store
-            .transition(&approval.approval_id, "pending", to, &change, now)
+            .transition(
+                &approval.approval_id,
+                ApprovalStatus::Pending,
+                to,
+                &change,
+                now,
+            )
             .await?
         {
             return Err(ServiceError::precondition(format!(
@@ -278,8 +285,8 @@ impl ApprovalsService {
             ))
             .with_domain("ALREADY_DECIDED"));
         }
-        self.trace(&requester, spb::EventType::Approval, json!({"approval_id": approval.approval_id, "status": to, "decided_by": decided_by, "note": note})).await;
-        if to == "approved" {
+        self.trace(&requester, spb::EventType::Approval, json!({"approval_id": approval.approval_id, "status": to.as_str(), "decided_by": decided_by, "note": note})).await;
+        if to == ApprovalStatus::Approved {
             self.execute(&requester, &approval).await?;
         }
         self.get(caller, tenant_id, &approval.approval_id).await
@@ -318,8 +325,8 @@ impl ApprovalsService {
         };
         let now = clock::now_ms();
         let (to, result) = match outcome {
-            Ok(result) => ("executed", result),
-            Err(error) => ("failed", json!({"error": error})),
+            Ok(result) => (ApprovalStatus::Executed, result),
+            Err(error) => (ApprovalStatus::Failed, json!({"error": error})),
         };
         let result_text = result.to_string();
         let change = Change {
@@ -328,12 +335,18 @@ impl ApprovalsService {
             result: Some(&result_text),
         };
         self.store
-            .transition(&approval.approval_id, "approved", to, &change, now)
+            .transition(
+                &approval.approval_id,
+                ApprovalStatus::Approved,
+                to,
+                &change,
+                now,
+            )
             .await?;
         self.trace(
             requester,
             spb::EventType::Approval,
-            json!({"approval_id": approval.approval_id, "status": to, "result": result}),
+            json!({"approval_id": approval.approval_id, "status": to.as_str(), "result": result}),
         )
         .await;
         Ok(())
@@ -363,31 +376,20 @@ impl ApprovalsService {
     }
 }
 
-/// The caller's own tenant.
-fn own_tenant(caller: &Principal) -> Result<&str, ServiceError> {
-    if caller.tenant_id.is_empty() {
-        return Err(ServiceError::denied("the caller has no tenant"));
-    }
-    Ok(&caller.tenant_id)
-}
-
 /// Administrators name the tenant; everyone else acts in their own.
-fn target_tenant(caller: &Principal, requested: &str) -> Result<String, ServiceError> {
+fn target_tenant(caller: &Principal, requested: &str) -> Result<TenantId, ServiceError> {
     if caller.actor == Actor::System {
         let tenant = if requested.is_empty() {
             caller.tenant_id.as_str()
         } else {
             requested
         };
-        if tenant.is_empty() {
-            return Err(ServiceError::invalid("tenant_id: required"));
-        }
-        return Ok(tenant.to_owned());
+        return TenantId::parse(tenant);
     }
     if !requested.is_empty() && requested != caller.tenant_id {
         return Err(ServiceError::not_found("tenant_id: no such tenant"));
     }
-    Ok(own_tenant(caller)?.to_owned())
+    TenantId::of(caller)
 }
 
 fn from_status(status: &tonic::Status) -> ServiceError {

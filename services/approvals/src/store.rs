@@ -1,6 +1,8 @@
 //! The approvals service's SQL, one text for SQLite and PostgreSQL.
 
+use crate::model::ApprovalStatus;
 use ithaca_kit::db::{Db, Migrations};
+use ithaca_kit::id::TenantId;
 use ithaca_kit::with_pool;
 use sqlx::migrate::Migrator;
 
@@ -16,7 +18,8 @@ pub const MIGRATIONS: Migrations = Migrations {
 /// A tenant's policy.
 #[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
 pub struct PolicyRow {
-    pub tenant_id: String,
+    #[sqlx(try_from = "String")]
+    pub tenant_id: TenantId,
     pub trading_enabled: bool,
     pub live_enabled: bool,
     pub max_notional_usd: f64,
@@ -26,9 +29,9 @@ pub struct PolicyRow {
 
 impl PolicyRow {
     /// The defaults: data and backtests only.
-    pub fn default_for(tenant_id: &str) -> Self {
+    pub fn default_for(tenant_id: &TenantId) -> Self {
         PolicyRow {
-            tenant_id: tenant_id.to_owned(),
+            tenant_id: tenant_id.clone(),
             trading_enabled: false,
             live_enabled: false,
             max_notional_usd: 10_000.0,
@@ -42,10 +45,12 @@ impl PolicyRow {
 #[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
 pub struct ApprovalRow {
     pub approval_id: String,
-    pub tenant_id: String,
+    #[sqlx(try_from = "String")]
+    pub tenant_id: TenantId,
     pub tool: String,
     pub arguments: String,
-    pub status: String,
+    #[sqlx(try_from = "String")]
+    pub status: ApprovalStatus,
     pub requested_by: String,
     pub requester: String,
     pub session_id: String,
@@ -79,10 +84,10 @@ impl Store {
         Store { db }
     }
 
-    pub async fn policy(&self, tenant_id: &str) -> Result<PolicyRow, sqlx::Error> {
+    pub async fn policy(&self, tenant_id: &TenantId) -> Result<PolicyRow, sqlx::Error> {
         let sql = "SELECT tenant_id, trading_enabled, live_enabled, max_notional_usd, max_quantity, updated_at_ms \
                    FROM policies WHERE tenant_id = $1";
-        let row = with_pool!(self.db, pool => sqlx::query_as::<_, PolicyRow>(sql).bind(tenant_id).fetch_optional(pool).await)?;
+        let row = with_pool!(self.db, pool => sqlx::query_as::<_, PolicyRow>(sql).bind(tenant_id.as_str()).fetch_optional(pool).await)?;
         Ok(row.unwrap_or_else(|| PolicyRow::default_for(tenant_id)))
     }
 
@@ -94,7 +99,7 @@ impl Store {
                    max_notional_usd = excluded.max_notional_usd, max_quantity = excluded.max_quantity, \
                    updated_at_ms = excluded.updated_at_ms";
         with_pool!(self.db, pool => sqlx::query(sql)
-            .bind(&p.tenant_id)
+            .bind(p.tenant_id.as_str())
             .bind(p.trading_enabled)
             .bind(p.live_enabled)
             .bind(p.max_notional_usd)
@@ -113,10 +118,10 @@ impl Store {
         );
         with_pool!(self.db, pool => sqlx::query(&sql)
             .bind(&a.approval_id)
-            .bind(&a.tenant_id)
+            .bind(a.tenant_id.as_str())
             .bind(&a.tool)
             .bind(&a.arguments)
-            .bind(&a.status)
+            .bind(a.status.as_str())
             .bind(&a.requested_by)
             .bind(&a.requester)
             .bind(&a.session_id)
@@ -134,25 +139,25 @@ impl Store {
 
     pub async fn get(
         &self,
-        tenant_id: &str,
+        tenant_id: &TenantId,
         approval_id: &str,
     ) -> Result<Option<ApprovalRow>, sqlx::Error> {
         let sql = format!(
             "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE approval_id = $1 AND tenant_id = $2"
         );
-        with_pool!(self.db, pool => sqlx::query_as::<_, ApprovalRow>(&sql).bind(approval_id).bind(tenant_id).fetch_optional(pool).await)
+        with_pool!(self.db, pool => sqlx::query_as::<_, ApprovalRow>(&sql).bind(approval_id).bind(tenant_id.as_str()).fetch_optional(pool).await)
     }
 
     pub async fn list(
         &self,
-        tenant_id: &str,
-        status: Option<&str>,
+        tenant_id: &TenantId,
+        status: Option<ApprovalStatus>,
     ) -> Result<Vec<ApprovalRow>, sqlx::Error> {
         let sql = format!(
             "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE tenant_id = $1 AND ($2 = '' OR status = $2) \
              ORDER BY created_at_ms DESC, approval_id LIMIT 200"
         );
-        with_pool!(self.db, pool => sqlx::query_as::<_, ApprovalRow>(&sql).bind(tenant_id).bind(status.unwrap_or("")).fetch_all(pool).await)
+        with_pool!(self.db, pool => sqlx::query_as::<_, ApprovalRow>(&sql).bind(tenant_id.as_str()).bind(status.map_or("", ApprovalStatus::as_str)).fetch_all(pool).await)
     }
 
     /// Move an approval from `from` to `to`; false when it was not in `from`
@@ -160,8 +165,8 @@ impl Store {
     pub async fn transition(
         &self,
         approval_id: &str,
-        from: &str,
-        to: &str,
+        from: ApprovalStatus,
+        to: ApprovalStatus,
         change: &Change<'_>,
         now_ms: i64,
     ) -> Result<bool, sqlx::Error> {
@@ -176,8 +181,8 @@ impl Store {
                    WHERE approval_id = $1 AND status = $2";
         let n = with_pool!(self.db, pool => sqlx::query(sql)
             .bind(approval_id)
-            .bind(from)
-            .bind(to)
+            .bind(from.as_str())
+            .bind(to.as_str())
             .bind(decided_by)
             .bind(note)
             .bind(result)

@@ -17,17 +17,16 @@ pub struct Grpc {
 
 fn tenant(row: TenantRow) -> pb::Tenant {
     pb::Tenant {
-        tenant_id: row.tenant_id,
+        tenant_id: row.tenant_id.into(),
         name: row.name,
         created_at: clock::rfc3339(row.created_at_ms),
     }
 }
 
-fn actor_to_pb(actor: &str) -> i32 {
-    match KeyActor::parse(actor) {
-        Some(KeyActor::Human) => pb::Actor::Human as i32,
-        Some(KeyActor::Agent) => pb::Actor::Agent as i32,
-        None => pb::Actor::Unspecified as i32,
+fn actor_to_pb(actor: KeyActor) -> i32 {
+    match actor {
+        KeyActor::Human => pb::Actor::Human as i32,
+        KeyActor::Agent => pb::Actor::Agent as i32,
     }
 }
 
@@ -42,9 +41,9 @@ fn actor_from_pb(actor: i32) -> Option<KeyActor> {
 /// A key as listed: the salt and hash are dropped here, at the boundary.
 fn api_key(row: KeyRow) -> pb::ApiKey {
     pb::ApiKey {
-        actor: actor_to_pb(&row.actor),
-        key_id: row.key_id,
-        tenant_id: row.tenant_id,
+        actor: actor_to_pb(row.actor),
+        key_id: row.key_id.into(),
+        tenant_id: row.tenant_id.into(),
         env: row.env,
         scopes: row.scopes.split_whitespace().map(str::to_owned).collect(),
         label: row.label,
@@ -137,13 +136,10 @@ impl Rpc for Grpc {
             .verify(&caller, &request.get_ref().token)
             .await?;
         Ok(Response::new(pb::VerifyKeyResponse {
-            tenant_id: verified.tenant_id,
-            key_id: verified.key_id,
+            tenant_id: verified.tenant_id.into(),
+            key_id: verified.key_id.into(),
             scopes: verified.scopes,
-            actor: match verified.actor {
-                KeyActor::Human => pb::Actor::Human as i32,
-                KeyActor::Agent => pb::Actor::Agent as i32,
-            },
+            actor: actor_to_pb(verified.actor),
         }))
     }
 }

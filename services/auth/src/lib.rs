@@ -42,8 +42,5 @@ pub fn serve_options(db: Db, key: InternalKey) -> ServeOptions {
         service: service(db),
     };
     let server = AuthServiceServer::with_interceptor(grpc, Verifier::new(key));
-    ServeOptions {
-        service_names: vec![ithaca_proto::service_names::AUTH],
-        routes: Routes::new(server),
-    }
+    ServeOptions::new(vec![ithaca_proto::service_names::AUTH], Routes::new(server))
 }

@@ -1,5 +1,6 @@
-//! Domain types with their parsing rules: scopes, actors, and the bearer
-//! token format `dmbg_<env>_<keyid>_<secret>` of seed 000.
+//! Domain types with their parsing rules: scopes, actors, key ids, and the
+//! bearer token format `dmbg_<env>_<keyid>_<secret>` of seed 000. Tenant ids
+//! are the kit's [`ithaca_kit::id::TenantId`].
 
 use std::fmt;
 
@@ -66,28 +67,20 @@ impl fmt::Display for Scope {
     }
 }
 
-/// Who uses a key.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum KeyActor {
-    Human,
-    Agent,
+ithaca_kit::text_enum! {
+    /// Who uses a key.
+    pub enum KeyActor {
+        Human = "human",
+        Agent = "agent",
+    }
 }
 
-impl KeyActor {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            KeyActor::Human => "human",
-            KeyActor::Agent => "agent",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<KeyActor> {
-        match s {
-            "human" => Some(KeyActor::Human),
-            "agent" => Some(KeyActor::Agent),
-            _ => None,
-        }
-    }
+ithaca_kit::string_id! {
+    /// An API key's id: a UUID4 rendered as 32 lowercase hex digits, the
+    /// third part of a token.
+    pub struct KeyId;
+    check = |s| is_key_id(s).then(|| s.to_owned());
+    error = "key_id: must be 32 lowercase hex digits";
 }
 
 /// A token split into its parts. Borrowed from the presented string; the

@@ -1,12 +1,13 @@
 //! The auth domain: who may do what with tenants and keys, how tokens are
 //! minted and verified.
 
-use crate::model::{self, KeyActor, Scope, TokenParts};
+use crate::model::{self, KeyActor, KeyId, Scope, TokenParts};
 use crate::store::{KeyRow, Store, TenantRow};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use ithaca_kit::clock;
 use ithaca_kit::error::{Code, ServiceError};
+use ithaca_kit::id::TenantId;
 use ithaca_kit::principal::{Actor, Principal};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -27,8 +28,8 @@ pub struct NewKey {
 /// What a verified token stands for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verified {
-    pub tenant_id: String,
-    pub key_id: String,
+    pub tenant_id: TenantId,
+    pub key_id: KeyId,
     pub scopes: Vec<String>,
     pub actor: KeyActor,
 }
@@ -65,7 +66,7 @@ impl AuthService {
             return Err(ServiceError::invalid("name: must be 1 to 200 characters"));
         }
         let row = TenantRow {
-            tenant_id: uuid::Uuid::new_v4().to_string(),
+            tenant_id: TenantId::parse(&uuid::Uuid::new_v4().to_string())?,
             name: name.to_owned(),
             created_at_ms: clock::now_ms(),
         };
@@ -117,7 +118,7 @@ impl AuthService {
             return Err(ServiceError::invalid("label: at most 200 characters"));
         }
 
-        let key_id = uuid::Uuid::new_v4().simple().to_string();
+        let key_id = KeyId::parse(&uuid::Uuid::new_v4().simple().to_string())?;
         let secret = URL_SAFE_NO_PAD.encode(rand::random::<[u8; 32]>());
         let salt = hex::encode(rand::random::<[u8; 16]>());
         let row = KeyRow {
@@ -131,7 +132,7 @@ impl AuthService {
                 .map(|s| s.as_str())
                 .collect::<Vec<_>>()
                 .join(" "),
-            actor: actor.as_str().to_owned(),
+            actor,
             label: spec.label.trim().to_owned(),
             created_at_ms: clock::now_ms(),
             revoked_at_ms: None,
@@ -160,14 +161,10 @@ impl AuthService {
         key_id: &str,
     ) -> Result<KeyRow, ServiceError> {
         let tenant_id = self.target_tenant(caller, tenant_id).await?;
-        if !model::is_key_id(key_id) {
-            return Err(ServiceError::invalid(
-                "key_id: must be 32 lowercase hex digits",
-            ));
-        }
+        let key_id = KeyId::parse(key_id)?;
         let row = self
             .store
-            .revoke_key(&tenant_id, key_id, clock::now_ms())
+            .revoke_key(&tenant_id, &key_id, clock::now_ms())
             .await?
             .ok_or_else(|| ServiceError::not_found(format!("key_id: no key {key_id}")))?;
         tracing::info!(tenant_id = %row.tenant_id, key_id = %row.key_id, "api key revoked");
@@ -187,7 +184,9 @@ impl AuthService {
         else {
             return Err(unauthenticated());
         };
-        let Some(row) = self.store.find_key(key_id).await? else {
+        // parse_token checked the id's shape already.
+        let key_id = KeyId::parse(key_id).map_err(|_| unauthenticated())?;
+        let Some(row) = self.store.find_key(&key_id).await? else {
             // Hash anyway so an unknown id costs what a known one does.
             let _ = hash_secret("0000000000000000", secret);
             return Err(unauthenticated());
@@ -197,7 +196,7 @@ impl AuthService {
         if !matches || row.revoked_at_ms.is_some() || row.env != env {
             return Err(unauthenticated());
         }
-        let actor = KeyActor::parse(&row.actor).ok_or_else(unauthenticated)?;
+        let actor = row.actor;
         if let Err(err) = self
             .store
             .touch_last_used(&row.key_id, clock::now_ms(), LAST_USED_INTERVAL_MS)
@@ -220,23 +219,21 @@ impl AuthService {
         &self,
         caller: &Principal,
         requested: &str,
-    ) -> Result<String, ServiceError> {
+    ) -> Result<TenantId, ServiceError> {
+        let no_such_tenant = || ServiceError::not_found("tenant_id: no such tenant");
         let tenant_id = match caller.actor {
-            Actor::System if requested.is_empty() => {
-                return Err(ServiceError::invalid("tenant_id: required"));
-            }
-            Actor::System => requested.to_owned(),
+            Actor::System => TenantId::parse(requested)?,
             Actor::Human if requested.is_empty() || requested == caller.tenant_id => {
-                caller.tenant_id.clone()
+                TenantId::parse(&caller.tenant_id).map_err(|_| no_such_tenant())?
             }
             // Another tenant is indistinguishable from a missing one.
-            Actor::Human => return Err(ServiceError::not_found("tenant_id: no such tenant")),
+            Actor::Human => return Err(no_such_tenant()),
             Actor::Agent => {
                 return Err(ServiceError::denied("agent keys cannot administer keys"));
             }
         };
         if !self.store.tenant_exists(&tenant_id).await? {
-            return Err(ServiceError::not_found("tenant_id: no such tenant"));
+            return Err(no_such_tenant());
         }
         Ok(tenant_id)
     }

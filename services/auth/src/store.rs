@@ -1,7 +1,9 @@
 //! The auth service's SQL. Each query is written once and runs on SQLite and
 //! PostgreSQL alike (see `ithaca_kit::db`).
 
+use crate::model::{KeyActor, KeyId};
 use ithaca_kit::db::{Db, Migrations};
+use ithaca_kit::id::TenantId;
 use ithaca_kit::with_pool;
 use sqlx::migrate::Migrator;
 
@@ -17,7 +19,8 @@ pub const MIGRATIONS: Migrations = Migrations {
 /// A tenant row.
 #[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
 pub struct TenantRow {
-    pub tenant_id: String,
+    #[sqlx(try_from = "String")]
+    pub tenant_id: TenantId,
     pub name: String,
     pub created_at_ms: i64,
 }
@@ -25,14 +28,17 @@ pub struct TenantRow {
 /// A key row. `salt` and `secret_hash` stay inside this crate.
 #[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
 pub struct KeyRow {
-    pub key_id: String,
-    pub tenant_id: String,
+    #[sqlx(try_from = "String")]
+    pub key_id: KeyId,
+    #[sqlx(try_from = "String")]
+    pub tenant_id: TenantId,
     pub env: String,
     pub salt: String,
     pub secret_hash: String,
     /// Space-separated scope names.
     pub scopes: String,
-    pub actor: String,
+    #[sqlx(try_from = "String")]
+    pub actor: KeyActor,
     pub label: String,
     pub created_at_ms: i64,
     pub revoked_at_ms: Option<i64>,
@@ -57,7 +63,7 @@ impl Store {
         let _gate = self.db.write_gate().await;
         let sql = "INSERT INTO tenants (tenant_id, name, created_at_ms) VALUES ($1, $2, $3)";
         with_pool!(self.db, pool => sqlx::query(sql)
-            .bind(&row.tenant_id)
+            .bind(row.tenant_id.as_str())
             .bind(&row.name)
             .bind(row.created_at_ms)
             .execute(pool)
@@ -72,9 +78,9 @@ impl Store {
         with_pool!(self.db, pool => sqlx::query_as::<_, TenantRow>(sql).fetch_all(pool).await)
     }
 
-    pub async fn tenant_exists(&self, tenant_id: &str) -> Result<bool, sqlx::Error> {
+    pub async fn tenant_exists(&self, tenant_id: &TenantId) -> Result<bool, sqlx::Error> {
         let sql = "SELECT COUNT(*) FROM tenants WHERE tenant_id = $1";
-        let n: i64 = with_pool!(self.db, pool => sqlx::query_scalar(sql).bind(tenant_id).fetch_one(pool).await)?;
+        let n: i64 = with_pool!(self.db, pool => sqlx::query_scalar(sql).bind(tenant_id.as_str()).fetch_one(pool).await)?;
         Ok(n > 0)
     }
 
@@ -84,13 +90,13 @@ impl Store {
             "INSERT INTO api_keys ({KEY_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
         );
         with_pool!(self.db, pool => sqlx::query(&sql)
-            .bind(&row.key_id)
-            .bind(&row.tenant_id)
+            .bind(row.key_id.as_str())
+            .bind(row.tenant_id.as_str())
             .bind(&row.env)
             .bind(&row.salt)
             .bind(&row.secret_hash)
             .bind(&row.scopes)
-            .bind(&row.actor)
+            .bind(row.actor.as_str())
             .bind(&row.label)
             .bind(row.created_at_ms)
             .bind(row.revoked_at_ms)
@@ -104,7 +110,7 @@ impl Store {
     /// A tenant's keys, oldest first.
     pub async fn list_keys(
         &self,
-        tenant_id: &str,
+        tenant_id: &TenantId,
         include_revoked: bool,
     ) -> Result<Vec<KeyRow>, sqlx::Error> {
         let sql = format!(
@@ -112,17 +118,17 @@ impl Store {
              AND ($2 OR revoked_at_ms IS NULL) ORDER BY created_at_ms, key_id"
         );
         with_pool!(self.db, pool => sqlx::query_as::<_, KeyRow>(&sql)
-            .bind(tenant_id)
+            .bind(tenant_id.as_str())
             .bind(include_revoked)
             .fetch_all(pool)
             .await)
     }
 
     /// Look a key up by id alone, for verification.
-    pub async fn find_key(&self, key_id: &str) -> Result<Option<KeyRow>, sqlx::Error> {
+    pub async fn find_key(&self, key_id: &KeyId) -> Result<Option<KeyRow>, sqlx::Error> {
         let sql = format!("SELECT {KEY_COLUMNS} FROM api_keys WHERE key_id = $1");
         with_pool!(self.db, pool => sqlx::query_as::<_, KeyRow>(&sql)
-            .bind(key_id)
+            .bind(key_id.as_str())
             .fetch_optional(pool)
             .await)
     }
@@ -131,8 +137,8 @@ impl Store {
     /// twice keeps the first revocation time.
     pub async fn revoke_key(
         &self,
-        tenant_id: &str,
-        key_id: &str,
+        tenant_id: &TenantId,
+        key_id: &KeyId,
         now_ms: i64,
     ) -> Result<Option<KeyRow>, sqlx::Error> {
         {
@@ -140,15 +146,15 @@ impl Store {
             let sql = "UPDATE api_keys SET revoked_at_ms = COALESCE(revoked_at_ms, $3) \
                        WHERE tenant_id = $1 AND key_id = $2";
             with_pool!(self.db, pool => sqlx::query(sql)
-                .bind(tenant_id)
-                .bind(key_id)
+                .bind(tenant_id.as_str())
+                .bind(key_id.as_str())
                 .bind(now_ms)
                 .execute(pool)
                 .await
                 .map(|r| r.rows_affected()))?;
         }
         let key = self.find_key(key_id).await?;
-        Ok(key.filter(|k| k.tenant_id == tenant_id))
+        Ok(key.filter(|k| k.tenant_id == *tenant_id))
     }
 
     /// Record a successful verification. Written at most once per
@@ -156,7 +162,7 @@ impl Store {
     /// into a write.
     pub async fn touch_last_used(
         &self,
-        key_id: &str,
+        key_id: &KeyId,
         now_ms: i64,
         min_interval_ms: i64,
     ) -> Result<(), sqlx::Error> {
@@ -164,7 +170,7 @@ impl Store {
         let sql = "UPDATE api_keys SET last_used_at_ms = $2 WHERE key_id = $1 \
                    AND (last_used_at_ms IS NULL OR last_used_at_ms <= $3)";
         with_pool!(self.db, pool => sqlx::query(sql)
-            .bind(key_id)
+            .bind(key_id.as_str())
             .bind(now_ms)
             .bind(now_ms - min_interval_ms)
             .execute(pool)

@@ -51,8 +51,8 @@ pub fn serve_options(db: Db, key: InternalKey) -> ServeOptions {
     };
     let server = BrokerServiceServer::new(grpc).max_decoding_message_size(MAX_MESSAGE);
     let server = tonic::service::interceptor::InterceptedService::new(server, Verifier::new(key));
-    ServeOptions {
-        service_names: vec![ithaca_proto::service_names::BROKER],
-        routes: Routes::new(server),
-    }
+    ServeOptions::new(
+        vec![ithaca_proto::service_names::BROKER],
+        Routes::new(server),
+    )
 }

@@ -22,11 +22,11 @@ impl Grpc {
         pb::SessionDescriptor {
             trace_stream: self.service.trace_stream(&row.session_id),
             trace_resource: crate::service::SessionService::trace_resource(&row.session_id),
-            session_id: row.session_id,
-            tenant_id: row.tenant_id,
+            session_id: row.session_id.into(),
+            tenant_id: row.tenant_id.into(),
             title: row.title,
             created_at: clock::rfc3339(row.created_at_ms),
-            status: row.status,
+            status: row.status.as_str().to_owned(),
         }
     }
 }
@@ -34,7 +34,7 @@ impl Grpc {
 fn event(row: EventRow) -> pb::TraceEvent {
     let payload = serde_json::from_str(&row.payload).unwrap_or(serde_json::Value::Null);
     pb::TraceEvent {
-        session_id: row.session_id,
+        session_id: row.session_id.into(),
         seq: row.seq,
         r#type: row.event_type,
         payload: Some(json::to_struct(payload)),

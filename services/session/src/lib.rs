@@ -53,8 +53,8 @@ pub fn serve_options(
         service: service(db, config, shutdown),
     };
     let server = SessionServiceServer::with_interceptor(grpc, Verifier::new(key));
-    ServeOptions {
-        service_names: vec![ithaca_proto::service_names::SESSION],
-        routes: Routes::new(server),
-    }
+    ServeOptions::new(
+        vec![ithaca_proto::service_names::SESSION],
+        Routes::new(server),
+    )
 }

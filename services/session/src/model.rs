@@ -1,4 +1,6 @@
-//! Session domain types: statuses, event kinds, ids and titles.
+//! Session domain types: statuses, event kinds and titles. Session and
+//! tenant ids are the kit's [`ithaca_kit::id::SessionId`] and
+//! [`ithaca_kit::id::TenantId`], which other services share.
 
 use ithaca_kit::error::ServiceError;
 use ithaca_proto::session::v1::EventType;
@@ -12,30 +14,16 @@ pub const DERIVED_TITLE_CHARS: usize = 80;
 /// Largest event payload accepted, as JSON bytes.
 pub const MAX_PAYLOAD_BYTES: usize = 1 << 20;
 
-/// Where a session is in its life.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Status {
-    Open,
-    Closed,
-    Archived,
-}
-
-impl Status {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Open => "open",
-            Status::Closed => "closed",
-            Status::Archived => "archived",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Status> {
-        match s {
-            "open" => Some(Status::Open),
-            "closed" => Some(Status::Closed),
-            "archived" => Some(Status::Archived),
-            _ => None,
-        }
+ithaca_kit::text_enum! {
+    /// Where a session is in its life.
+    pub enum Status {
+        /// Active and accepting tool calls.
+        Open = "open",
+        /// No further tool calls; the trace is still readable, and results
+        /// of calls in flight land for a grace period.
+        Closed = "closed",
+        /// Moved out of the way after closing.
+        Archived = "archived",
     }
 }
 
@@ -67,13 +55,6 @@ pub fn completes_in_flight(t: EventType) -> bool {
             | EventType::Error
             | EventType::SessionClosed
     )
-}
-
-/// Check a session id's shape (a UUID) and return it in canonical form.
-pub fn parse_session_id(s: &str) -> Result<String, ServiceError> {
-    uuid::Uuid::parse_str(s.trim())
-        .map(|u| u.hyphenated().to_string())
-        .map_err(|_| ServiceError::invalid("session_id: not a session id (expected a UUID)"))
 }
 
 /// The title to store: the given one, or the prompt's first non-empty line.
@@ -116,6 +97,7 @@ pub fn check_prompt(prompt: &str) -> Result<(), ServiceError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ithaca_kit::id::SessionId;
 
     #[test]
     fn title_comes_from_the_first_non_empty_line() {
@@ -139,7 +121,7 @@ mod tests {
     fn rejects_blank_prompts_and_bad_ids() {
         assert!(check_prompt(" \n ").is_err());
         assert!(check_prompt("ok").is_ok());
-        assert!(parse_session_id("sess_123").is_err());
-        assert!(parse_session_id("9b2f7c1e-8d4a-4c3b-9f0e-1a2b3c4d5e6f").is_ok());
+        assert!(SessionId::parse("sess_123").is_err());
+        assert!(SessionId::parse("9b2f7c1e-8d4a-4c3b-9f0e-1a2b3c4d5e6f").is_ok());
     }
 }

@@ -6,6 +6,7 @@ use crate::store::{AppendScope, EventRow, NewEvent, PromptRow, Refusal, SessionR
 use crate::tail::Notifier;
 use ithaca_kit::clock;
 use ithaca_kit::error::ServiceError;
+use ithaca_kit::id::{SessionId, TenantId};
 use ithaca_kit::principal::Principal;
 use ithaca_kit::propagation;
 use ithaca_proto::session::v1::EventType;
@@ -85,7 +86,7 @@ impl SessionService {
         title: Option<&str>,
         session_id: Option<&str>,
     ) -> Result<SessionRow, ServiceError> {
-        let tenant_id = tenant(caller)?;
+        let tenant_id = TenantId::of(caller)?;
         let agent_id = agent(caller)?;
         model::check_prompt(prompt)?;
         let now = clock::now_ms();
@@ -97,9 +98,9 @@ impl SessionService {
         };
 
         if let Some(session_id) = session_id.filter(|s| !s.trim().is_empty()) {
-            let session_id = model::parse_session_id(session_id)?;
+            let session_id = SessionId::parse(session_id)?;
             let scope = AppendScope {
-                tenant_id,
+                tenant_id: &tenant_id,
                 session_id: &session_id,
                 now_ms: now,
                 closed_since_ms: None,
@@ -115,11 +116,11 @@ impl SessionService {
         }
 
         let row = SessionRow {
-            session_id: uuid::Uuid::new_v4().hyphenated().to_string(),
-            tenant_id: tenant_id.to_owned(),
+            session_id: SessionId::new_v4(),
+            tenant_id: tenant_id.clone(),
             agent_id: agent_id.to_owned(),
             title: model::resolve_title(title, prompt)?,
-            status: Status::Open.as_str().to_owned(),
+            status: Status::Open,
             created_at_ms: now,
             updated_at_ms: now,
             closed_at_ms: None,
@@ -144,10 +145,10 @@ impl SessionService {
 
     /// The caller's current open session, or NO_ACTIVE_SESSION.
     pub async fn current(&self, caller: &Principal) -> Result<SessionRow, ServiceError> {
-        let tenant_id = tenant(caller)?;
+        let tenant_id = TenantId::of(caller)?;
         let agent_id = agent(caller)?;
-        match self.store.current(tenant_id, agent_id).await? {
-            Some(row) if row.status == Status::Open.as_str() => Ok(row),
+        match self.store.current(&tenant_id, agent_id).await? {
+            Some(row) if row.status == Status::Open => Ok(row),
             _ => Err(no_active_session()),
         }
     }
@@ -157,10 +158,10 @@ impl SessionService {
         caller: &Principal,
         session_id: &str,
     ) -> Result<SessionRow, ServiceError> {
-        let tenant_id = tenant(caller)?;
-        let session_id = model::parse_session_id(session_id)?;
+        let tenant_id = TenantId::of(caller)?;
+        let session_id = SessionId::parse(session_id)?;
         self.store
-            .get(tenant_id, &session_id)
+            .get(&tenant_id, &session_id)
             .await?
             .ok_or_else(|| not_found(&session_id))
     }
@@ -171,24 +172,30 @@ impl SessionService {
         caller: &Principal,
         session_id: Option<&str>,
     ) -> Result<SessionRow, ServiceError> {
-        let tenant_id = tenant(caller)?;
+        let tenant_id = TenantId::of(caller)?;
         let session_id = match session_id.filter(|s| !s.trim().is_empty()) {
-            Some(id) => model::parse_session_id(id)?,
+            Some(id) => SessionId::parse(id)?,
             None => self.current(caller).await?.session_id,
         };
         let closed = self
             .store
-            .transition(tenant_id, &session_id, "open", "closed", clock::now_ms())
+            .transition(
+                &tenant_id,
+                &session_id,
+                Status::Open,
+                Status::Closed,
+                clock::now_ms(),
+            )
             .await?;
         let row = self.get(caller, &session_id).await?;
-        if !closed && row.status != Status::Closed.as_str() {
+        if !closed && row.status != Status::Closed {
             return Err(ServiceError::precondition(format!(
                 "session_id: session {session_id} is {}",
                 row.status
             ))
             .with_domain("SESSION_NOT_OPEN"));
         }
-        self.store.clear_current(tenant_id, &session_id).await?;
+        self.store.clear_current(&tenant_id, &session_id).await?;
         if closed {
             // Watchers learn the session ended; their streams end after it.
             let by = if caller.actor == ithaca_kit::principal::Actor::Human {
@@ -201,8 +208,13 @@ impl SessionService {
                 "closed_by": by,
                 "agent_id": caller.agent(),
             });
-            self.append_event(caller, &session_id, EventType::SessionClosed, payload)
-                .await?;
+            self.append_event(
+                caller,
+                session_id.as_str(),
+                EventType::SessionClosed,
+                payload,
+            )
+            .await?;
         }
         tracing::info!(%session_id, %tenant_id, "session closed");
         Ok(row)
@@ -214,20 +226,20 @@ impl SessionService {
         caller: &Principal,
         session_id: &str,
     ) -> Result<SessionRow, ServiceError> {
-        let tenant_id = tenant(caller)?;
-        let session_id = model::parse_session_id(session_id)?;
+        let tenant_id = TenantId::of(caller)?;
+        let session_id = SessionId::parse(session_id)?;
         let changed = self
             .store
             .transition(
-                tenant_id,
+                &tenant_id,
                 &session_id,
-                "closed",
-                "archived",
+                Status::Closed,
+                Status::Archived,
                 clock::now_ms(),
             )
             .await?;
         let row = self.get(caller, &session_id).await?;
-        if !changed && row.status != Status::Archived.as_str() {
+        if !changed && row.status != Status::Archived {
             return Err(ServiceError::precondition(format!(
                 "session_id: only a closed session can be archived; {session_id} is {}",
                 row.status
@@ -273,8 +285,8 @@ impl SessionService {
         event_type: EventType,
         payload: serde_json::Value,
     ) -> Result<EventRow, ServiceError> {
-        let tenant_id = tenant(caller)?;
-        let session_id = model::parse_session_id(session_id)?;
+        let tenant_id = TenantId::of(caller)?;
+        let session_id = SessionId::parse(session_id)?;
         let name = model::event_name(event_type)
             .ok_or_else(|| ServiceError::invalid("type: an event type is required"))?;
         let payload = payload.to_string();
@@ -287,7 +299,7 @@ impl SessionService {
         let now = clock::now_ms();
         let grace_ms = i64::try_from(self.config.closed_grace.as_millis()).unwrap_or(i64::MAX);
         let scope = AppendScope {
-            tenant_id,
+            tenant_id: &tenant_id,
             session_id: &session_id,
             now_ms: now,
             closed_since_ms: model::completes_in_flight(event_type).then_some(now - grace_ms),
@@ -374,7 +386,7 @@ const LINGER_AFTER_CLOSE: Duration = Duration::from_secs(2);
 /// One live tail.
 struct Follower {
     store: Store,
-    session_id: String,
+    session_id: SessionId,
     last_sent: i64,
     shutdown: CancellationToken,
     poll_every: Duration,
@@ -444,13 +456,6 @@ impl Follower {
             }
         }
     }
-}
-
-fn tenant(caller: &Principal) -> Result<&str, ServiceError> {
-    if caller.tenant_id.is_empty() {
-        return Err(ServiceError::denied("the caller has no tenant"));
-    }
-    Ok(&caller.tenant_id)
 }
 
 fn agent(caller: &Principal) -> Result<&str, ServiceError> {

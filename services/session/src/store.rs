@@ -6,7 +6,9 @@
 //! one after another in `seq` order, and a rolled-back append returns its
 //! number. Readers therefore never see `seq` N+1 before N.
 
+use crate::model::Status;
 use ithaca_kit::db::{Db, Migrations};
+use ithaca_kit::id::{SessionId, TenantId};
 use ithaca_kit::with_pool;
 use sqlx::migrate::Migrator;
 
@@ -22,11 +24,14 @@ pub const MIGRATIONS: Migrations = Migrations {
 /// A session row.
 #[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
 pub struct SessionRow {
-    pub session_id: String,
-    pub tenant_id: String,
+    #[sqlx(try_from = "String")]
+    pub session_id: SessionId,
+    #[sqlx(try_from = "String")]
+    pub tenant_id: TenantId,
     pub agent_id: String,
     pub title: String,
-    pub status: String,
+    #[sqlx(try_from = "String")]
+    pub status: Status,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
     pub closed_at_ms: Option<i64>,
@@ -48,7 +53,8 @@ pub struct PromptRow {
 /// A stored trace event.
 #[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
 pub struct EventRow {
-    pub session_id: String,
+    #[sqlx(try_from = "String")]
+    pub session_id: SessionId,
     pub seq: i64,
     pub event_type: String,
     /// JSON object text.
@@ -71,14 +77,14 @@ pub enum Refusal {
     /// No such session in this tenant.
     NotFound,
     /// The session exists but is not open (its status).
-    NotOpen(String),
+    NotOpen(Status),
 }
 
 /// Who is appending and under what rules.
 #[derive(Clone, Copy, Debug)]
 pub struct AppendScope<'a> {
-    pub tenant_id: &'a str,
-    pub session_id: &'a str,
+    pub tenant_id: &'a TenantId,
+    pub session_id: &'a SessionId,
     pub now_ms: i64,
     /// Accept the append into a session closed at or after this time (the
     /// in-flight grace); `None` accepts open sessions only.
@@ -95,13 +101,15 @@ macro_rules! append_in_tx {
         let seq: Option<i64> = sqlx::query_scalar(
             "UPDATE sessions SET last_seq = last_seq + 1, updated_at_ms = $3 \
              WHERE session_id = $1 AND tenant_id = $2 \
-             AND (status = 'open' OR (status = 'closed' AND closed_at_ms >= $4)) \
+             AND (status = $5 OR (status = $6 AND closed_at_ms >= $4)) \
              RETURNING last_seq",
         )
-        .bind(scope.session_id)
-        .bind(scope.tenant_id)
+        .bind(scope.session_id.as_str())
+        .bind(scope.tenant_id.as_str())
         .bind(scope.now_ms)
         .bind(scope.closed_since_ms.unwrap_or(i64::MAX))
+        .bind(Status::Open.as_str())
+        .bind(Status::Closed.as_str())
         .fetch_optional(&mut *$tx)
         .await?;
         if let Some(seq) = seq {
@@ -109,7 +117,7 @@ macro_rules! append_in_tx {
                 "INSERT INTO trace_events (session_id, seq, event_type, payload, created_at_ms, trace_id) \
                  VALUES ($1, $2, $3, $4, $5, $6)",
             )
-            .bind(scope.session_id)
+            .bind(scope.session_id.as_str())
             .bind(seq)
             .bind(event.event_type)
             .bind(&event.payload)
@@ -175,23 +183,23 @@ impl Store {
         let seqs = with_pool!(self.db, pool => {
             let mut tx = pool.begin().await?;
             sqlx::query(&insert_session)
-                .bind(&row.session_id)
-                .bind(&row.tenant_id)
+                .bind(row.session_id.as_str())
+                .bind(row.tenant_id.as_str())
                 .bind(&row.agent_id)
                 .bind(&row.title)
-                .bind(&row.status)
+                .bind(row.status.as_str())
                 .bind(row.created_at_ms)
                 .bind(row.updated_at_ms)
                 .bind(row.closed_at_ms)
                 .execute(&mut *tx)
                 .await?;
             sqlx::query("INSERT INTO prompts (session_id, position, text, created_at_ms) VALUES ($1, 1, $2, $3)")
-                .bind(&row.session_id)
+                .bind(row.session_id.as_str())
                 .bind(prompt)
                 .bind(row.created_at_ms)
                 .execute(&mut *tx)
                 .await?;
-            set_current_in_tx!(tx, &row.tenant_id, &row.agent_id, &row.session_id, row.created_at_ms)?;
+            set_current_in_tx!(tx, row.tenant_id.as_str(), &row.agent_id, row.session_id.as_str(), row.created_at_ms)?;
             let mut seqs = Vec::with_capacity(events.len());
             for event in events {
                 seqs.push(append_in_tx!(tx, &scope, event)?);
@@ -220,24 +228,25 @@ impl Store {
                 let mut tx = pool.begin().await?;
                 let position: Option<i64> = sqlx::query_scalar(
                     "UPDATE sessions SET prompt_count = prompt_count + 1, updated_at_ms = $3 \
-                     WHERE session_id = $1 AND tenant_id = $2 AND status = 'open' RETURNING prompt_count",
+                     WHERE session_id = $1 AND tenant_id = $2 AND status = $4 RETURNING prompt_count",
                 )
-                .bind(scope.session_id)
-                .bind(scope.tenant_id)
+                .bind(scope.session_id.as_str())
+                .bind(scope.tenant_id.as_str())
                 .bind(scope.now_ms)
+                .bind(Status::Open.as_str())
                 .fetch_optional(&mut *tx)
                 .await?;
                 match position {
                     None => None,
                     Some(position) => {
                         sqlx::query("INSERT INTO prompts (session_id, position, text, created_at_ms) VALUES ($1, $2, $3, $4)")
-                            .bind(scope.session_id)
+                            .bind(scope.session_id.as_str())
                             .bind(position)
                             .bind(prompt)
                             .bind(scope.now_ms)
                             .execute(&mut *tx)
                             .await?;
-                        set_current_in_tx!(tx, scope.tenant_id, agent_id, scope.session_id, scope.now_ms)?;
+                        set_current_in_tx!(tx, scope.tenant_id.as_str(), agent_id, scope.session_id.as_str(), scope.now_ms)?;
                         let mut seqs = Vec::with_capacity(events.len());
                         for event in events {
                             seqs.push(append_in_tx!(tx, scope, event)?);
@@ -282,7 +291,11 @@ impl Store {
         }
     }
 
-    async fn refusal(&self, tenant_id: &str, session_id: &str) -> Result<Refusal, sqlx::Error> {
+    async fn refusal(
+        &self,
+        tenant_id: &TenantId,
+        session_id: &SessionId,
+    ) -> Result<Refusal, sqlx::Error> {
         Ok(match self.get(tenant_id, session_id).await? {
             None => Refusal::NotFound,
             Some(row) => Refusal::NotOpen(row.status),
@@ -291,15 +304,15 @@ impl Store {
 
     pub async fn get(
         &self,
-        tenant_id: &str,
-        session_id: &str,
+        tenant_id: &TenantId,
+        session_id: &SessionId,
     ) -> Result<Option<SessionRow>, sqlx::Error> {
         let sql = format!(
             "SELECT {SESSION_COLUMNS} FROM sessions WHERE session_id = $1 AND tenant_id = $2"
         );
         with_pool!(self.db, pool => sqlx::query_as::<_, SessionRow>(&sql)
-            .bind(session_id)
-            .bind(tenant_id)
+            .bind(session_id.as_str())
+            .bind(tenant_id.as_str())
             .fetch_optional(pool)
             .await)
     }
@@ -307,7 +320,7 @@ impl Store {
     /// The agent's current session, whatever its status.
     pub async fn current(
         &self,
-        tenant_id: &str,
+        tenant_id: &TenantId,
         agent_id: &str,
     ) -> Result<Option<SessionRow>, sqlx::Error> {
         let sql = format!(
@@ -320,7 +333,7 @@ impl Store {
                 .join(", ")
         );
         with_pool!(self.db, pool => sqlx::query_as::<_, SessionRow>(&sql)
-            .bind(tenant_id)
+            .bind(tenant_id.as_str())
             .bind(agent_id)
             .fetch_optional(pool)
             .await)
@@ -331,22 +344,25 @@ impl Store {
     /// in-flight appends finish before the status changes.
     pub async fn transition(
         &self,
-        tenant_id: &str,
-        session_id: &str,
-        from: &str,
-        to: &str,
+        tenant_id: &TenantId,
+        session_id: &SessionId,
+        from: Status,
+        to: Status,
         now_ms: i64,
     ) -> Result<bool, sqlx::Error> {
         let _gate = self.db.write_gate().await;
+        // Closing stamps `closed_at_ms`, which starts the in-flight grace.
+        let closed_at_ms = (to == Status::Closed).then_some(now_ms);
         let sql = "UPDATE sessions SET status = $4, updated_at_ms = $5, \
-                   closed_at_ms = CASE WHEN $4 = 'closed' THEN $5 ELSE closed_at_ms END \
+                   closed_at_ms = COALESCE($6, closed_at_ms) \
                    WHERE session_id = $1 AND tenant_id = $2 AND status = $3";
         let n = with_pool!(self.db, pool => sqlx::query(sql)
-            .bind(session_id)
-            .bind(tenant_id)
-            .bind(from)
-            .bind(to)
+            .bind(session_id.as_str())
+            .bind(tenant_id.as_str())
+            .bind(from.as_str())
+            .bind(to.as_str())
             .bind(now_ms)
+            .bind(closed_at_ms)
             .execute(pool)
             .await
             .map(|r| r.rows_affected()))?;
@@ -356,24 +372,24 @@ impl Store {
     /// Forget the agent's current session if it is `session_id`.
     pub async fn clear_current(
         &self,
-        tenant_id: &str,
-        session_id: &str,
+        tenant_id: &TenantId,
+        session_id: &SessionId,
     ) -> Result<(), sqlx::Error> {
         let _gate = self.db.write_gate().await;
         let sql = "DELETE FROM current_sessions WHERE tenant_id = $1 AND session_id = $2";
         with_pool!(self.db, pool => sqlx::query(sql)
-            .bind(tenant_id)
-            .bind(session_id)
+            .bind(tenant_id.as_str())
+            .bind(session_id.as_str())
             .execute(pool)
             .await
             .map(|r| r.rows_affected()))?;
         Ok(())
     }
 
-    pub async fn prompts(&self, session_id: &str) -> Result<Vec<PromptRow>, sqlx::Error> {
+    pub async fn prompts(&self, session_id: &SessionId) -> Result<Vec<PromptRow>, sqlx::Error> {
         let sql = "SELECT position, text, created_at_ms FROM prompts WHERE session_id = $1 ORDER BY position";
         with_pool!(self.db, pool => sqlx::query_as::<_, PromptRow>(sql)
-            .bind(session_id)
+            .bind(session_id.as_str())
             .fetch_all(pool)
             .await)
     }
@@ -382,14 +398,14 @@ impl Store {
     /// caller has checked that the session belongs to its tenant.
     pub async fn read(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         after_seq: i64,
         limit: i64,
     ) -> Result<Vec<EventRow>, sqlx::Error> {
         let sql = "SELECT session_id, seq, event_type, payload, created_at_ms, trace_id \
                    FROM trace_events WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3";
         with_pool!(self.db, pool => sqlx::query_as::<_, EventRow>(sql)
-            .bind(session_id)
+            .bind(session_id.as_str())
             .bind(after_seq)
             .bind(limit)
             .fetch_all(pool)
@@ -428,7 +444,7 @@ pub fn notify_channel(schema: &str) -> String {
 
 fn event_row(scope: &AppendScope<'_>, event: &NewEvent, seq: i64) -> EventRow {
     EventRow {
-        session_id: scope.session_id.to_owned(),
+        session_id: scope.session_id.clone(),
         seq,
         event_type: event.event_type.to_owned(),
         payload: event.payload.clone(),

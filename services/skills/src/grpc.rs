@@ -1,7 +1,8 @@
 //! The tonic adapter: protobuf in, domain call, protobuf out. No logic here.
 
 use crate::catalog::Manifest;
-use crate::service::{RunView, SkillsService, StrategySpec};
+use crate::model::StrategyProposal;
+use crate::service::{RunView, SkillsService};
 use crate::store::StrategyRow;
 use ithaca_kit::{clock, json, principal};
 use ithaca_proto::mcp::v1 as mcp;
@@ -22,7 +23,7 @@ fn summary(m: &Manifest) -> pb::SkillSummary {
         version: m.version.into(),
         name: m.name.into(),
         description: m.description.into(),
-        runtime_profile: m.profile.into(),
+        runtime_profile: m.profile.as_str().into(),
         asset_class: m.asset_class.into(),
         source_classes: m.source_classes.iter().map(|s| s.to_string()).collect(),
         trigger_compatible: m.trigger_compatible,
@@ -39,7 +40,7 @@ fn manifest(m: Manifest) -> pb::SkillManifest {
         input_schema: Some(json::to_struct(m.input_schema)),
         output_schema: Some(json::to_struct(m.output_schema)),
         runtime: Some(pb::Runtime {
-            profile: m.profile.into(),
+            profile: m.profile.as_str().into(),
         }),
         asset_class: m.asset_class.into(),
         source_classes: m.source_classes.iter().map(|s| s.to_string()).collect(),
@@ -59,10 +60,10 @@ fn run(view: RunView) -> pb::Run {
     pb::Run {
         inputs: parse_json(&r.inputs),
         outputs: r.outputs.as_deref().and_then(parse_json),
-        run_id: r.run_id,
+        run_id: r.run_id.into(),
         skill_id: r.skill_id,
         version: r.version,
-        status: r.status,
+        status: r.status.as_str().to_owned(),
         error: r.error,
         artifacts: view
             .artifacts
@@ -83,7 +84,7 @@ fn run(view: RunView) -> pb::Run {
             .map(|j| pb::Job {
                 job_id: j.job_id,
                 attempt: j.attempt as i32,
-                status: j.status,
+                status: j.status.as_str().to_owned(),
                 started_at: clock::rfc3339(j.started_at_ms),
                 finished_at: clock::rfc3339_opt(j.finished_at_ms),
                 error: j.error,
@@ -94,25 +95,19 @@ fn run(view: RunView) -> pb::Run {
 }
 
 fn strategy(row: StrategyRow) -> pb::Strategy {
-    let spec: Value = serde_json::from_str(&row.spec).unwrap_or(Value::Null);
+    let spec = row.spec;
     pb::Strategy {
         strategy_id: row.strategy_id,
         name: row.name,
-        universe: spec["universe"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .map(str::to_owned)
-            .collect(),
-        lookback: spec["lookback"].as_i64().unwrap_or(0) as i32,
-        rebalance: spec["rebalance"].as_i64().unwrap_or(0) as i32,
+        universe: spec.universe,
+        lookback: spec.lookback,
+        rebalance: spec.rebalance,
         risk: Some(pb::RiskLimits {
-            max_weight: spec["risk"]["max_weight"].as_f64(),
-            max_drawdown: spec["risk"]["max_drawdown"].as_f64(),
+            max_weight: Some(spec.risk.max_weight),
+            max_drawdown: spec.risk.max_drawdown,
         }),
-        cost_bps: spec["cost_bps"].as_f64().unwrap_or(0.0),
-        status: row.status,
+        cost_bps: spec.cost_bps,
+        status: row.status.as_str().to_owned(),
         session_id: row.session_id,
         created_at: clock::rfc3339(row.created_at_ms),
     }
@@ -127,7 +122,7 @@ impl Rpc for Grpc {
         let caller = principal::of(&request)?;
         let r = request.into_inner();
         let risk = r.risk.unwrap_or_default();
-        let spec = StrategySpec {
+        let proposal = StrategyProposal {
             name: r.name,
             universe: r.universe,
             lookback: r.lookback,
@@ -137,7 +132,7 @@ impl Rpc for Grpc {
             cost_bps: r.cost_bps,
         };
         Ok(Response::new(strategy(
-            self.service.propose(&caller, spec).await?,
+            self.service.propose(&caller, proposal).await?,
         )))
     }
 
@@ -304,7 +299,7 @@ impl Rpc for Grpc {
         let caller = principal::of(&request)?;
         let r = request.get_ref();
         let a = self.service.artifact(&caller, &r.artifact_id).await?;
-        if a.run_id != r.run_id.trim() {
+        if a.run_id.as_str() != r.run_id.trim() {
             // The URI names a run the artifact is not of: as if it were absent.
             return Err(ithaca_kit::error::ServiceError::not_found(format!(
                 "artifact_id: run {} has no artifact {}",
@@ -327,7 +322,7 @@ fn artifact_content(a: &crate::store::ArtifactRow) -> mcp::ToolContent {
         })),
     };
     let structured = serde_json::json!({
-        "artifact_id": a.artifact_id, "run_id": a.run_id, "name": a.name,
+        "artifact_id": a.artifact_id, "run_id": a.run_id.as_str(), "name": a.name,
         "mime_type": a.mime_type, "size": a.body.len(),
     });
     mcp::ToolContent {

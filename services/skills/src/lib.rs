@@ -1,13 +1,22 @@
 //! The skills service: a versioned catalog of analyses with progressive
 //! discovery, and runs with artifacts computed from the broker's market data.
 //!
-//! - [`catalog`]: the built-in manifests and ranked search.
+//! - [`skills`]: the built-in skills, one module each: a [`skills::Skill`]
+//!   is its manifest and its computation, which yields outputs and named
+//!   artifacts. A new skill is a new module there and one line in
+//!   [`skills::BUILTIN`].
+//! - [`catalog`]: manifests and ranked search over them.
 //! - [`validate`]: run inputs checked against a manifest's input schema.
 //! - [`compute`]: volatility, returns, correlations, momentum backtests.
-//! - [`plot`]: SVG charts for artifacts.
+//! - [`plot`]: the artifacts' charts (term structures, equity curves).
+//! - [`model`]: run ids and statuses, profiles, strategy specs.
 //! - [`service`]: runs (draft → queued → running → succeeded | failed),
-//!   artifacts and the `run_transition` trace.
-//! - [`store`]: the `runs` and `artifacts` tables (SQLite and PostgreSQL).
+//!   artifacts, the background worker and the `run_transition` trace; a
+//!   computation that fails, even by panicking, fails its run.
+//! - [`strategies`]: proposing, reading and promoting strategies.
+//! - [`remote`]: what it asks of the broker and session services.
+//! - [`store`]: the `runs`, `artifacts`, `jobs` and `strategies` tables
+//!   (SQLite and PostgreSQL).
 //! - [`grpc`]: the `ithaca.skills.v1.SkillsService` adapter.
 //!
 //! Market data and the session trace are asked of the broker and session
@@ -19,10 +28,17 @@
 pub mod catalog;
 pub mod compute;
 pub mod grpc;
+pub mod model;
 pub mod plot;
+pub mod remote;
 pub mod service;
+pub mod skills;
 pub mod store;
+pub mod strategies;
 pub mod validate;
+
+#[cfg(test)]
+mod tests;
 
 pub use service::Config;
 
@@ -59,11 +75,14 @@ pub fn serve_options(
     shutdown: tokio_util::sync::CancellationToken,
 ) -> Result<ServeOptions, ithaca_kit::client::BadUrl> {
     let service = service(db, key.clone(), config)?;
-    service.spawn_worker(shutdown);
-    let grpc = grpc::Grpc { service };
+    let grpc = grpc::Grpc {
+        service: service.clone(),
+    };
     let server = SkillsServiceServer::with_interceptor(grpc, Verifier::new(key));
-    Ok(ServeOptions {
-        service_names: vec![ithaca_proto::service_names::SKILLS],
-        routes: Routes::new(server),
-    })
+    let options = ServeOptions::new(
+        vec![ithaca_proto::service_names::SKILLS],
+        Routes::new(server),
+    );
+    service.spawn_worker(shutdown, &options.background);
+    Ok(options)
 }

@@ -1,111 +1,124 @@
-//! Small SVG line charts for run artifacts (equity curves, volatility term
-//! structures). Written by hand: a chart is a polyline, two axes and labels.
+//! The charts of run artifacts, drawn with the kit's plotters helpers
+//! ([`ithaca_kit::chart`]).
 
-use std::fmt::Write;
+use ithaca_kit::chart::{self, Chart, Line, LineStyle, Panel, Scale, XAxis, YFormat};
 
-const WIDTH: f64 = 640.0;
-const HEIGHT: f64 = 360.0;
-const MARGIN: f64 = 48.0;
-
-/// A line chart of `points` (x labels beside y values) titled `title`.
-pub fn line_chart(title: &str, y_label: &str, points: &[(String, f64)]) -> String {
-    let mut svg = String::new();
-    let _ = write!(
-        svg,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="12">"#
+/// Realized volatility against window length: a log axis of trading days
+/// (5 to 252 days spread evenly enough to read), each window a labelled
+/// point.
+pub fn term_structure(symbol: &str, points: &[(usize, f64)]) -> String {
+    let line = Line::new(
+        "",
+        points.iter().map(|&(w, v)| (w as f64, v)).collect(),
+        LineStyle::Primary,
+    )
+    .marked(
+        points
+            .iter()
+            .map(|(w, v)| format!("{w}d {:.1}%", v * 100.0))
+            .collect(),
     );
-    let _ = write!(svg, r#"<rect width="100%" height="100%" fill="white"/>"#);
-    let _ = write!(
-        svg,
-        r#"<text x="{}" y="20" text-anchor="middle" font-size="14">{}</text>"#,
-        WIDTH / 2.0,
-        escape(title)
-    );
-    if points.is_empty() {
-        svg.push_str("</svg>\n");
-        return svg;
-    }
-    let (min, max) = points
-        .iter()
-        .fold((f64::MAX, f64::MIN), |(lo, hi), (_, y)| {
-            (lo.min(*y), hi.max(*y))
-        });
-    let span = if max > min { max - min } else { 1.0 };
-    let n = points.len().max(2) - 1;
-    let x = |i: usize| MARGIN + (WIDTH - 2.0 * MARGIN) * i as f64 / n as f64;
-    let y = |v: f64| HEIGHT - MARGIN - (HEIGHT - 2.0 * MARGIN) * (v - min) / span;
-    let _ = write!(
-        svg,
-        r#"<line x1="{MARGIN}" y1="{b}" x2="{r}" y2="{b}" stroke="black"/><line x1="{MARGIN}" y1="{MARGIN}" x2="{MARGIN}" y2="{b}" stroke="black"/>"#,
-        b = HEIGHT - MARGIN,
-        r = WIDTH - MARGIN
-    );
-    let path: Vec<String> = points
-        .iter()
-        .enumerate()
-        .map(|(i, (_, v))| format!("{:.1},{:.1}", x(i), y(*v)))
-        .collect();
-    let _ = write!(
-        svg,
-        r##"<polyline fill="none" stroke="#1f77b4" stroke-width="1.5" points="{}"/>"##,
-        path.join(" ")
-    );
-    let _ = write!(
-        svg,
-        r#"<text x="{}" y="{}" text-anchor="end">{max:.4}</text>"#,
-        MARGIN - 4.0,
-        MARGIN + 4.0
-    );
-    let _ = write!(
-        svg,
-        r#"<text x="{}" y="{}" text-anchor="end">{min:.4}</text>"#,
-        MARGIN - 4.0,
-        HEIGHT - MARGIN
-    );
-    let _ = write!(
-        svg,
-        r#"<text x="{MARGIN}" y="{}">{}</text>"#,
-        HEIGHT - MARGIN + 16.0,
-        escape(&points[0].0)
-    );
-    let _ = write!(
-        svg,
-        r#"<text x="{}" y="{}" text-anchor="end">{}</text>"#,
-        WIDTH - MARGIN,
-        HEIGHT - MARGIN + 16.0,
-        escape(&points[points.len() - 1].0)
-    );
-    let _ = write!(
-        svg,
-        r#"<text x="12" y="{}" transform="rotate(-90 12 {})" text-anchor="middle">{}</text>"#,
-        HEIGHT / 2.0,
-        HEIGHT / 2.0,
-        escape(y_label)
-    );
-    svg.push_str("</svg>\n");
-    svg
+    chart::svg(&Chart {
+        title: format!("{symbol} realized volatility term structure"),
+        x: XAxis::Numbers {
+            label: "window (trading days, log scale)".into(),
+            scale: Scale::Log,
+        },
+        panels: vec![Panel {
+            y_label: "annualized volatility".into(),
+            y_scale: Scale::Linear,
+            y_format: YFormat::Percent,
+            weight: 2,
+            lines: vec![line],
+        }],
+    })
 }
 
-fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
+/// An equity curve beside its buy-and-hold benchmark (growth of 1, on a
+/// log scale when either spans a factor of ten), over the strategy's
+/// drawdown from its running peak.
+pub fn equity_curve(title: &str, dates: &[String], equity: &[f64], benchmark: &[f64]) -> String {
+    let xs: Vec<Option<f64>> = dates.iter().map(|d| chart::year_fraction(d)).collect();
+    let series = |values: &[f64]| -> Vec<(f64, f64)> {
+        xs.iter()
+            .zip(values)
+            .filter_map(|(x, v)| x.map(|x| (x, *v)))
+            .collect()
+    };
+    let mut peak = f64::MIN;
+    let drawdown: Vec<f64> = equity
+        .iter()
+        .map(|&e| {
+            peak = peak.max(e);
+            if peak > 0.0 { e / peak - 1.0 } else { 0.0 }
+        })
+        .collect();
+    let scale = chart::scale_for(equity.iter().chain(benchmark).copied());
+    let growth = Panel {
+        y_label: match scale {
+            Scale::Log => "growth of 1 (log scale)".into(),
+            Scale::Linear => "growth of 1".into(),
+        },
+        y_scale: scale,
+        y_format: YFormat::Number,
+        weight: 3,
+        lines: vec![
+            Line::new("buy and hold", series(benchmark), LineStyle::Benchmark),
+            Line::new("strategy", series(equity), LineStyle::Primary),
+        ],
+    };
+    let underwater = Panel {
+        y_label: "drawdown".into(),
+        y_scale: Scale::Linear,
+        y_format: YFormat::Percent,
+        weight: 1,
+        lines: vec![Line::new("", series(&drawdown), LineStyle::Area)],
+    };
+    chart::svg(&Chart {
+        title: title.to_owned(),
+        x: XAxis::Dates,
+        panels: vec![growth, underwater],
+    })
+}
+
+/// Buy and hold from day `from`: flat at 1 before it, then the price
+/// relative to that day's.
+pub fn buy_and_hold(prices: &[f64], from: usize) -> Vec<f64> {
+    let Some(&base) = prices.get(from) else {
+        return vec![1.0; prices.len()];
+    };
+    prices
+        .iter()
+        .enumerate()
+        .map(|(i, p)| if i < from { 1.0 } else { p / base })
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     #[test]
-    fn draws_a_polyline_with_every_point() {
-        let points: Vec<(String, f64)> = (0..5).map(|i| (format!("d{i}"), f64::from(i))).collect();
-        let svg = super::line_chart("Equity <curve>", "equity", &points);
-        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
-        assert!(svg.contains("Equity &lt;curve&gt;"));
-        let polyline = svg
-            .split("points=\"")
-            .nth(1)
-            .and_then(|s| s.split('"').next())
-            .expect("polyline");
-        assert_eq!(polyline.split(' ').count(), 5);
+    fn equity_charts_have_a_benchmark_and_a_drawdown_panel() {
+        let dates: Vec<String> = (0..400)
+            .map(|i| {
+                format!(
+                    "{}-{:02}-{:02}",
+                    2000 + i / 100,
+                    1 + (i % 100) / 10,
+                    1 + i % 10
+                )
+            })
+            .collect();
+        let equity: Vec<f64> = (0..400).map(|i| 1.01f64.powi(i)).collect();
+        let bench = super::buy_and_hold(&equity, 10);
+        assert_eq!((bench[5], bench[10]), (1.0, 1.0));
+        let svg = super::equity_curve("X momentum", &dates, &equity, &bench);
+        assert!(svg.contains("buy and hold") && svg.contains("drawdown"));
+        assert!(
+            svg.contains("log scale"),
+            "53× growth is drawn on a log scale"
+        );
+        assert!(svg.contains("\n2001\n"), "year ticks");
+        let ts = super::term_structure("X", &[(5, 0.2), (21, 0.25)]);
+        assert!(ts.contains("21d 25.0%"));
     }
 }

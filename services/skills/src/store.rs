@@ -1,7 +1,9 @@
-//! The skills service's SQL (runs and artifacts), one text for SQLite and
+//! The skills service's SQL (runs, artifacts, jobs and strategies), one text for SQLite and
 //! PostgreSQL. Every query is filtered by tenant.
 
+use crate::model::{RunId, RunStatus, StrategySpec, StrategyStatus};
 use ithaca_kit::db::{Db, Migrations};
+use ithaca_kit::id::TenantId;
 use ithaca_kit::with_pool;
 use sqlx::migrate::Migrator;
 
@@ -17,14 +19,18 @@ pub const MIGRATIONS: Migrations = Migrations {
 /// A run row.
 #[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
 pub struct RunRow {
-    pub run_id: String,
-    pub tenant_id: String,
+    #[sqlx(try_from = "String")]
+    pub run_id: RunId,
+    #[sqlx(try_from = "String")]
+    pub tenant_id: TenantId,
+    /// The caller's research session; empty when it had none.
     pub session_id: String,
     pub skill_id: String,
     pub version: String,
     /// JSON object.
     pub inputs: String,
-    pub status: String,
+    #[sqlx(try_from = "String")]
+    pub status: RunStatus,
     /// JSON object, when succeeded.
     pub outputs: Option<String>,
     pub error: String,
@@ -38,8 +44,10 @@ pub struct RunRow {
 #[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
 pub struct ArtifactRow {
     pub artifact_id: String,
-    pub run_id: String,
-    pub tenant_id: String,
+    #[sqlx(try_from = "String")]
+    pub run_id: RunId,
+    #[sqlx(try_from = "String")]
+    pub tenant_id: TenantId,
     pub name: String,
     pub mime_type: String,
     pub body: String,
@@ -67,13 +75,13 @@ impl Store {
             "INSERT INTO runs ({RUN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
         );
         with_pool!(self.db, pool => sqlx::query(&sql)
-            .bind(&run.run_id)
-            .bind(&run.tenant_id)
+            .bind(run.run_id.as_str())
+            .bind(run.tenant_id.as_str())
             .bind(&run.session_id)
             .bind(&run.skill_id)
             .bind(&run.version)
             .bind(&run.inputs)
-            .bind(&run.status)
+            .bind(run.status.as_str())
             .bind(&run.outputs)
             .bind(&run.error)
             .bind(run.created_at_ms)
@@ -88,9 +96,9 @@ impl Store {
     /// Move a run from `from` to `to`; false when it was not in `from`.
     pub async fn transition(
         &self,
-        run_id: &str,
-        from: &str,
-        to: &str,
+        run_id: &RunId,
+        from: RunStatus,
+        to: RunStatus,
         outputs: Option<&str>,
         error: &str,
         now_ms: i64,
@@ -99,9 +107,9 @@ impl Store {
         let sql = "UPDATE runs SET status = $3, outputs = COALESCE($4, outputs), error = $5, updated_at_ms = $6 \
                    WHERE run_id = $1 AND status = $2";
         let n = with_pool!(self.db, pool => sqlx::query(sql)
-            .bind(run_id)
-            .bind(from)
-            .bind(to)
+            .bind(run_id.as_str())
+            .bind(from.as_str())
+            .bind(to.as_str())
             .bind(outputs)
             .bind(error)
             .bind(now_ms)
@@ -114,28 +122,34 @@ impl Store {
     /// The oldest queued run, of any tenant (the worker's next job).
     pub async fn next_queued(&self) -> Result<Option<RunRow>, sqlx::Error> {
         let sql = format!(
-            "SELECT {RUN_COLUMNS} FROM runs WHERE status = 'queued' ORDER BY created_at_ms, run_id LIMIT 1"
+            "SELECT {RUN_COLUMNS} FROM runs WHERE status = $1 ORDER BY created_at_ms, run_id LIMIT 1"
         );
-        with_pool!(self.db, pool => sqlx::query_as::<_, RunRow>(&sql).fetch_optional(pool).await)
+        with_pool!(self.db, pool => sqlx::query_as::<_, RunRow>(&sql).bind(RunStatus::Queued.as_str()).fetch_optional(pool).await)
     }
 
     /// Fail runs left `running` longer than `stale_ms` (a crashed worker),
     /// so none stays stuck. Returns how many.
     pub async fn fail_stale(&self, stale_ms: i64, now_ms: i64) -> Result<u64, sqlx::Error> {
         let _gate = self.db.write_gate().await;
-        let sql = "UPDATE runs SET status = 'failed', error = 'interrupted: the worker stopped before the run finished', \
-                   updated_at_ms = $1 WHERE status = 'running' AND updated_at_ms < $2";
+        let sql = "UPDATE runs SET status = $3, error = 'interrupted: the worker stopped before the run finished', \
+                   updated_at_ms = $1 WHERE status = $4 AND updated_at_ms < $2";
         with_pool!(self.db, pool => sqlx::query(sql)
             .bind(now_ms)
             .bind(now_ms - stale_ms)
+            .bind(RunStatus::Failed.as_str())
+            .bind(RunStatus::Running.as_str())
             .execute(pool)
             .await
             .map(|r| r.rows_affected()))
     }
 
-    pub async fn run(&self, tenant_id: &str, run_id: &str) -> Result<Option<RunRow>, sqlx::Error> {
+    pub async fn run(
+        &self,
+        tenant_id: &TenantId,
+        run_id: &RunId,
+    ) -> Result<Option<RunRow>, sqlx::Error> {
         let sql = format!("SELECT {RUN_COLUMNS} FROM runs WHERE run_id = $1 AND tenant_id = $2");
-        with_pool!(self.db, pool => sqlx::query_as::<_, RunRow>(&sql).bind(run_id).bind(tenant_id).fetch_optional(pool).await)
+        with_pool!(self.db, pool => sqlx::query_as::<_, RunRow>(&sql).bind(run_id.as_str()).bind(tenant_id.as_str()).fetch_optional(pool).await)
     }
 
     pub async fn insert_artifact(&self, artifact: &ArtifactRow) -> Result<(), sqlx::Error> {
@@ -145,8 +159,8 @@ impl Store {
         );
         with_pool!(self.db, pool => sqlx::query(&sql)
             .bind(&artifact.artifact_id)
-            .bind(&artifact.run_id)
-            .bind(&artifact.tenant_id)
+            .bind(artifact.run_id.as_str())
+            .bind(artifact.tenant_id.as_str())
             .bind(&artifact.name)
             .bind(&artifact.mime_type)
             .bind(&artifact.body)
@@ -158,10 +172,10 @@ impl Store {
     }
 
     /// Drop a run's artifacts (its results were cancelled).
-    pub async fn delete_artifacts(&self, run_id: &str) -> Result<(), sqlx::Error> {
+    pub async fn delete_artifacts(&self, run_id: &RunId) -> Result<(), sqlx::Error> {
         let _gate = self.db.write_gate().await;
         with_pool!(self.db, pool => sqlx::query("DELETE FROM artifacts WHERE run_id = $1")
-            .bind(run_id)
+            .bind(run_id.as_str())
             .execute(pool)
             .await
             .map(|r| r.rows_affected()))?;
@@ -170,24 +184,24 @@ impl Store {
 
     pub async fn artifacts(
         &self,
-        tenant_id: &str,
-        run_id: &str,
+        tenant_id: &TenantId,
+        run_id: &RunId,
     ) -> Result<Vec<ArtifactRow>, sqlx::Error> {
         let sql = format!(
             "SELECT {ARTIFACT_COLUMNS} FROM artifacts WHERE run_id = $1 AND tenant_id = $2 ORDER BY created_at_ms, name"
         );
-        with_pool!(self.db, pool => sqlx::query_as::<_, ArtifactRow>(&sql).bind(run_id).bind(tenant_id).fetch_all(pool).await)
+        with_pool!(self.db, pool => sqlx::query_as::<_, ArtifactRow>(&sql).bind(run_id.as_str()).bind(tenant_id.as_str()).fetch_all(pool).await)
     }
 
     pub async fn artifact(
         &self,
-        tenant_id: &str,
+        tenant_id: &TenantId,
         artifact_id: &str,
     ) -> Result<Option<ArtifactRow>, sqlx::Error> {
         let sql = format!(
             "SELECT {ARTIFACT_COLUMNS} FROM artifacts WHERE artifact_id = $1 AND tenant_id = $2"
         );
-        with_pool!(self.db, pool => sqlx::query_as::<_, ArtifactRow>(&sql).bind(artifact_id).bind(tenant_id).fetch_optional(pool).await)
+        with_pool!(self.db, pool => sqlx::query_as::<_, ArtifactRow>(&sql).bind(artifact_id).bind(tenant_id.as_str()).fetch_optional(pool).await)
     }
 }
 
@@ -195,12 +209,16 @@ impl Store {
 #[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
 pub struct StrategyRow {
     pub strategy_id: String,
-    pub tenant_id: String,
+    #[sqlx(try_from = "String")]
+    pub tenant_id: TenantId,
+    /// The research session it was proposed in; empty when none.
     pub session_id: String,
     pub name: String,
-    /// JSON object: universe, lookback, rebalance, risk, cost_bps.
-    pub spec: String,
-    pub status: String,
+    /// Stored as JSON: universe, lookback, rebalance, risk, cost_bps.
+    #[sqlx(try_from = "String")]
+    pub spec: StrategySpec,
+    #[sqlx(try_from = "String")]
+    pub status: StrategyStatus,
     pub created_at_ms: i64,
 }
 
@@ -215,11 +233,11 @@ impl Store {
         );
         with_pool!(self.db, pool => sqlx::query(&sql)
             .bind(&s.strategy_id)
-            .bind(&s.tenant_id)
+            .bind(s.tenant_id.as_str())
             .bind(&s.session_id)
             .bind(&s.name)
-            .bind(&s.spec)
-            .bind(&s.status)
+            .bind(s.spec.to_json().to_string())
+            .bind(s.status.as_str())
             .bind(s.created_at_ms)
             .execute(pool)
             .await
@@ -230,16 +248,16 @@ impl Store {
     /// Move a tenant's strategy to `status`; false when there is none.
     pub async fn set_strategy_status(
         &self,
-        tenant_id: &str,
+        tenant_id: &TenantId,
         strategy_id: &str,
-        status: &str,
+        status: StrategyStatus,
     ) -> Result<bool, sqlx::Error> {
         let _gate = self.db.write_gate().await;
         let sql = "UPDATE strategies SET status = $3 WHERE strategy_id = $1 AND tenant_id = $2";
         let n = with_pool!(self.db, pool => sqlx::query(sql)
             .bind(strategy_id)
-            .bind(tenant_id)
-            .bind(status)
+            .bind(tenant_id.as_str())
+            .bind(status.as_str())
             .execute(pool)
             .await
             .map(|r| r.rows_affected()))?;
@@ -248,13 +266,13 @@ impl Store {
 
     pub async fn strategy(
         &self,
-        tenant_id: &str,
+        tenant_id: &TenantId,
         strategy_id: &str,
     ) -> Result<Option<StrategyRow>, sqlx::Error> {
         let sql = format!(
             "SELECT {STRATEGY_COLUMNS} FROM strategies WHERE strategy_id = $1 AND tenant_id = $2"
         );
-        with_pool!(self.db, pool => sqlx::query_as::<_, StrategyRow>(&sql).bind(strategy_id).bind(tenant_id).fetch_optional(pool).await)
+        with_pool!(self.db, pool => sqlx::query_as::<_, StrategyRow>(&sql).bind(strategy_id).bind(tenant_id.as_str()).fetch_optional(pool).await)
     }
 }
 
@@ -262,10 +280,14 @@ impl Store {
 #[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
 pub struct JobRow {
     pub job_id: String,
-    pub run_id: String,
-    pub tenant_id: String,
+    #[sqlx(try_from = "String")]
+    pub run_id: RunId,
+    #[sqlx(try_from = "String")]
+    pub tenant_id: TenantId,
     pub attempt: i64,
-    pub status: String,
+    /// `Running`, then the run's final status.
+    #[sqlx(try_from = "String")]
+    pub status: RunStatus,
     pub started_at_ms: i64,
     pub finished_at_ms: Option<i64>,
     pub error: String,
@@ -275,19 +297,20 @@ impl Store {
     /// Start a job for a run just claimed.
     pub async fn start_job(
         &self,
-        run_id: &str,
-        tenant_id: &str,
+        run_id: &RunId,
+        tenant_id: &TenantId,
         now_ms: i64,
     ) -> Result<String, sqlx::Error> {
         let _gate = self.db.write_gate().await;
         let job_id = uuid::Uuid::new_v4().hyphenated().to_string();
         let sql = "INSERT INTO jobs (job_id, run_id, tenant_id, attempt, status, started_at_ms) \
-                   VALUES ($1, $2, $3, (SELECT COUNT(*) + 1 FROM jobs WHERE run_id = $2), 'running', $4)";
+                   VALUES ($1, $2, $3, (SELECT COUNT(*) + 1 FROM jobs WHERE run_id = $2), $5, $4)";
         with_pool!(self.db, pool => sqlx::query(sql)
             .bind(&job_id)
-            .bind(run_id)
-            .bind(tenant_id)
+            .bind(run_id.as_str())
+            .bind(tenant_id.as_str())
             .bind(now_ms)
+            .bind(RunStatus::Running.as_str())
             .execute(pool)
             .await
             .map(|r| r.rows_affected()))?;
@@ -297,26 +320,31 @@ impl Store {
     pub async fn finish_job(
         &self,
         job_id: &str,
-        status: &str,
+        status: RunStatus,
         error: &str,
         now_ms: i64,
     ) -> Result<(), sqlx::Error> {
         let _gate = self.db.write_gate().await;
-        let sql = "UPDATE jobs SET status = $2, error = $3, finished_at_ms = $4 WHERE job_id = $1 AND status = 'running'";
+        let sql = "UPDATE jobs SET status = $2, error = $3, finished_at_ms = $4 WHERE job_id = $1 AND status = $5";
         with_pool!(self.db, pool => sqlx::query(sql)
             .bind(job_id)
-            .bind(status)
+            .bind(status.as_str())
             .bind(error)
             .bind(now_ms)
+            .bind(RunStatus::Running.as_str())
             .execute(pool)
             .await
             .map(|r| r.rows_affected()))?;
         Ok(())
     }
 
-    pub async fn jobs(&self, tenant_id: &str, run_id: &str) -> Result<Vec<JobRow>, sqlx::Error> {
+    pub async fn jobs(
+        &self,
+        tenant_id: &TenantId,
+        run_id: &RunId,
+    ) -> Result<Vec<JobRow>, sqlx::Error> {
         let sql = "SELECT job_id, run_id, tenant_id, attempt, status, started_at_ms, finished_at_ms, error \
                    FROM jobs WHERE run_id = $1 AND tenant_id = $2 ORDER BY attempt";
-        with_pool!(self.db, pool => sqlx::query_as::<_, JobRow>(sql).bind(run_id).bind(tenant_id).fetch_all(pool).await)
+        with_pool!(self.db, pool => sqlx::query_as::<_, JobRow>(sql).bind(run_id.as_str()).bind(tenant_id.as_str()).fetch_all(pool).await)
     }
 }

@@ -1,0 +1,219 @@
+//! The built-in skills, one module each.
+//!
+//! A skill is its [`Manifest`] (what agents discover and what its inputs
+//! are checked against) and its computation ([`Skill::run`]), which turns
+//! checked inputs into outputs and named [`Artifact`]s. Everything a
+//! computation needs from outside (prices, the symbol list, a strategy) it
+//! asks of its [`Context`], on behalf of the caller.
+//!
+//! Adding a skill: write a module here with a unit struct implementing
+//! [`Skill`], and list it in [`BUILTIN`]. The catalog, `run_skill`, batch
+//! runs and the checks of `tests/skills.rs` that drive every skill pick it
+//! up from there; nothing else changes.
+
+mod backtest_momentum;
+mod corr_peers;
+mod returns_summary;
+mod vol_realized;
+mod vol_term_structure;
+
+use crate::catalog::Manifest;
+use crate::service::SkillsService;
+use crate::store::StrategyRow;
+use ithaca_kit::error::ServiceError;
+use ithaca_kit::principal::Principal;
+use serde_json::{Map, Value, json};
+
+/// Every built-in skill; within one id, the latest version last.
+pub static BUILTIN: &[&dyn Skill] = &[
+    &vol_realized::VolRealized,
+    &vol_term_structure::VolTermStructure,
+    &returns_summary::ReturnsSummary,
+    &corr_peers::CorrPeers,
+    &backtest_momentum::BacktestMomentum,
+];
+
+/// One analysis agents can run.
+#[tonic::async_trait]
+pub trait Skill: Send + Sync + 'static {
+    /// The manifest agents discover; the run's inputs are checked against
+    /// its input schema (and its defaults filled in) before [`Skill::run`].
+    fn manifest(&self) -> Manifest;
+
+    /// Compute a run. An error fails the run and is shown to the caller,
+    /// so it names the input at fault.
+    async fn run(&self, ctx: &Context<'_>, inputs: &Inputs) -> Result<Output, ServiceError>;
+}
+
+/// What a computation produced.
+#[derive(Clone, Debug)]
+pub struct Output {
+    /// The run's outputs (shaped by the manifest's output schema).
+    pub outputs: Value,
+    /// Files kept with the run, in the order they are listed.
+    pub artifacts: Vec<Artifact>,
+}
+
+/// One file a run produced.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Artifact {
+    /// The file name agents see (`equity_curve.svg`).
+    pub name: String,
+    pub mime_type: &'static str,
+    pub body: String,
+}
+
+impl Artifact {
+    pub fn json(name: &str, value: &Value) -> Artifact {
+        Artifact {
+            name: name.to_owned(),
+            mime_type: "application/json",
+            body: value.to_string(),
+        }
+    }
+
+    pub fn csv(name: &str, body: String) -> Artifact {
+        Artifact {
+            name: name.to_owned(),
+            mime_type: "text/csv",
+            body,
+        }
+    }
+
+    pub fn svg(name: &str, body: String) -> Artifact {
+        Artifact {
+            name: name.to_owned(),
+            mime_type: "image/svg+xml",
+            body,
+        }
+    }
+}
+
+/// A run's inputs, checked against the manifest with its defaults filled
+/// in. The accessors return `None` for an absent input; a skill must not
+/// assume an optional input is there.
+#[derive(Clone, Debug, Default)]
+pub struct Inputs(Map<String, Value>);
+
+impl Inputs {
+    pub fn new(map: Map<String, Value>) -> Inputs {
+        Inputs(map)
+    }
+
+    pub fn text(&self, name: &str) -> Option<&str> {
+        self.0.get(name).and_then(Value::as_str)
+    }
+
+    /// A non-negative integer input.
+    pub fn count(&self, name: &str) -> Option<usize> {
+        self.0
+            .get(name)
+            .and_then(Value::as_u64)
+            .and_then(|n| usize::try_from(n).ok())
+    }
+
+    pub fn number(&self, name: &str) -> Option<f64> {
+        self.0.get(name).and_then(Value::as_f64)
+    }
+
+    /// An array input of texts.
+    pub fn texts(&self, name: &str) -> Option<Vec<&str>> {
+        let items = self.0.get(name)?.as_array()?;
+        Some(items.iter().filter_map(Value::as_str).collect())
+    }
+
+    /// An array input of non-negative integers.
+    pub fn counts(&self, name: &str) -> Option<Vec<usize>> {
+        let items = self.0.get(name)?.as_array()?;
+        Some(
+            items
+                .iter()
+                .filter_map(Value::as_u64)
+                .filter_map(|n| usize::try_from(n).ok())
+                .collect(),
+        )
+    }
+
+    /// The `symbol` input, upper-cased.
+    pub fn symbol(&self) -> Option<String> {
+        self.text("symbol").map(str::to_uppercase)
+    }
+}
+
+/// What a computation may ask for, on behalf of the caller.
+pub struct Context<'a> {
+    pub(crate) service: &'a SkillsService,
+    pub(crate) caller: &'a Principal,
+}
+
+/// A price series: dates (YYYY-MM-DD) beside adjusted closes, oldest first.
+#[derive(Clone, Debug, Default)]
+pub struct Series {
+    pub dates: Vec<String>,
+    pub prices: Vec<f64>,
+}
+
+impl Context<'_> {
+    /// Adjusted closes of `symbol` between `start` and `end` (inclusive;
+    /// default: all), through the broker.
+    pub async fn prices(
+        &self,
+        symbol: &str,
+        start: Option<&str>,
+        end: Option<&str>,
+    ) -> Result<Series, ServiceError> {
+        let (dates, prices) = self.service.prices(self.caller, symbol, start, end).await?;
+        Ok(Series { dates, prices })
+    }
+
+    /// Every symbol the broker has data for.
+    pub async fn symbols(&self) -> Result<Vec<String>, ServiceError> {
+        self.service.known_symbols(self.caller).await
+    }
+
+    /// One of the caller's strategies.
+    pub async fn strategy(&self, strategy_id: &str) -> Result<StrategyRow, ServiceError> {
+        self.service.strategy(self.caller, strategy_id).await
+    }
+}
+
+/// The skill that implements `skill_id` at `version` (the latest when
+/// `version` is `None`).
+pub fn find(
+    skills: &[&'static dyn Skill],
+    skill_id: &str,
+    version: Option<&str>,
+) -> Option<&'static dyn Skill> {
+    skills.iter().copied().rfind(|s| {
+        let m = s.manifest();
+        m.skill_id == skill_id && version.is_none_or(|v| v == m.version)
+    })
+}
+
+/// The schema of a `symbol` input.
+fn symbol_schema() -> Value {
+    json!({"type": "string", "description": "Ticker, for example AAPL (see list_symbols)."})
+}
+
+/// The schema of a `start` or `end` date input.
+fn date_schema(what: &str) -> Value {
+    let default = if what == "Start" { "first" } else { "last" };
+    json!({"type": "string", "format": "date", "description": format!("{what}, YYYY-MM-DD (default: the {default} bar).")})
+}
+
+/// The error of a range too short for a computation.
+fn too_long(field: &str, needed: usize, symbol: &str, have: usize) -> ServiceError {
+    ServiceError::invalid(format!(
+        "{field}: needs {} prices but {} has {have} in the range",
+        needed + 1,
+        symbol.to_uppercase()
+    ))
+    .with_domain("INSUFFICIENT_DATA")
+}
+
+/// The `symbol` input of a skill whose schema requires it.
+fn required_symbol(inputs: &Inputs) -> Result<String, ServiceError> {
+    inputs
+        .symbol()
+        .ok_or_else(|| ServiceError::invalid("inputs.symbol: required input is missing"))
+}

@@ -1,0 +1,85 @@
+//! Strategies: proposed (checked, stored as a draft, `strategy_proposed`
+//! traced), read, and promoted to paper or live by the approvals service.
+
+use crate::model::{StrategyProposal, StrategyStatus};
+use crate::service::{SkillsService, parse_id};
+use crate::store::StrategyRow;
+use ithaca_kit::clock;
+use ithaca_kit::error::ServiceError;
+use ithaca_kit::id::TenantId;
+use ithaca_kit::principal::Principal;
+use ithaca_proto::session::v1 as spb;
+use serde_json::json;
+
+impl SkillsService {
+    /// Check a momentum strategy, store it as a draft and record
+    /// `strategy_proposed` in the caller's session.
+    pub async fn propose(
+        &self,
+        caller: &Principal,
+        proposal: StrategyProposal,
+    ) -> Result<StrategyRow, ServiceError> {
+        let tenant_id = TenantId::of(caller)?;
+        let (name, spec) = proposal.check()?;
+        let known = self.known_symbols(caller).await?;
+        if let Some(unknown) = spec.universe.iter().find(|s| !known.contains(s)) {
+            return Err(ServiceError::not_found(format!(
+                "universe: no market data for {unknown}; known symbols: {}",
+                known.join(", ")
+            ))
+            .with_domain("UNKNOWN_SYMBOL"));
+        }
+        let row = StrategyRow {
+            strategy_id: uuid::Uuid::new_v4().hyphenated().to_string(),
+            tenant_id,
+            session_id: caller.session_id.clone().unwrap_or_default(),
+            name,
+            spec,
+            status: StrategyStatus::Draft,
+            created_at_ms: clock::now_ms(),
+        };
+        self.store.insert_strategy(&row).await?;
+        let mut payload = row.spec.to_json();
+        payload["strategy_id"] = json!(row.strategy_id);
+        payload["name"] = json!(row.name);
+        self.append(caller, spb::EventType::StrategyProposed, payload)
+            .await;
+        Ok(row)
+    }
+
+    pub async fn strategy(
+        &self,
+        caller: &Principal,
+        strategy_id: &str,
+    ) -> Result<StrategyRow, ServiceError> {
+        let tenant_id = TenantId::of(caller)?;
+        let strategy_id = parse_id("strategy_id", strategy_id)?;
+        self.store
+            .strategy(&tenant_id, &strategy_id)
+            .await?
+            .ok_or_else(|| {
+                ServiceError::not_found(format!("strategy_id: no strategy {strategy_id}"))
+                    .with_domain("UNKNOWN_STRATEGY")
+            })
+    }
+
+    /// Move a strategy to paper or live (the approvals service does this
+    /// once a person approved the promotion).
+    pub async fn set_strategy_status(
+        &self,
+        caller: &Principal,
+        strategy_id: &str,
+        status: &str,
+    ) -> Result<StrategyRow, ServiceError> {
+        let tenant_id = TenantId::of(caller)?;
+        let status = match StrategyStatus::parse(status) {
+            Some(s @ (StrategyStatus::Paper | StrategyStatus::Live)) => s,
+            _ => return Err(ServiceError::invalid("status: must be paper or live")),
+        };
+        let strategy = self.strategy(caller, strategy_id).await?;
+        self.store
+            .set_strategy_status(&tenant_id, &strategy.strategy_id, status)
+            .await?;
+        self.strategy(caller, &strategy.strategy_id).await
+    }
+}
