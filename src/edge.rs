@@ -5,7 +5,7 @@ use anyhow::{Context, bail};
 use ithaca_edge::auth::{Authenticator, MAX_CACHE_TTL};
 use ithaca_edge::http::{Callers, HttpOptions};
 use ithaca_edge::{Backends, mcp::Gateway};
-use ithaca_kit::principal::{Actor, InternalKey, Principal};
+use ithaca_kit::principal::{InternalKey, Principal};
 use ithaca_kit::shutdown::CancellationToken;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -109,14 +109,7 @@ pub enum AuthMode {
 /// id unique to this process.
 pub fn local_principal(tenant: &str) -> Principal {
     let agent = format!("local-{}", uuid::Uuid::new_v4().simple());
-    Principal {
-        tenant_id: tenant.to_owned(),
-        key_id: String::new(),
-        agent_id: agent,
-        scopes: ALL_SCOPES.iter().map(|s| s.to_string()).collect(),
-        actor: Actor::Agent,
-        session_id: None,
-    }
+    Principal::local_agent(tenant, agent, ALL_SCOPES)
 }
 
 async fn core(args: &EdgeArgs, key: &InternalKey) -> anyhow::Result<Arc<ithaca_edge::core::Core>> {

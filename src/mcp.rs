@@ -80,7 +80,7 @@ pub async fn run(common: &CommonArgs, args: McpArgs) -> anyhow::Result<()> {
         ..args.edge
     };
     let principal = edge::local_principal(&stack.tenant_id);
-    tracing::info!(tenant_id = %stack.tenant_id, agent_id = %principal.agent_id, "serving MCP over stdio");
+    tracing::info!(tenant_id = %stack.tenant_id, agent_id = %principal.agent(), "serving MCP over stdio");
     let result = edge::run_stdio(&edge_args, &key, principal).await;
     shutdown.cancel();
     if let Some(err) = up::join_all(stack.tasks).await {

@@ -223,7 +223,7 @@ async fn tools_of(up: &Up, token: &str) -> Vec<Value> {
 async fn every_tool_result_validates_against_its_output_schema() {
     // A backend deadline shorter than subscribe_run's wait below: the tool's
     // own deadline must cover its long poll.
-    let up = up(&[("ITHACA_BACKEND_TIMEOUT_MS", "1500")]);
+    let up = up(&[("ITHACA_BACKEND_TIMEOUT_MS", "3000")]);
     let mut tools = tools_of(&up, &up.agent).await;
     let agent_tools: BTreeSet<String> = tools
         .iter()
@@ -366,13 +366,13 @@ async fn every_tool_result_validates_against_its_output_schema() {
     let run_id = run["run_id"].as_str().expect("run id").to_owned();
     pass.ok(&up, &up.agent, "get_run", json!({"run_id": run_id}))
         .await;
-    // The long poll outlives the 1.5 s backend deadline.
+    // The long poll outlives the 3 s backend deadline.
     let waited = pass
         .ok(
             &up,
             &up.agent,
             "subscribe_run",
-            json!({"run_id": run_id, "status": run["status"], "wait_ms": 2500}),
+            json!({"run_id": run_id, "status": run["status"], "wait_ms": 4000}),
         )
         .await;
     assert_eq!(waited["run_id"], run_id.as_str());

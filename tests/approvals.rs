@@ -6,7 +6,7 @@ mod common;
 
 use ithaca_kit::client::Outbound;
 use ithaca_kit::json;
-use ithaca_kit::principal::{Actor, Principal};
+use ithaca_kit::principal::Principal;
 use ithaca_proto::approvals::v1 as pb;
 use ithaca_proto::approvals::v1::approvals_service_client::ApprovalsServiceClient;
 use ithaca_proto::session::v1 as spb;
@@ -112,10 +112,7 @@ async fn promotion_needs_policy_and_a_person() {
         .expect("session")
         .into_inner()
         .session_id;
-    let in_session = Principal {
-        session_id: Some(sid.clone()),
-        ..agent.clone()
-    };
+    let in_session = agent.clone().in_session(Some(sid.clone()));
     let strategy = skills(&skills_url, in_session.clone())
         .propose_strategy(kpb::ProposeStrategyRequest {
             name: "m".into(),
@@ -206,19 +203,13 @@ async fn promotion_needs_policy_and_a_person() {
         .await
         .expect_err("agent");
     assert_eq!(ithaca_kit::error::domain_code(&err), Some("HUMAN_REQUIRED"));
-    let other_tenant = Principal {
-        actor: Actor::Human,
-        ..common::agent("tenant-b", "person-b")
-    };
+    let other_tenant = common::human("tenant-b", "person-b");
     let err = approvals(&approvals_url, other_tenant)
         .decide_approval(decide("approve"))
         .await
         .expect_err("other tenant");
     assert_eq!(err.code(), tonic::Code::NotFound);
-    let human = Principal {
-        actor: Actor::Human,
-        ..common::agent(tenant, "person")
-    };
+    let human = common::human(tenant, "person");
     let mut h = approvals(&approvals_url, human);
     let decided = h
         .decide_approval(decide("approve"))
@@ -349,10 +340,7 @@ async fn an_expired_request_never_runs() {
     // No skills service: if the call ran, the decision would fail differently.
     let svc = ithaca_approvals::service(db, common::key(), &ithaca_approvals::Config::default())
         .expect("service");
-    let human = Principal {
-        actor: Actor::Human,
-        ..common::agent("tenant-a", "person")
-    };
+    let human = common::human("tenant-a", "person");
     let err = svc
         .decide(&human, "", &expired.approval_id, "approve", "")
         .await

@@ -354,13 +354,7 @@ async fn discovery_runs_in_sessions_and_bad_input() {
         .expect("session")
         .into_inner()
         .session_id;
-    let mut c = client(
-        &s.skills_url,
-        Principal {
-            session_id: Some(sid.clone()),
-            ..agent
-        },
-    );
+    let mut c = client(&s.skills_url, agent.in_session(Some(sid.clone())));
 
     let found = c
         .search_skills(pb::SearchSkillsRequest {
@@ -696,13 +690,7 @@ async fn strategies_are_proposed_traced_and_backtested() {
         .expect("session")
         .into_inner()
         .session_id;
-    let mut c = client(
-        &s.skills_url,
-        Principal {
-            session_id: Some(sid.clone()),
-            ..agent
-        },
-    );
+    let mut c = client(&s.skills_url, agent.in_session(Some(sid.clone())));
     let proposal = |universe: &[&str], max_weight: f64| pb::ProposeStrategyRequest {
         name: "MSFT/IBM momentum".into(),
         universe: universe.iter().map(|u| u.to_string()).collect(),

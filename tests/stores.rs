@@ -13,7 +13,7 @@ use ithaca_auth::model::KeyActor;
 use ithaca_auth::service::{KeySpec, NewKey};
 use ithaca_kit::db::Db;
 use ithaca_kit::error::Code;
-use ithaca_kit::principal::{Actor, Principal};
+use ithaca_kit::principal::Principal;
 use ithaca_kit::shutdown::CancellationToken;
 use ithaca_proto::session::v1::EventType;
 use serde_json::json;
@@ -48,10 +48,7 @@ macro_rules! on_both_databases {
 }
 
 fn human(tenant: &str) -> Principal {
-    Principal {
-        actor: Actor::Human,
-        ..common::agent(tenant, "person")
-    }
+    common::human(tenant, "person")
 }
 
 #[tokio::test]
@@ -480,7 +477,10 @@ mod session {
         assert_eq!(late.seq, 4);
         let (events, _) = svc.read(&alice, &s.session_id, 0, 10).await.expect("read");
         let kinds: Vec<&str> = events.iter().map(|e| e.event_type.as_str()).collect();
-        assert_eq!(kinds, ["session_open", "reasoning", "session_closed", "tool_result"]);
+        assert_eq!(
+            kinds,
+            ["session_open", "reasoning", "session_closed", "tool_result"]
+        );
         let err = svc
             .session_context(&alice, "again", None, Some(&s.session_id))
             .await

@@ -6,7 +6,7 @@
 use crate::procs::{Proc, RssSampler};
 use anyhow::{Context, bail};
 use ithaca_kit::client::{self, Outbound};
-use ithaca_kit::principal::{Actor, InternalKey, Principal};
+use ithaca_kit::principal::{InternalKey, Principal, VerifiedKey};
 use ithaca_proto::session::v1 as spb;
 use ithaca_proto::session::v1::session_service_client::SessionServiceClient;
 use serde::Serialize;
@@ -66,14 +66,12 @@ pub async fn run(setup: Setup<'_>) -> anyhow::Result<AppendOutcome> {
     let addr = proc.listening("ithaca: session listening on")?;
     let key = InternalKey::new(setup.key_hex.as_bytes().to_vec())
         .map_err(|_| anyhow::anyhow!("internal key too short"))?;
-    let principal = Principal {
+    let principal = Principal::verified(VerifiedKey {
         tenant_id: "bench".to_owned(),
         key_id: "bench-agent".to_owned(),
-        agent_id: "bench-agent".to_owned(),
         scopes: vec!["data:read".to_owned()],
-        actor: Actor::Agent,
-        session_id: None,
-    };
+        human: false,
+    });
     let channel = client::channel(&format!("http://{addr}"))?;
     let mut session =
         SessionServiceClient::with_interceptor(channel, Outbound::new(key, principal));

@@ -5,7 +5,7 @@
 //! working within that bound. Failures are not cached.
 
 use ithaca_kit::client::Outbound;
-use ithaca_kit::principal::{Actor, InternalKey, Principal};
+use ithaca_kit::principal::{InternalKey, Principal, VerifiedKey};
 use ithaca_proto::auth::v1 as pb;
 use ithaca_proto::auth::v1::auth_service_client::AuthServiceClient;
 use sha2::{Digest, Sha256};
@@ -77,19 +77,12 @@ impl Authenticator {
             }
             Err(status) => return Err(AuthFailure::Unavailable(status.message().to_owned())),
         };
-        let actor = if verified.actor == pb::Actor::Human as i32 {
-            Actor::Human
-        } else {
-            Actor::Agent
-        };
-        let principal = Principal {
+        let principal = Principal::verified(VerifiedKey {
+            human: verified.actor == pb::Actor::Human as i32,
             tenant_id: verified.tenant_id,
-            agent_id: verified.key_id.clone(),
             key_id: verified.key_id,
             scopes: verified.scopes,
-            actor,
-            session_id: None,
-        };
+        });
         self.remember(digest, principal.clone());
         Ok(principal)
     }

@@ -81,8 +81,8 @@ impl Core {
     /// session subject of subject-scoped write tools.
     pub fn offered(&self, caller: &Principal, tool: &Tool) -> bool {
         let scoped =
-            caller.actor == Actor::System || tool.scopes().iter().all(|s| caller.has_scope(s));
-        let human_ok = !tool.options.human_only || caller.actor != Actor::Agent;
+            caller.actor() == Actor::System || tool.scopes().iter().all(|s| caller.has_scope(s));
+        let human_ok = !tool.options.human_only || caller.actor() != Actor::Agent;
         // Subject-scoped write tools need a session opened from their subject;
         // no session carries a subject yet, so they are never offered.
         let subject_ok = tool.options.subject_kind.is_empty();
@@ -126,11 +126,11 @@ impl Core {
             && let Some(session) = &self.session
         {
             match self.current_session(session, caller).await {
-                Ok(id) => principal.session_id = Some(id),
+                Ok(id) => principal = principal.in_session(Some(id)),
                 Err(failure) => return Ok(failure.to_result()),
             }
         }
-        if let Some(session_id) = principal.session_id.clone() {
+        if let Some(session_id) = principal.session_id().map(str::to_owned) {
             let payload = json!({"name": name, "arguments": arguments_seen});
             if let Err(status) = self
                 .append(&principal, &session_id, spb::EventType::ToolCall, payload)
@@ -146,8 +146,8 @@ impl Core {
         let outcome = self.invoke(tool, &principal, arguments).await;
 
         // session_context opened (or joined) a session: record the call in it.
-        let session_id = match (&principal.session_id, &outcome) {
-            (Some(id), _) => Some(id.clone()),
+        let session_id = match (principal.session_id(), &outcome) {
+            (Some(id), _) => Some(id.to_owned()),
             (None, Ok(result)) if tool.options.session_exempt => {
                 result["structuredContent"]["session_id"]
                     .as_str()
@@ -156,7 +156,7 @@ impl Core {
             _ => None,
         };
         if let (Some(session_id), Some(_)) = (session_id, &self.session) {
-            principal.session_id = Some(session_id.clone());
+            principal = principal.in_session(Some(session_id.clone()));
             if tool.options.session_exempt {
                 let payload = json!({"name": name, "arguments": arguments_seen});
                 let _ = self
@@ -269,7 +269,8 @@ impl Core {
         let Some((resource, vars)) = self.catalog.resource(uri) else {
             return Err(not_found());
         };
-        if !resource.scopes().iter().all(|s| caller.has_scope(s)) && caller.actor != Actor::System {
+        if !resource.scopes().iter().all(|s| caller.has_scope(s)) && caller.actor() != Actor::System
+        {
             return Err(not_found());
         }
         let args: serde_json::Map<String, Value> = vars
@@ -390,7 +391,10 @@ pub fn error_code(status: &Status) -> String {
         Code::Unauthenticated => "AUTH_REQUIRED",
         Code::FailedPrecondition => "FAILED_PRECONDITION",
         Code::Unavailable => "SERVICE_UNAVAILABLE",
-        Code::DeadlineExceeded => "TIMEOUT",
+        // The edge cancels a call only when its deadline passes (tonic
+        // reports a server-side `grpc-timeout` as CANCELLED "Timeout
+        // expired"), so both are timeouts.
+        Code::DeadlineExceeded | Code::Cancelled => "TIMEOUT",
         Code::ResourceExhausted => "RATE_LIMITED",
         _ => "INTERNAL",
     }
@@ -400,7 +404,7 @@ pub fn error_code(status: &Status) -> String {
 fn status_failure(status: &Status) -> ToolFailure {
     let retryable = matches!(
         status.code(),
-        Code::Unavailable | Code::DeadlineExceeded | Code::ResourceExhausted
+        Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::ResourceExhausted
     );
     let message = match status.code() {
         Code::Internal | Code::Unknown => {

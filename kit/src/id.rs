@@ -189,10 +189,10 @@ string_id! {
 impl TenantId {
     /// The caller's own tenant; a caller without one is refused.
     pub fn of(caller: &Principal) -> Result<TenantId, ServiceError> {
-        if caller.tenant_id.is_empty() {
+        if caller.tenant_id().is_empty() {
             return Err(ServiceError::denied("the caller has no tenant"));
         }
-        Ok(TenantId(caller.tenant_id.clone()))
+        Ok(TenantId(caller.tenant_id().to_owned()))
     }
 }
 

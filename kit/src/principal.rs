@@ -47,26 +47,40 @@ impl Actor {
     }
 }
 
-/// The identity a service acts for.
+/// The identity a service acts for. Its fields are private: a principal is
+/// built only from a verified key ([`Principal::verified`]), for a local
+/// agent the machine itself trusts ([`Principal::local_agent`]), for the
+/// system ([`Principal::system`]), or by verifying a signed assertion
+/// ([`InternalKey::verify`]); nothing downstream can widen it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Principal {
     /// The tenant every query is filtered by; empty only for system callers
     /// that work across tenants (tenant administration).
-    pub tenant_id: String,
+    tenant_id: String,
     /// The API key the caller authenticated with; empty for system and stdio.
     #[serde(default)]
-    pub key_id: String,
+    key_id: String,
     /// The agent whose current session applies: the key id over HTTP, a
     /// per-process id over stdio.
     #[serde(default)]
-    pub agent_id: String,
+    agent_id: String,
     /// Granted scopes, as seed 000 names them (`data:read`, …).
     #[serde(default)]
-    pub scopes: Vec<String>,
-    pub actor: Actor,
+    scopes: Vec<String>,
+    actor: Actor,
     /// The research session the call belongs to, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub session_id: Option<String>,
+    session_id: Option<String>,
+}
+
+/// What the auth service vouched for when it verified an API key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VerifiedKey {
+    pub tenant_id: String,
+    pub key_id: String,
+    pub scopes: Vec<String>,
+    /// `Human` or `Agent`; a key never verifies as the system.
+    pub human: bool,
 }
 
 impl Principal {
@@ -80,6 +94,65 @@ impl Principal {
             actor: Actor::System,
             session_id: None,
         }
+    }
+
+    /// The caller a verified API key names; over HTTP the key is the agent.
+    pub fn verified(key: VerifiedKey) -> Self {
+        Principal {
+            tenant_id: key.tenant_id,
+            agent_id: key.key_id.clone(),
+            key_id: key.key_id,
+            scopes: key.scopes,
+            actor: if key.human {
+                Actor::Human
+            } else {
+                Actor::Agent
+            },
+            session_id: None,
+        }
+    }
+
+    /// An agent of a process the local machine trusts (stdio, or an edge
+    /// with authentication off on loopback): no key, its own agent id.
+    pub fn local_agent(
+        tenant_id: impl Into<String>,
+        agent_id: impl Into<String>,
+        scopes: impl IntoIterator<Item = impl Into<String>>,
+    ) -> Self {
+        Principal {
+            tenant_id: tenant_id.into(),
+            key_id: String::new(),
+            agent_id: agent_id.into(),
+            scopes: scopes.into_iter().map(Into::into).collect(),
+            actor: Actor::Agent,
+            session_id: None,
+        }
+    }
+
+    /// The same principal, acting inside `session_id`.
+    pub fn in_session(mut self, session_id: Option<String>) -> Self {
+        self.session_id = session_id;
+        self
+    }
+
+    pub fn tenant_id(&self) -> &str {
+        &self.tenant_id
+    }
+
+    pub fn key_id(&self) -> &str {
+        &self.key_id
+    }
+
+    pub fn scopes(&self) -> &[String] {
+        &self.scopes
+    }
+
+    pub fn actor(&self) -> Actor {
+        self.actor
+    }
+
+    pub fn session_id(&self) -> Option<&str> {
+        self.session_id.as_deref()
     }
 
     pub fn has_scope(&self, scope: &str) -> bool {
@@ -281,14 +354,12 @@ mod tests {
     }
 
     fn alice() -> Principal {
-        Principal {
+        Principal::verified(VerifiedKey {
             tenant_id: "t1".into(),
             key_id: "k1".into(),
-            agent_id: "k1".into(),
             scopes: vec!["data:read".into()],
-            actor: Actor::Agent,
-            session_id: None,
-        }
+            human: false,
+        })
     }
 
     #[test]

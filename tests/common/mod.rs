@@ -8,7 +8,7 @@ pub mod http;
 
 use ithaca_kit::client::{self, Outbound};
 use ithaca_kit::db::Db;
-use ithaca_kit::principal::{Actor, InternalKey, Principal};
+use ithaca_kit::principal::{InternalKey, Principal, VerifiedKey};
 use ithaca_kit::shutdown::CancellationToken;
 use ithaca_proto::auth::v1::auth_service_client::AuthServiceClient;
 use ithaca_proto::session::v1::session_service_client::SessionServiceClient;
@@ -152,14 +152,22 @@ pub fn session_client(url: &str, principal: Principal) -> SessionClient {
 
 /// An agent principal of `tenant` with agent id `agent`.
 pub fn agent(tenant: &str, agent: &str) -> Principal {
-    Principal {
+    Principal::verified(VerifiedKey {
         tenant_id: tenant.to_owned(),
         key_id: agent.to_owned(),
-        agent_id: agent.to_owned(),
         scopes: vec!["data:read".to_owned()],
-        actor: Actor::Agent,
-        session_id: None,
-    }
+        human: false,
+    })
+}
+
+/// A person of `tenant` with key id `person` (a human key, `data:read`).
+pub fn human(tenant: &str, person: &str) -> Principal {
+    Principal::verified(VerifiedKey {
+        tenant_id: tenant.to_owned(),
+        key_id: person.to_owned(),
+        scopes: vec!["data:read".to_owned()],
+        human: true,
+    })
 }
 
 /// The `ithaca` binary Cargo built for these tests.

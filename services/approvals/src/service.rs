@@ -91,7 +91,7 @@ impl ApprovalsService {
         tenant_id: &str,
         change: PolicyChange,
     ) -> Result<PolicyRow, ServiceError> {
-        if caller.actor != Actor::System {
+        if caller.actor() != Actor::System {
             return Err(ServiceError::denied(
                 "only administrators change the policy (ithaca policy set)",
             ));
@@ -167,7 +167,7 @@ impl ApprovalsService {
             status: ApprovalStatus::Pending,
             requested_by: caller.agent().to_owned(),
             requester: serde_json::to_string(caller).map_err(|e| ServiceError::internal(&e))?,
-            session_id: caller.session_id.clone().unwrap_or_default(),
+            session_id: caller.session_id().unwrap_or_default().to_owned(),
             decided_by: String::new(),
             note: String::new(),
             result: None,
@@ -224,7 +224,7 @@ impl ApprovalsService {
         decision: &str,
         note: &str,
     ) -> Result<ApprovalRow, ServiceError> {
-        if caller.actor == Actor::Agent {
+        if caller.actor() == Actor::Agent {
             self.trace(caller, spb::EventType::Denial, json!({"tool": "decide_approval", "approval_id": approval_id, "error": "HUMAN_REQUIRED"})).await;
             return Err(ServiceError::denied(
                 "only a person may decide an approval: use a human key",
@@ -237,9 +237,9 @@ impl ApprovalsService {
         let requester: Principal =
             serde_json::from_str(&approval.requester).map_err(|e| ServiceError::internal(&e))?;
         let now = clock::now_ms();
-        let decided_by = match caller.actor {
+        let decided_by = match caller.actor() {
             Actor::System => "administrator".to_owned(),
-            _ => caller.key_id.clone(),
+            _ => caller.key_id().to_owned(),
         };
         if approval.status == ApprovalStatus::Pending && now > approval.expires_at_ms {
             self.store
@@ -358,11 +358,11 @@ impl ApprovalsService {
 
     /// Append to `who`'s session, when there is one; failures are logged.
     async fn trace(&self, who: &Principal, kind: spb::EventType, payload: Value) {
-        let (Some(channel), Some(session_id)) = (&self.session, &who.session_id) else {
+        let (Some(channel), Some(session_id)) = (&self.session, who.session_id()) else {
             return;
         };
         let mut request = tonic::Request::new(spb::AppendEventRequest {
-            session_id: session_id.clone(),
+            session_id: session_id.to_owned(),
             r#type: kind as i32,
             payload: Some(json::to_struct(payload)),
         });
@@ -378,15 +378,15 @@ impl ApprovalsService {
 
 /// Administrators name the tenant; everyone else acts in their own.
 fn target_tenant(caller: &Principal, requested: &str) -> Result<TenantId, ServiceError> {
-    if caller.actor == Actor::System {
+    if caller.actor() == Actor::System {
         let tenant = if requested.is_empty() {
-            caller.tenant_id.as_str()
+            caller.tenant_id()
         } else {
             requested
         };
         return TenantId::parse(tenant);
     }
-    if !requested.is_empty() && requested != caller.tenant_id {
+    if !requested.is_empty() && requested != caller.tenant_id() {
         return Err(ServiceError::not_found("tenant_id: no such tenant"));
     }
     TenantId::of(caller)

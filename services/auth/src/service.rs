@@ -221,10 +221,10 @@ impl AuthService {
         requested: &str,
     ) -> Result<TenantId, ServiceError> {
         let no_such_tenant = || ServiceError::not_found("tenant_id: no such tenant");
-        let tenant_id = match caller.actor {
+        let tenant_id = match caller.actor() {
             Actor::System => TenantId::parse(requested)?,
-            Actor::Human if requested.is_empty() || requested == caller.tenant_id => {
-                TenantId::parse(&caller.tenant_id).map_err(|_| no_such_tenant())?
+            Actor::Human if requested.is_empty() || requested == caller.tenant_id() => {
+                TenantId::parse(caller.tenant_id()).map_err(|_| no_such_tenant())?
             }
             // Another tenant is indistinguishable from a missing one.
             Actor::Human => return Err(no_such_tenant()),
@@ -240,7 +240,7 @@ impl AuthService {
 }
 
 fn require_system(caller: &Principal) -> Result<(), ServiceError> {
-    if caller.actor == Actor::System {
+    if caller.actor() == Actor::System {
         Ok(())
     } else {
         Err(ServiceError::denied("only system callers may do this"))

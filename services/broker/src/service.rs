@@ -105,13 +105,13 @@ impl BrokerService {
         caller: &Principal,
         account: NewAccount,
     ) -> Result<AccountRow, ServiceError> {
-        if caller.actor != Actor::System {
+        if caller.actor() != Actor::System {
             return Err(ServiceError::denied(
                 "only administrators add provider accounts",
             ));
         }
         let tenant_id = if account.tenant_id.is_empty() {
-            caller.tenant_id.clone()
+            caller.tenant_id().to_owned()
         } else {
             account.tenant_id.clone()
         };
@@ -162,7 +162,7 @@ impl BrokerService {
     /// The caller's tenant's accounts.
     pub async fn accounts(&self, caller: &Principal) -> Result<Vec<AccountRow>, ServiceError> {
         require_tenant(caller)?;
-        Ok(self.store.accounts(&caller.tenant_id).await?)
+        Ok(self.store.accounts(caller.tenant_id()).await?)
     }
 
     /// Whether a stored credential still opens (a corrupted or foreign one
@@ -183,7 +183,7 @@ impl BrokerService {
         checksum: &str,
         rows: Vec<IngestRow>,
     ) -> Result<Ingested, ServiceError> {
-        if caller.actor != Actor::System {
+        if caller.actor() != Actor::System {
             return Err(ServiceError::denied(
                 "only administrators ingest market data",
             ));
@@ -341,7 +341,7 @@ impl BrokerService {
 }
 
 fn require_tenant(caller: &Principal) -> Result<(), ServiceError> {
-    if caller.tenant_id.is_empty() && caller.actor != Actor::System {
+    if caller.tenant_id().is_empty() && caller.actor() != Actor::System {
         return Err(ServiceError::denied("the caller has no tenant"));
     }
     Ok(())

@@ -130,7 +130,7 @@ impl SessionService {
         let open = NewEvent {
             event_type: "session_open",
             payload:
-                json!({"title": row.title, "agent_id": agent_id, "actor": caller.actor.as_str()})
+                json!({"title": row.title, "agent_id": agent_id, "actor": caller.actor().as_str()})
                     .to_string(),
             trace_id,
         };
@@ -198,7 +198,7 @@ impl SessionService {
         self.store.clear_current(&tenant_id, &session_id).await?;
         if closed {
             // Watchers learn the session ended; their streams end after it.
-            let by = if caller.actor == ithaca_kit::principal::Actor::Human {
+            let by = if caller.actor() == ithaca_kit::principal::Actor::Human {
                 "person"
             } else {
                 "agent"

@@ -51,11 +51,11 @@ impl SkillsService {
 
     /// Append an event to the caller's session, when there is one.
     pub(crate) async fn append(&self, caller: &Principal, kind: spb::EventType, payload: Value) {
-        let (Some(channel), Some(session_id)) = (&self.session, &caller.session_id) else {
+        let (Some(channel), Some(session_id)) = (&self.session, caller.session_id()) else {
             return;
         };
         let mut request = tonic::Request::new(spb::AppendEventRequest {
-            session_id: session_id.clone(),
+            session_id: session_id.to_owned(),
             r#type: kind as i32,
             payload: Some(json::to_struct(payload)),
         });

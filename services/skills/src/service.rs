@@ -148,7 +148,7 @@ impl SkillsService {
         let run = RunRow {
             run_id: RunId::new_v4(),
             tenant_id,
-            session_id: caller.session_id.clone().unwrap_or_default(),
+            session_id: caller.session_id().unwrap_or_default().to_owned(),
             skill_id: manifest.skill_id.to_owned(),
             version: manifest.version.to_owned(),
             inputs: Value::Object(inputs).to_string(),

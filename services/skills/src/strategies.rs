@@ -32,7 +32,7 @@ impl SkillsService {
         let row = StrategyRow {
             strategy_id: uuid::Uuid::new_v4().hyphenated().to_string(),
             tenant_id,
-            session_id: caller.session_id.clone().unwrap_or_default(),
+            session_id: caller.session_id().unwrap_or_default().to_owned(),
             name,
             spec,
             status: StrategyStatus::Draft,

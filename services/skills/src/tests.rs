@@ -6,7 +6,7 @@ use crate::model::{Profile, RunStatus};
 use crate::service::SkillsService;
 use crate::skills::{Context, Inputs, Output, Skill};
 use ithaca_kit::error::{Code, ServiceError};
-use ithaca_kit::principal::{Actor, InternalKey, Principal};
+use ithaca_kit::principal::{InternalKey, Principal};
 use serde_json::json;
 
 /// A skill whose computation panics.
@@ -52,14 +52,12 @@ impl Skill for Panics {
 }
 
 fn agent() -> Principal {
-    Principal {
+    Principal::verified(ithaca_kit::principal::VerifiedKey {
         tenant_id: "tenant-a".into(),
         key_id: "agent-a".into(),
-        agent_id: "agent-a".into(),
         scopes: Vec::new(),
-        actor: Actor::Agent,
-        session_id: None,
-    }
+        human: false,
+    })
 }
 
 async fn service(dir: &tempfile::TempDir) -> SkillsService {
