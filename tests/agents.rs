@@ -48,41 +48,12 @@ fn up(env: &[(&str, &str)]) -> Up {
 }
 
 fn meta() -> Value {
-    json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {},
-        "io.modelcontextprotocol/clientInfo": {"name": "agents-test", "version": "1"},
-    })
+    http::modern_meta()
 }
 
 /// A 2026-07-28 request; the whole JSON-RPC reply.
-async fn modern(up: &Up, token: &str, method: &str, mut params: Value) -> Reply {
-    params["_meta"] = meta();
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-    let auth = format!("Bearer {token}");
-    let mut headers = vec![
-        ("Authorization", auth.as_str()),
-        ("Content-Type", "application/json"),
-        ("Accept", "application/json, text/event-stream"),
-        ("MCP-Protocol-Version", "2026-07-28"),
-        ("Mcp-Method", method),
-    ];
-    let name = params
-        .get("name")
-        .or_else(|| params.get("uri"))
-        .and_then(Value::as_str)
-        .map(str::to_owned);
-    if let Some(name) = &name {
-        headers.push(("Mcp-Name", name.as_str()));
-    }
-    http::request(
-        &up.url,
-        "POST",
-        "/mcp",
-        &headers,
-        body.to_string().as_bytes(),
-    )
-    .await
+async fn modern(up: &Up, token: &str, method: &str, params: Value) -> Reply {
+    http::modern(&up.url, token, method, params).await
 }
 
 /// A request of the `initialize` profile, with `version` in the header (or

@@ -123,41 +123,12 @@ async fn stack() -> Stack {
 }
 
 fn meta() -> Value {
-    json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {},
-        "io.modelcontextprotocol/clientInfo": {"name": "edge-test", "version": "1"},
-    })
+    http::modern_meta()
 }
 
 /// A well-formed 2026-07-28 request with matching headers.
-async fn modern(s: &Stack, token: &str, method: &str, mut params: Value) -> Reply {
-    params["_meta"] = meta();
-    let name = params
-        .get("name")
-        .or_else(|| params.get("uri"))
-        .and_then(Value::as_str)
-        .map(str::to_owned);
-    let body = json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params});
-    let auth = format!("Bearer {token}");
-    let mut headers = vec![
-        ("Authorization", auth.as_str()),
-        ("Content-Type", "application/json"),
-        ("Accept", "application/json, text/event-stream"),
-        ("MCP-Protocol-Version", "2026-07-28"),
-        ("Mcp-Method", method),
-    ];
-    if let Some(name) = &name {
-        headers.push(("Mcp-Name", name.as_str()));
-    }
-    http::request(
-        &s.url,
-        "POST",
-        "/mcp",
-        &headers,
-        body.to_string().as_bytes(),
-    )
-    .await
+async fn modern(s: &Stack, token: &str, method: &str, params: Value) -> Reply {
+    http::modern(&s.url, token, method, params).await
 }
 
 async fn raw(s: &Stack, token: Option<&str>, extra: &[(&str, &str)], body: &str) -> Reply {

@@ -339,22 +339,31 @@ async fn computations(s: Stack) {
     assert_eq!(err.code(), tonic::Code::NotFound);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn discovery_runs_in_sessions_and_bad_input() {
-    let s = stack().await;
-    // A session for the run trace.
+/// A skills client for agent-a of tenant-a inside a session opened with
+/// `prompt`, and that session's id.
+async fn in_new_session(s: &Stack, prompt: &str) -> (Client, String) {
     let agent = common::agent("tenant-a", "agent-a");
     let mut sessions = common::session_client(&s.session_url, agent.clone());
     let sid = sessions
         .session_context(spb::SessionContextRequest {
-            prompt: "skills".into(),
+            prompt: prompt.into(),
             ..Default::default()
         })
         .await
         .expect("session")
         .into_inner()
         .session_id;
-    let mut c = client(&s.skills_url, agent.in_session(Some(sid.clone())));
+    (
+        client(&s.skills_url, agent.in_session(Some(sid.clone()))),
+        sid,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovery_runs_in_sessions_and_bad_input() {
+    let s = stack().await;
+    // A session for the run trace.
+    let (mut c, sid) = in_new_session(&s, "skills").await;
 
     let found = c
         .search_skills(pb::SearchSkillsRequest {
@@ -386,7 +395,7 @@ async fn discovery_runs_in_sessions_and_bad_input() {
         .await
         .expect("run");
     assert_eq!(r.session_id, sid);
-    let events = sessions
+    let events = common::session_client(&s.session_url, common::agent("tenant-a", "agent-a"))
         .read_events(spb::ReadEventsRequest {
             session_id: sid.clone(),
             after_seq: 0,
@@ -679,18 +688,7 @@ fn simulate(prices: &[f64], lookback: usize, holding: usize, cost: f64) -> Vec<f
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn strategies_are_proposed_traced_and_backtested() {
     let s = stack().await;
-    let agent = common::agent("tenant-a", "agent-a");
-    let mut sessions = common::session_client(&s.session_url, agent.clone());
-    let sid = sessions
-        .session_context(spb::SessionContextRequest {
-            prompt: "strategy".into(),
-            ..Default::default()
-        })
-        .await
-        .expect("session")
-        .into_inner()
-        .session_id;
-    let mut c = client(&s.skills_url, agent.in_session(Some(sid.clone())));
+    let (mut c, sid) = in_new_session(&s, "strategy").await;
     let proposal = |universe: &[&str], max_weight: f64| pb::ProposeStrategyRequest {
         name: "MSFT/IBM momentum".into(),
         universe: universe.iter().map(|u| u.to_string()).collect(),
@@ -712,7 +710,7 @@ async fn strategies_are_proposed_traced_and_backtested() {
         ("draft", vec!["IBM".to_owned(), "MSFT".to_owned()])
     );
 
-    let events = sessions
+    let events = common::session_client(&s.session_url, common::agent("tenant-a", "agent-a"))
         .read_events(spb::ReadEventsRequest {
             session_id: sid.clone(),
             after_seq: 0,

@@ -143,3 +143,36 @@ fn dechunk(mut data: &[u8]) -> Vec<u8> {
         data = &data[(start + size + 2).min(data.len())..];
     }
 }
+
+/// The `_meta` a 2026-07-28 client puts in every request.
+pub fn modern_meta() -> serde_json::Value {
+    serde_json::json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "ithaca-tests", "version": "1"},
+    })
+}
+
+/// A well-formed 2026-07-28 request to `base`'s `/mcp` with a bearer
+/// `token`, the `_meta` and the headers that must match it.
+pub async fn modern(base: &str, token: &str, method: &str, mut params: Value) -> Reply {
+    params["_meta"] = modern_meta();
+    let name = params
+        .get("name")
+        .or_else(|| params.get("uri"))
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params});
+    let auth = format!("Bearer {token}");
+    let mut headers = vec![
+        ("Authorization", auth.as_str()),
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+        ("MCP-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", method),
+    ];
+    if let Some(name) = &name {
+        headers.push(("Mcp-Name", name.as_str()));
+    }
+    request(base, "POST", "/mcp", &headers, body.to_string().as_bytes()).await
+}
