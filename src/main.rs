@@ -17,6 +17,7 @@ mod admin;
 mod approvals;
 mod edge;
 mod ingest;
+mod ingest_astro;
 mod mcp;
 mod serve;
 mod services;
@@ -59,7 +60,8 @@ enum Command {
     /// Add provider accounts (credentials are stored encrypted, never shown).
     #[command(subcommand)]
     Accounts(accounts::AccountsCommand),
-    /// Load data into a running stack (daily bars into the broker).
+    /// Load data into a running stack (daily bars, ZTF alerts and reference
+    /// catalogs into the broker).
     #[command(subcommand)]
     Ingest(ingest::IngestCommand),
     /// Create and list tenants on a running auth service.

@@ -34,7 +34,10 @@ pub struct DecodedAlert {
 #[derive(Clone, Debug)]
 pub struct DecodedFile {
     pub schema: Schema,
-    /// SHA-256 (hex) of the schema's canonical form.
+    /// SHA-256 (hex) of the version label and the schema's canonical form:
+    /// the canonical form leaves out the `version` attribute and the docs,
+    /// so 4.01 and 4.02 containers can share one, and each version must
+    /// still be listed.
     pub schema_id: String,
     /// `4.02`, or `4.02/Fink` when the publisher is not ZTF.
     pub version: String,
@@ -59,7 +62,6 @@ pub enum DecodeError {
 pub fn decode_file(bytes: &[u8]) -> Result<DecodedFile, DecodeError> {
     let reader = Reader::new(bytes).map_err(|e| DecodeError::NotAvro(e.to_string()))?;
     let schema = reader.writer_schema().clone();
-    let schema_id = hex::encode(Sha256::digest(schema.canonical_form().as_bytes()));
     let mut alerts = Vec::new();
     let mut version = String::new();
     for (index, record) in reader.enumerate() {
@@ -77,6 +79,11 @@ pub fn decode_file(bytes: &[u8]) -> Result<DecodedFile, DecodeError> {
     if alerts.is_empty() {
         return Err(DecodeError::Empty);
     }
+    let mut hasher = Sha256::new();
+    hasher.update(version.as_bytes());
+    hasher.update(b"\n");
+    hasher.update(schema.canonical_form().as_bytes());
+    let schema_id = hex::encode(hasher.finalize());
     Ok(DecodedFile {
         schema,
         schema_id,

@@ -1,7 +1,7 @@
 //! Light curves from alert packets: the candidate, the `prv_candidates`
 //! history (detections and upper limits) and the forced photometry of
-//! `fp_hists`, each exposure once however many alerts repeated it, sorted
-//! by time.
+//! `fp_hists`, each measurement once however many alerts repeated it,
+//! sorted by time.
 //!
 //! Forced photometry is a difference flux at the science zero point; a
 //! point of SNR ≥ 3 becomes a magnitude (`magzpsci − 2.5 log10 flux`, error
@@ -77,10 +77,12 @@ fn s(v: &Json, name: &str) -> Option<String> {
     v.get(name)?.as_str().map(str::to_owned)
 }
 
-/// Collects points from packets, de-duplicating by (kind, band, exposure time).
+/// Collects points from packets, de-duplicating by kind, band, exposure
+/// time and candid: one exposure can hold two detections of an object (two
+/// candidates, two candids), and every later alert repeats both.
 #[derive(Debug, Default)]
 pub struct Builder {
-    points: BTreeMap<(Kind, i64, u64), Point>,
+    points: BTreeMap<(Kind, i64, u64, i64), Point>,
     include_forced: bool,
 }
 
@@ -93,7 +95,8 @@ impl Builder {
     }
 
     fn add(&mut self, p: Point) {
-        self.points.entry((p.kind, p.fid, p.jd.to_bits())).or_insert(p);
+        let key = (p.kind, p.fid, p.jd.to_bits(), p.candid.unwrap_or(0));
+        self.points.entry(key).or_insert(p);
     }
 
     /// Add one packet (as JSON: `candidate`, `prv_candidates`, `fp_hists`).
