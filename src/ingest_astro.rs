@@ -107,13 +107,28 @@ pub async fn send_alert_file(
     }
     chunks[0].broker_id = broker_id.to_owned();
     chunks[0].source = source.to_owned();
-    Ok(broker.ingest_alerts(tokio_stream::iter(chunks)).await?.into_inner())
+    Ok(broker
+        .ingest_alerts(tokio_stream::iter(chunks))
+        .await?
+        .into_inner())
 }
 
-pub async fn ztf(common: &CommonArgs, paths: Vec<PathBuf>, broker_id: String, target: Target) -> anyhow::Result<()> {
+pub async fn ztf(
+    common: &CommonArgs,
+    paths: Vec<PathBuf>,
+    broker_id: String,
+    target: Target,
+) -> anyhow::Result<()> {
     let files = avro_files(&paths)?;
     if files.is_empty() {
-        anyhow::bail!("no .avro files under {}", paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "));
+        anyhow::bail!(
+            "no .avro files under {}",
+            paths
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
     }
     let mut broker = connect(common, &target)?;
     let progress = Progress {
@@ -121,7 +136,10 @@ pub async fn ztf(common: &CommonArgs, paths: Vec<PathBuf>, broker_id: String, ta
     };
     let (mut alerts, mut stored, mut unchanged, mut skipped) = (0i64, 0i64, 0usize, Vec::new());
     for (i, path) in files.iter().enumerate() {
-        let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+        let name = path.file_name().map_or_else(
+            || path.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
         progress.show(i, files.len(), &name);
         let bytes = match std::fs::read(path) {
             Ok(b) => b,
@@ -162,7 +180,11 @@ pub async fn ztf(common: &CommonArgs, paths: Vec<PathBuf>, broker_id: String, ta
         anyhow::bail!(
             "{} file(s) skipped: {}",
             skipped.len(),
-            skipped.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+            skipped
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
         );
     }
     Ok(())
@@ -170,7 +192,10 @@ pub async fn ztf(common: &CommonArgs, paths: Vec<PathBuf>, broker_id: String, ta
 
 pub async fn catalog(common: &CommonArgs, file: PathBuf, target: Target) -> anyhow::Result<()> {
     let bytes = std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
-    let name = file.file_name().map_or_else(|| "catalog.csv".to_owned(), |n| n.to_string_lossy().into_owned());
+    let name = file.file_name().map_or_else(
+        || "catalog.csv".to_owned(),
+        |n| n.to_string_lossy().into_owned(),
+    );
     let mut broker = connect(common, &target)?;
     let total = bytes.len();
     let chunks: Vec<pb::CatalogFileChunk> = bytes
@@ -200,9 +225,15 @@ pub async fn catalog(common: &CommonArgs, file: PathBuf, target: Target) -> anyh
         eprintln!();
     }
     if report.already_present {
-        println!("{}: already ingested ({} {} sources); nothing changed", report.source, report.rows, report.catalog);
+        println!(
+            "{}: already ingested ({} {} sources); nothing changed",
+            report.source, report.rows, report.catalog
+        );
     } else {
-        println!("{}: {} {} sources, sha256 {}", report.source, report.rows, report.catalog, report.checksum);
+        println!(
+            "{}: {} {} sources, sha256 {}",
+            report.source, report.rows, report.catalog, report.checksum
+        );
     }
     Ok(())
 }

@@ -51,7 +51,10 @@ async fn archive_suite(db: Db) {
         .iter()
         .flat_map(|r| r.candids.iter().copied().zip(r.object_ids.iter().cloned()))
         .collect();
-    let want: BTreeMap<i64, String> = listed.iter().map(|l| (l.candid, l.object_id.clone())).collect();
+    let want: BTreeMap<i64, String> = listed
+        .iter()
+        .map(|l| (l.candid, l.object_id.clone()))
+        .collect();
     assert_eq!(got, want, "candid → objectId as in SOURCES.md");
 
     // Each alert's history counts, as SOURCES.md lists them.
@@ -82,11 +85,15 @@ async fn archive_suite(db: Db) {
     let again = astro::ingest_alerts(&alerts).await;
     assert!(again.iter().all(|r| r.already_present && r.stored == 0));
     let brokers = alerts.brokers(&reader()).await.expect("brokers");
-    let archive = brokers.iter().find(|b| b.row.broker_id == "ztf-archive").expect("archive");
+    let archive = brokers
+        .iter()
+        .find(|b| b.row.broker_id == "ztf-archive")
+        .expect("archive");
     assert_eq!((archive.stats.alerts, archive.stats.objects), (40, 40));
 
     // A truncated file and a file that is not Avro: named, nothing stored.
-    let good = std::fs::read(astro::alerts_dir().join("v4.02/2695378462115010012.avro")).expect("read");
+    let good =
+        std::fs::read(astro::alerts_dir().join("v4.02/2695378462115010012.avro")).expect("read");
     let truncated = good[..good.len() * 2 / 3].to_vec();
     let err = alerts
         .ingest_file(&Principal::system(""), "", "cut.avro", truncated)
@@ -102,7 +109,10 @@ async fn archive_suite(db: Db) {
     let brokers = alerts.brokers(&reader()).await.expect("brokers");
     assert_eq!(brokers[0].stats.alerts, 40);
     assert!(
-        alerts.ingest_file(&reader(), "", "x.avro", good.clone()).await.is_err(),
+        alerts
+            .ingest_file(&reader(), "", "x.avro", good.clone())
+            .await
+            .is_err(),
         "agents do not ingest"
     );
 
@@ -112,13 +122,22 @@ async fn archive_suite(db: Db) {
         object_id: Some(object.into()),
         ..Default::default()
     };
-    let by_object = alerts.alerts(&reader(), q("ZTF18abudxnw")).await.expect("object");
+    let by_object = alerts
+        .alerts(&reader(), q("ZTF18abudxnw"))
+        .await
+        .expect("object");
     assert_eq!(by_object.alerts.len(), 1);
     let alert = &by_object.alerts[0];
     assert_eq!(alert.row.candid, 2_695_378_462_115_010_012);
     assert!(alert.packet.is_none(), "trimmed by default");
     let full = alerts
-        .alerts(&reader(), AlertQuery { full: true, ..q("ZTF18abudxnw") })
+        .alerts(
+            &reader(),
+            AlertQuery {
+                full: true,
+                ..q("ZTF18abudxnw")
+            },
+        )
         .await
         .expect("full");
     let packet = full.alerts[0].packet.as_ref().expect("full packet");
@@ -140,17 +159,28 @@ async fn archive_suite(db: Db) {
         ..Default::default()
     };
     let jd = alert.row.jd;
-    let bounded = alerts.alerts(&reader(), cone(Some((jd - 30.0, jd + 1.0)))).await.expect("cone");
+    let bounded = alerts
+        .alerts(&reader(), cone(Some((jd - 30.0, jd + 1.0))))
+        .await
+        .expect("cone");
     assert_eq!(bounded.alerts.len(), 1);
     assert!(bounded.alerts[0].separation_arcsec.expect("separation") < 1.0);
     assert!(bounded.suggestion.is_none());
-    let before = alerts.alerts(&reader(), cone(Some((jd - 60.0, jd - 30.0)))).await.expect("cone");
+    let before = alerts
+        .alerts(&reader(), cone(Some((jd - 60.0, jd - 30.0))))
+        .await
+        .expect("cone");
     assert!(before.alerts.is_empty());
     let unbounded = alerts.alerts(&reader(), cone(None)).await.expect("cone");
     assert_eq!(unbounded.alerts.len(), 1);
     assert_eq!(unbounded.scanned, Some(1));
-    let advice = unbounded.suggestion.expect("a cone without bounds suggests some");
-    assert!(advice.contains("jd_start") && advice.contains("1 alerts scanned"), "{advice}");
+    let advice = unbounded
+        .suggestion
+        .expect("a cone without bounds suggests some");
+    assert!(
+        advice.contains("jd_start") && advice.contains("1 alerts scanned"),
+        "{advice}"
+    );
     // The ten alerts of one v4.02 exposure around (249.9, -20.9), 30′.
     let field = alerts
         .alerts(
@@ -179,10 +209,24 @@ async fn archive_suite(db: Db) {
         .await
         .expect("light curve");
     assert!(lc.points.windows(2).all(|w| w[0].jd <= w[1].jd), "sorted");
-    let dets = lc.points.iter().filter(|p| p.kind.as_str() == "detection").count();
+    let dets = lc
+        .points
+        .iter()
+        .filter(|p| p.kind.as_str() == "detection")
+        .count();
     assert_eq!(dets, 37 + 1, "37 previous detections and the alert itself");
-    assert_eq!(lc.points.iter().filter(|p| p.kind.as_str() == "upper_limit").count(), 28);
-    assert!(lc.points.iter().all(|p| p.is_limit == (p.mag_err.is_none())));
+    assert_eq!(
+        lc.points
+            .iter()
+            .filter(|p| p.kind.as_str() == "upper_limit")
+            .count(),
+        28
+    );
+    assert!(
+        lc.points
+            .iter()
+            .all(|p| p.is_limit == (p.mag_err.is_none()))
+    );
     let svg = alerts
         .light_curve_svg(&reader(), "ztf-archive", "ZTF17aadcuwj")
         .await
@@ -190,7 +234,10 @@ async fn archive_suite(db: Db) {
     assert!(svg.starts_with("<svg") && svg.contains("days since first detection"));
 
     // The schema: the union of the ingested versions.
-    let schema = alerts.alert_schema(&reader(), None, Some("candidate"), Some(2000)).await.expect("schema");
+    let schema = alerts
+        .alert_schema(&reader(), None, Some("candidate"), Some(2000))
+        .await
+        .expect("schema");
     assert_eq!(schema.source, "ingested");
     versions.insert("4.02".into());
     let magpsf = schema
@@ -198,9 +245,21 @@ async fn archive_suite(db: Db) {
         .iter()
         .find(|(f, _)| f.path == "candidate.magpsf")
         .expect("candidate.magpsf");
-    assert_eq!(magpsf.1.len(), 4, "every version has magpsf: {:?}", magpsf.1);
-    let fp = alerts.alert_schema(&reader(), Some("forcediffimflux"), None, None).await.expect("fp");
-    let flux = fp.paths.iter().find(|(f, _)| f.field == "fp_hists.forcediffimflux").expect("fp path");
+    assert_eq!(
+        magpsf.1.len(),
+        4,
+        "every version has magpsf: {:?}",
+        magpsf.1
+    );
+    let fp = alerts
+        .alert_schema(&reader(), Some("forcediffimflux"), None, None)
+        .await
+        .expect("fp");
+    let flux = fp
+        .paths
+        .iter()
+        .find(|(f, _)| f.field == "fp_hists.forcediffimflux")
+        .expect("fp path");
     assert_eq!(flux.1, ["4.01", "4.02"], "only 4.x has forced photometry");
     assert!(flux.0.path.starts_with("fp_hists?[]."), "{}", flux.0.path);
 
@@ -208,7 +267,13 @@ async fn archive_suite(db: Db) {
     astro::ingest_catalogs(&catalogs).await;
     astro::ingest_catalogs(&catalogs).await; // unchanged the second time
     let counts = catalogs.counts().await.expect("counts");
-    assert_eq!(counts, [("hipparcos2".to_owned(), 4559), ("openngc".to_owned(), 2588)]);
+    assert_eq!(
+        counts,
+        [
+            ("hipparcos2".to_owned(), 4559),
+            ("openngc".to_owned(), 2588)
+        ]
+    );
     // AT 2017gfo, the optical counterpart of GW170817, sits ~10″ from the
     // centre of NGC 4993.
     let x = catalogs
@@ -225,7 +290,11 @@ async fn archive_suite(db: Db) {
         .await
         .expect("crossmatch");
     assert_eq!(x.matches[0].source.source_id, "NGC4993");
-    assert!((5.0..15.0).contains(&x.matches[0].separation_arcsec), "{}", x.matches[0].separation_arcsec);
+    assert!(
+        (5.0..15.0).contains(&x.matches[0].separation_arcsec),
+        "{}",
+        x.matches[0].separation_arcsec
+    );
     assert!((x.matches[0].distance_mpc().expect("distance") - 41.9).abs() < 0.5);
     // 61 Cyg A (HIP 104214) at SIMBAD's J2000 position: found at epoch
     // J2000 once its 5″/yr proper motion is applied, not at the catalog epoch.
@@ -238,12 +307,25 @@ async fn archive_suite(db: Db) {
         catalogs: vec!["hipparcos2".into()],
         ..Default::default()
     };
-    let j2000 = catalogs.crossmatch(&reader(), star(2_451_545.0)).await.expect("61 Cyg");
+    let j2000 = catalogs
+        .crossmatch(&reader(), star(2_451_545.0))
+        .await
+        .expect("61 Cyg");
     assert_eq!(j2000.matches.len(), 1);
     assert_eq!(j2000.matches[0].source.source_id, "HIP 104214");
-    assert!(j2000.matches[0].separation_arcsec < 0.5, "{}", j2000.matches[0].separation_arcsec);
-    let j1991 = catalogs.crossmatch(&reader(), star(2_448_349.0625)).await.expect("1991.25");
-    assert!(j1991.matches.is_empty(), "without proper motion the star is ~57″ away");
+    assert!(
+        j2000.matches[0].separation_arcsec < 0.5,
+        "{}",
+        j2000.matches[0].separation_arcsec
+    );
+    let j1991 = catalogs
+        .crossmatch(&reader(), star(2_448_349.062_5))
+        .await
+        .expect("1991.25");
+    assert!(
+        j1991.matches.is_empty(),
+        "without proper motion the star is ~57″ away"
+    );
     // Named by an alert, the epoch defaults to the alert's.
     let by_alert = catalogs
         .crossmatch(
@@ -281,28 +363,101 @@ async fn bad_input(
         .await
         .expect("add broker");
     let listed = alerts.brokers(&reader()).await.expect("brokers");
-    let fink = listed.iter().find(|b| b.row.broker_id == "fink").expect("fink");
+    let fink = listed
+        .iter()
+        .find(|b| b.row.broker_id == "fink")
+        .expect("fink");
     assert!(fink.credential_configured);
-    assert!(!format!("{:?}", fink.row).contains("s3cret"), "sealed at rest");
+    assert!(
+        !format!("{:?}", fink.row).contains("s3cret"),
+        "sealed at rest"
+    );
 
     let base = AlertQuery {
         broker_id: "ztf-archive".into(),
         ..Default::default()
     };
     let cases: Vec<(AlertQuery, &str)> = vec![
-        (AlertQuery { broker_id: "nope".into(), object_id: Some("ZTF18abudxnw".into()), ..base.clone() }, "broker_id:"),
-        (AlertQuery { ra: Some(10.0), dec: Some(10.0), radius_arcsec: Some(-5.0), ..base.clone() }, "radius_arcsec:"),
-        (AlertQuery { ra: Some(10.0), dec: Some(10.0), radius_arcsec: Some(7200.0), ..base.clone() }, "radius_arcsec:"),
-        (AlertQuery { ra: Some(10.0), dec: Some(100.0), radius_arcsec: Some(5.0), ..base.clone() }, "dec:"),
-        (AlertQuery { candid: Some("27521906550-15010016".into()), ..base.clone() }, "candid:"),
-        (AlertQuery { candid: Some("99999999999999999999".into()), ..base.clone() }, "candid:"),
-        (AlertQuery { object_id: Some("ZTF99zzzzzzz".into()), ..base.clone() }, "objectId:"),
-        (AlertQuery { object_id: Some("ZTF18abudxnw".into()), jd_start: Some(2_460_000.0), jd_end: Some(2_459_000.0), ..base.clone() }, "jd_start:"),
-        (AlertQuery { object_id: Some("ZTF18abudxnw".into()), limit: Some(0), ..base.clone() }, "limit:"),
+        (
+            AlertQuery {
+                broker_id: "nope".into(),
+                object_id: Some("ZTF18abudxnw".into()),
+                ..base.clone()
+            },
+            "broker_id:",
+        ),
+        (
+            AlertQuery {
+                ra: Some(10.0),
+                dec: Some(10.0),
+                radius_arcsec: Some(-5.0),
+                ..base.clone()
+            },
+            "radius_arcsec:",
+        ),
+        (
+            AlertQuery {
+                ra: Some(10.0),
+                dec: Some(10.0),
+                radius_arcsec: Some(7200.0),
+                ..base.clone()
+            },
+            "radius_arcsec:",
+        ),
+        (
+            AlertQuery {
+                ra: Some(10.0),
+                dec: Some(100.0),
+                radius_arcsec: Some(5.0),
+                ..base.clone()
+            },
+            "dec:",
+        ),
+        (
+            AlertQuery {
+                candid: Some("27521906550-15010016".into()),
+                ..base.clone()
+            },
+            "candid:",
+        ),
+        (
+            AlertQuery {
+                candid: Some("99999999999999999999".into()),
+                ..base.clone()
+            },
+            "candid:",
+        ),
+        (
+            AlertQuery {
+                object_id: Some("ZTF99zzzzzzz".into()),
+                ..base.clone()
+            },
+            "objectId:",
+        ),
+        (
+            AlertQuery {
+                object_id: Some("ZTF18abudxnw".into()),
+                jd_start: Some(2_460_000.0),
+                jd_end: Some(2_459_000.0),
+                ..base.clone()
+            },
+            "jd_start:",
+        ),
+        (
+            AlertQuery {
+                object_id: Some("ZTF18abudxnw".into()),
+                limit: Some(0),
+                ..base.clone()
+            },
+            "limit:",
+        ),
         (base.clone(), "objectId:"),
     ];
     for (q, field) in cases {
-        let err = alerts.alerts(&reader(), q.clone()).await.expect_err("refused");
+        let err = alerts
+            .alerts(&reader(), q.clone())
+            .await
+            .expect_err("refused");
         assert!(err.message.starts_with(field), "{q:?}: {}", err.message);
     }
     let err = alerts
@@ -310,12 +465,19 @@ async fn bad_input(
         .await
         .expect_err("fink does not list photometry");
     assert_eq!(err.domain, Some("OPERATION_NOT_SUPPORTED"));
-    assert!(err.message.starts_with("broker_id:") && err.message.contains("photometry"), "{}", err.message);
+    assert!(
+        err.message.starts_with("broker_id:") && err.message.contains("photometry"),
+        "{}",
+        err.message
+    );
     let err = alerts
         .light_curve(&reader(), "ztf-archive", "ZTF99zzzzzzz", true)
         .await
         .expect_err("unknown object");
-    assert_eq!((err.code, err.domain), (Code::NotFound, Some("UNKNOWN_OBJECT")));
+    assert_eq!(
+        (err.code, err.domain),
+        (Code::NotFound, Some("UNKNOWN_OBJECT"))
+    );
     let err = catalogs
         .crossmatch(
             &reader(),
@@ -348,13 +510,19 @@ async fn bad_input(
 /// Before anything is ingested the schema comes from the files.
 async fn schema_fallback(db: Db) {
     let (alerts, _) = astro::services(db);
-    let schema = alerts.alert_schema(&reader(), Some("magpsf"), None, None).await.expect("schema");
+    let schema = alerts
+        .alert_schema(&reader(), Some("magpsf"), None, None)
+        .await
+        .expect("schema");
     assert_eq!(schema.source, "schema files");
     assert_eq!(schema.versions, ["4.02"]);
     let paths: Vec<&str> = schema.paths.iter().map(|(f, _)| f.path.as_str()).collect();
     assert!(paths.contains(&"candidate.magpsf"), "{paths:?}");
     assert!(paths.contains(&"prv_candidates?[].magpsf?"), "{paths:?}");
-    let all = alerts.alert_schema(&reader(), None, None, Some(2000)).await.expect("all");
+    let all = alerts
+        .alert_schema(&reader(), None, None, Some(2000))
+        .await
+        .expect("all");
     assert!(all.matched > 150, "{} paths", all.matched);
 }
 
@@ -381,7 +549,9 @@ async fn alert_archive_postgres() {
     archive_suite(db).await;
     common::drop_schema(&url, &schema).await;
     let fresh_schema = common::unique_schema("astro_fresh");
-    let fresh = ithaca_broker::open_db(&url, &fresh_schema).await.expect("open");
+    let fresh = ithaca_broker::open_db(&url, &fresh_schema)
+        .await
+        .expect("open");
     schema_fallback(fresh).await;
     common::drop_schema(&url, &fresh_schema).await;
 }

@@ -93,10 +93,16 @@ pub fn services(db: Db) -> (AlertService, CatalogService) {
 }
 
 /// Ingest every raw alert file; returns the reports.
-pub async fn ingest_alerts(alerts: &AlertService) -> Vec<ithaca_broker::alerts::service::IngestReport> {
+pub async fn ingest_alerts(
+    alerts: &AlertService,
+) -> Vec<ithaca_broker::alerts::service::IngestReport> {
     let mut reports = Vec::new();
     for path in avro_files(&alerts_dir()) {
-        let name = path.file_name().expect("name").to_string_lossy().into_owned();
+        let name = path
+            .file_name()
+            .expect("name")
+            .to_string_lossy()
+            .into_owned();
         let bytes = std::fs::read(&path).expect("read alert file");
         reports.push(
             alerts

@@ -89,7 +89,9 @@ pub fn now_jd() -> f64 {
 pub fn convert(value: &str, from: Option<&str>) -> Result<Converted, ServiceError> {
     let value = value.trim();
     if value.is_empty() {
-        return Err(ServiceError::invalid("value: required (ISO 8601, JD or MJD)"));
+        return Err(ServiceError::invalid(
+            "value: required (ISO 8601, JD or MJD)",
+        ));
     }
     let format = match from.map(|f| f.trim().to_ascii_lowercase()) {
         Some(f) if f == "iso" => TimeFormat::Iso,

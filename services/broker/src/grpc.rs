@@ -262,7 +262,12 @@ impl Rpc for Grpc {
         let r = request.into_inner();
         let lc = self
             .alerts
-            .light_curve(&caller, &r.broker_id, &r.object_id, r.include_forced.unwrap_or(true))
+            .light_curve(
+                &caller,
+                &r.broker_id,
+                &r.object_id,
+                r.include_forced.unwrap_or(true),
+            )
             .await?;
         Ok(Response::new(render::light_curve(lc)))
     }
@@ -274,8 +279,14 @@ impl Rpc for Grpc {
         use ithaca_proto::mcp::v1 as mcp;
         let caller = principal::of(&request)?;
         let r = request.into_inner();
-        let svg = self.alerts.light_curve_svg(&caller, &r.broker_id, &r.object_id).await?;
-        let uri = format!("{}.svg", render::light_curve_uri(r.broker_id.trim(), r.object_id.trim()));
+        let svg = self
+            .alerts
+            .light_curve_svg(&caller, &r.broker_id, &r.object_id)
+            .await?;
+        let uri = format!(
+            "{}.svg",
+            render::light_curve_uri(r.broker_id.trim(), r.object_id.trim())
+        );
         Ok(Response::new(mcp::ToolContent {
             content: vec![mcp::Content {
                 kind: Some(mcp::content::Kind::Resource(mcp::EmbeddedResource {
@@ -388,11 +399,17 @@ impl Rpc for Grpc {
                 first = false;
             }
             if data.len() + chunk.data.len() > MAX_FILE_BYTES {
-                return Err(ServiceError::invalid(format!("data: a file may hold at most {MAX_FILE_BYTES} bytes")).into());
+                return Err(ServiceError::invalid(format!(
+                    "data: a file may hold at most {MAX_FILE_BYTES} bytes"
+                ))
+                .into());
             }
             data.extend_from_slice(&chunk.data);
         }
-        let report = self.alerts.ingest_file(&caller, &broker_id, &source, data).await?;
+        let report = self
+            .alerts
+            .ingest_file(&caller, &broker_id, &source, data)
+            .await?;
         Ok(Response::new(pb::AlertIngestReport {
             broker_id: report.broker_id,
             source: report.source,
@@ -418,7 +435,10 @@ impl Rpc for Grpc {
                 source = chunk.source;
             }
             if data.len() + chunk.data.len() > MAX_FILE_BYTES {
-                return Err(ServiceError::invalid(format!("data: a file may hold at most {MAX_FILE_BYTES} bytes")).into());
+                return Err(ServiceError::invalid(format!(
+                    "data: a file may hold at most {MAX_FILE_BYTES} bytes"
+                ))
+                .into());
             }
             data.extend_from_slice(&chunk.data);
         }

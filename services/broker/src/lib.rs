@@ -66,8 +66,10 @@ pub fn astro(
     config: alerts::AlertsConfig,
 ) -> (alerts::AlertService, catalogs::CatalogService) {
     let vault = vault::Vault::new(&key.derive("broker-credentials"));
-    let alerts = alerts::AlertService::new(alerts::store::AlertStore::new(db.clone()), vault, config);
-    let catalogs = catalogs::CatalogService::new(catalogs::store::CatalogStore::new(db), alerts.clone());
+    let alerts =
+        alerts::AlertService::new(alerts::store::AlertStore::new(db.clone()), vault, config);
+    let catalogs =
+        catalogs::CatalogService::new(catalogs::store::CatalogStore::new(db), alerts.clone());
     (alerts, catalogs)
 }
 

@@ -83,10 +83,14 @@ pub fn apply_proper_motion(ra: f64, dec: f64, pm_ra: f64, pm_dec: f64, years: f6
 /// Check a position given by a caller; errors name the field.
 pub fn check_position(ra: f64, dec: f64) -> Result<(), String> {
     if !ra.is_finite() || !(0.0..=360.0).contains(&ra) {
-        return Err(format!("ra: {ra} is not a right ascension (0 to 360 degrees)"));
+        return Err(format!(
+            "ra: {ra} is not a right ascension (0 to 360 degrees)"
+        ));
     }
     if !dec.is_finite() || !(-90.0..=90.0).contains(&dec) {
-        return Err(format!("dec: {dec} is not a declination (-90 to 90 degrees)"));
+        return Err(format!(
+            "dec: {dec} is not a declination (-90 to 90 degrees)"
+        ));
     }
     Ok(())
 }
@@ -97,9 +101,17 @@ mod tests {
 
     #[test]
     fn cone_ranges_hold_every_point_inside() {
-        for (ra, dec, r) in [(197.45, -23.38, 5.0), (0.0001, 89.99, 60.0), (359.999, -45.0, 3600.0)] {
+        for (ra, dec, r) in [
+            (197.45, -23.38, 5.0),
+            (0.0001, 89.99, 60.0),
+            (359.999, -45.0, 3600.0),
+        ] {
             let ranges = cone_ranges(ra, dec, r);
-            assert!(!ranges.is_empty() && ranges.len() < 64, "{} ranges", ranges.len());
+            assert!(
+                !ranges.is_empty() && ranges.len() < 64,
+                "{} ranges",
+                ranges.len()
+            );
             for k in 0..200 {
                 let angle = f64::from(k) * 0.7;
                 let d = r * 0.999 * f64::from(k % 10) / 10.0 * DEG_PER_ARCSEC;
@@ -109,7 +121,10 @@ mod tests {
                     continue;
                 }
                 let h = hpx(p_ra, p_dec);
-                assert!(ranges.iter().any(|range| range.contains(&h)), "({p_ra}, {p_dec}) missed");
+                assert!(
+                    ranges.iter().any(|range| range.contains(&h)),
+                    "({p_ra}, {p_dec}) missed"
+                );
             }
         }
     }
@@ -120,6 +135,10 @@ mod tests {
         assert!((separation_arcsec(0.0, 0.0, 180.0, 0.0) - 648_000.0).abs() < 1e-6);
         let (ra, dec) = apply_proper_motion(100.0, 0.0, 1000.0, -1000.0, 36.0);
         assert!((separation_arcsec(100.0, 0.0, ra, dec) - 36.0 * 2f64.sqrt()).abs() < 1e-3);
-        assert!(check_position(361.0, 0.0).expect_err("off the sky").starts_with("ra:"));
+        assert!(
+            check_position(361.0, 0.0)
+                .expect_err("off the sky")
+                .starts_with("ra:")
+        );
     }
 }

@@ -69,8 +69,8 @@ pub fn decode_file(bytes: &[u8]) -> Result<DecodedFile, DecodeError> {
             index,
             reason: e.to_string(),
         })?;
-        let (alert, label) = extract(&schema, value)
-            .map_err(|reason| DecodeError::NotAnAlert { index, reason })?;
+        let (alert, label) =
+            extract(&schema, value).map_err(|reason| DecodeError::NotAnAlert { index, reason })?;
         if version.is_empty() {
             version = label;
         }

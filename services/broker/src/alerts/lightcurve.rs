@@ -247,8 +247,10 @@ mod tests {
         builder.add_packet(&a);
         builder.add_packet(&b);
         let points = builder.finish();
-        let kinds: Vec<(f64, &str, bool)> =
-            points.iter().map(|p| (p.jd, p.kind.as_str(), p.is_limit)).collect();
+        let kinds: Vec<(f64, &str, bool)> = points
+            .iter()
+            .map(|p| (p.jd, p.kind.as_str(), p.is_limit))
+            .collect();
         assert_eq!(
             kinds,
             vec![

@@ -23,7 +23,12 @@ fn colour(fid: i64) -> RGBColor {
 }
 
 /// Draw `points` of `object_id`, days counted from `zero_jd`.
-pub fn light_curve_svg(object_id: &str, points: &[Point], zero_jd: f64, zero_is_detection: bool) -> String {
+pub fn light_curve_svg(
+    object_id: &str,
+    points: &[Point],
+    zero_jd: f64,
+    zero_is_detection: bool,
+) -> String {
     let mut svg = String::new();
     if let Err(err) = draw(&mut svg, object_id, points, zero_jd, zero_is_detection) {
         // Drawing into a String cannot fail for want of space; a failure is
@@ -38,7 +43,9 @@ pub fn light_curve_svg(object_id: &str, points: &[Point], zero_jd: f64, zero_is_
 }
 
 fn escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 fn draw(
@@ -53,18 +60,26 @@ fn draw(
     let days: Vec<f64> = points.iter().map(|p| p.jd - zero_jd).collect();
     let (mut x0, mut x1) = days
         .iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), d| (a.min(*d), b.max(*d)));
-    let (mut bright, mut faint) = points.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), p| {
-        let err = p.mag_err.unwrap_or(0.0);
-        (a.min(p.mag - err), b.max(p.mag + err))
-    });
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), d| {
+            (a.min(*d), b.max(*d))
+        });
+    let (mut bright, mut faint) =
+        points
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), p| {
+                let err = p.mag_err.unwrap_or(0.0);
+                (a.min(p.mag - err), b.max(p.mag + err))
+            });
     if !x0.is_finite() {
         (x0, x1, bright, faint) = (-1.0, 1.0, 18.0, 21.0);
     }
     let xpad = ((x1 - x0) * 0.05).max(0.5);
     let ypad = ((faint - bright) * 0.08).max(0.2);
     let zero_label = astrotime::jd_to_iso(zero_jd);
-    let zero_label = zero_label.get(..16).unwrap_or(&zero_label).replace('T', " ");
+    let zero_label = zero_label
+        .get(..16)
+        .unwrap_or(&zero_label)
+        .replace('T', " ");
     let x_desc = if zero_is_detection {
         format!("days since first detection ({zero_label} UTC, JD {zero_jd:.5})")
     } else {
@@ -76,7 +91,10 @@ fn draw(
         .margin(16)
         .x_label_area_size(44)
         .y_label_area_size(56)
-        .build_cartesian_2d((x0 - xpad)..(x1 + xpad), (-(faint + ypad))..(-(bright - ypad)))?;
+        .build_cartesian_2d(
+            (x0 - xpad)..(x1 + xpad),
+            (-(faint + ypad))..(-(bright - ypad)),
+        )?;
     chart
         .configure_mesh()
         .x_desc(x_desc)
@@ -91,12 +109,11 @@ fn draw(
     for fid in bands {
         let c = colour(fid);
         let of_band = || points.iter().zip(&days).filter(move |(p, _)| p.fid == fid);
-        chart
-            .draw_series(of_band().filter(|(p, _)| !p.is_limit).filter_map(|(p, d)| {
-                p.mag_err.map(|e| {
-                    ErrorBar::new_vertical(*d, -(p.mag + e), -p.mag, -(p.mag - e), c.stroke_width(1), 6)
-                })
-            }))?;
+        chart.draw_series(of_band().filter(|(p, _)| !p.is_limit).filter_map(|(p, d)| {
+            p.mag_err.map(|e| {
+                ErrorBar::new_vertical(*d, -(p.mag + e), -p.mag, -(p.mag - e), c.stroke_width(1), 6)
+            })
+        }))?;
         chart
             .draw_series(
                 of_band()
@@ -118,7 +135,8 @@ fn draw(
             }))?
             .label(format!("{} upper limit", band(fid)))
             .legend(move |(x, y)| {
-                EmptyElement::at((x, y)) + Polygon::new(vec![(-5, -4), (5, -4), (0, 5)], c.mix(0.55).filled())
+                EmptyElement::at((x, y))
+                    + Polygon::new(vec![(-5, -4), (5, -4), (0, 5)], c.mix(0.55).filled())
             });
     }
     chart
@@ -157,10 +175,19 @@ mod tests {
             point(2_460_231.9, 2, Kind::Detection, 17.5),
         ];
         let svg = light_curve_svg("ZTF<x>", &points, 2_460_229.93, true);
-        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"), "{svg}");
-        assert!(svg.contains("days since first detection (2023-10-12 10:19 UTC"), "{svg}");
+        assert!(
+            svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"),
+            "{svg}"
+        );
+        assert!(
+            svg.contains("days since first detection (2023-10-12 10:19 UTC"),
+            "{svg}"
+        );
         assert!(svg.contains("ZTF&lt;x&gt; light curve"));
-        assert!(svg.contains("#1B9E3E") || svg.contains("#1b9e3e"), "g is green");
+        assert!(
+            svg.contains("#1B9E3E") || svg.contains("#1b9e3e"),
+            "g is green"
+        );
         assert!(svg.contains("polygon"), "limits are triangles");
     }
 }

@@ -109,7 +109,10 @@ fn resolve<'a>(schema: &'a Schema, names: &HashMap<String, &'a Schema>) -> &'a S
     }
 }
 
-fn as_record<'a>(schema: &'a Schema, names: &HashMap<String, &'a Schema>) -> Option<&'a RecordSchema> {
+fn as_record<'a>(
+    schema: &'a Schema,
+    names: &HashMap<String, &'a Schema>,
+) -> Option<&'a RecordSchema> {
     match resolve(schema, names) {
         Schema::Record(r) => Some(r),
         _ => None,
@@ -117,7 +120,7 @@ fn as_record<'a>(schema: &'a Schema, names: &HashMap<String, &'a Schema>) -> Opt
 }
 
 /// The non-null branch of a `[null, T]` union, and whether null was there.
-fn strip_null<'a>(u: &'a UnionSchema) -> (Option<&'a Schema>, bool) {
+fn strip_null(u: &UnionSchema) -> (Option<&Schema>, bool) {
     let nullable = u.variants().iter().any(|v| matches!(v, Schema::Null));
     let others: Vec<&Schema> = u
         .variants()
@@ -279,7 +282,10 @@ pub fn flatten_files(dir: &std::path::Path) -> Result<(String, Vec<FlatField>), 
             .map(str::to_owned),
         _ => None,
     }
-    .or_else(|| dir.file_name().map(|n| n.to_string_lossy().trim_start_matches('v').to_owned()))
+    .or_else(|| {
+        dir.file_name()
+            .map(|n| n.to_string_lossy().trim_start_matches('v').to_owned())
+    })
     .unwrap_or_default();
     Ok((version, flatten(alert, known)))
 }

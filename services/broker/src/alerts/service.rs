@@ -71,7 +71,9 @@ pub struct AlertService {
 
 impl std::fmt::Debug for AlertService {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AlertService").field("config", &self.config).finish_non_exhaustive()
+        f.debug_struct("AlertService")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
     }
 }
 
@@ -96,7 +98,11 @@ pub struct BrokerView {
 
 impl BrokerView {
     pub fn operations(&self) -> Vec<String> {
-        self.row.operations.split_whitespace().map(str::to_owned).collect()
+        self.row
+            .operations
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
     }
 }
 
@@ -190,14 +196,22 @@ impl AlertService {
     // ---- brokers ------------------------------------------------------------
 
     /// Configure a broker; its altdata and credential are sealed. Administrators only.
-    pub async fn add_broker(&self, caller: &Principal, b: NewBroker) -> Result<BrokerView, ServiceError> {
+    pub async fn add_broker(
+        &self,
+        caller: &Principal,
+        b: NewBroker,
+    ) -> Result<BrokerView, ServiceError> {
         require_admin(caller, "configure brokers")?;
         let id = b.broker_id.trim().to_ascii_lowercase();
         if id.is_empty()
             || id.len() > 32
-            || !id.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
+            || !id
+                .bytes()
+                .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
         {
-            return Err(ServiceError::invalid("broker_id: 1-32 characters of a-z, 0-9, _ and -"));
+            return Err(ServiceError::invalid(
+                "broker_id: 1-32 characters of a-z, 0-9, _ and -",
+            ));
         }
         let name = b.name.trim();
         if name.is_empty() || name.chars().count() > 100 {
@@ -224,7 +238,11 @@ impl AlertService {
             Some(v @ Json::Object(_)) => Some(self.vault.seal(&v.to_string())),
             Some(_) => return Err(ServiceError::invalid("altdata: must be an object")),
         };
-        let survey = if b.survey.trim().is_empty() { "ZTF" } else { b.survey.trim() };
+        let survey = if b.survey.trim().is_empty() {
+            "ZTF"
+        } else {
+            b.survey.trim()
+        };
         let row = BrokerRow {
             broker_id: id.clone(),
             name: name.to_owned(),
@@ -281,7 +299,11 @@ impl AlertService {
 
     /// The broker `broker_id` if it answers `operation`; a refusal naming the
     /// field otherwise.
-    pub async fn broker_for(&self, broker_id: &str, operation: &str) -> Result<BrokerRow, ServiceError> {
+    pub async fn broker_for(
+        &self,
+        broker_id: &str,
+        operation: &str,
+    ) -> Result<BrokerRow, ServiceError> {
         let id = broker_id.trim();
         if id.is_empty() {
             return Err(ServiceError::invalid(
@@ -289,7 +311,13 @@ impl AlertService {
             ));
         }
         let Some(row) = self.store.broker(id).await? else {
-            let known: Vec<String> = self.store.brokers().await?.into_iter().map(|b| b.broker_id).collect();
+            let known: Vec<String> = self
+                .store
+                .brokers()
+                .await?
+                .into_iter()
+                .map(|b| b.broker_id)
+                .collect();
             return Err(ServiceError::not_found(format!(
                 "broker_id: no broker {id:?}; brokers: {}",
                 known.join(", ")
@@ -319,18 +347,31 @@ impl AlertService {
         bytes: Vec<u8>,
     ) -> Result<IngestReport, ServiceError> {
         require_admin(caller, "ingest alerts")?;
-        let broker_id = if broker_id.trim().is_empty() { ARCHIVE_BROKER } else { broker_id.trim() };
+        let broker_id = if broker_id.trim().is_empty() {
+            ARCHIVE_BROKER
+        } else {
+            broker_id.trim()
+        };
         if self.store.broker(broker_id).await?.is_none() {
-            return Err(ServiceError::not_found(format!("broker_id: no broker {broker_id:?}"))
-                .with_domain("UNKNOWN_BROKER"));
+            return Err(
+                ServiceError::not_found(format!("broker_id: no broker {broker_id:?}"))
+                    .with_domain("UNKNOWN_BROKER"),
+            );
         }
-        let source = if source.trim().is_empty() { "alerts.avro" } else { source.trim() }.to_owned();
+        let source = if source.trim().is_empty() {
+            "alerts.avro"
+        } else {
+            source.trim()
+        }
+        .to_owned();
         let checksum = hex::encode(Sha256::digest(&bytes));
         // Decoding is CPU work; keep it off the async workers.
         let decoded = tokio::task::spawn_blocking(move || avro::decode_file(&bytes))
             .await
             .map_err(|e| ServiceError::internal(&e))?
-            .map_err(|e| ServiceError::invalid(format!("{source}: {e}")).with_domain("BAD_ALERT_FILE"))?;
+            .map_err(|e| {
+                ServiceError::invalid(format!("{source}: {e}")).with_domain("BAD_ALERT_FILE")
+            })?;
         let candids: Vec<i64> = decoded.alerts.iter().map(|a| a.candid).collect();
         let object_ids: Vec<String> = decoded.alerts.iter().map(|a| a.object_id.clone()).collect();
         let count = decoded.alerts.len() as i64;
@@ -348,7 +389,9 @@ impl AlertService {
                 version,
             });
         }
-        let stored = self.store_decoded(broker_id, &source, &checksum, decoded).await?;
+        let stored = self
+            .store_decoded(broker_id, &source, &checksum, decoded)
+            .await?;
         tracing::info!(%broker_id, %source, alerts = count, stored, "alerts ingested");
         Ok(IngestReport {
             broker_id: broker_id.to_owned(),
@@ -432,9 +475,13 @@ impl AlertService {
             return Ok(s);
         }
         let row = self.store.schema(schema_id).await?.ok_or_else(|| {
-            ServiceError::new(ithaca_kit::error::Code::Internal, "internal error: a stored alert names an unknown schema")
+            ServiceError::new(
+                ithaca_kit::error::Code::Internal,
+                "internal error: a stored alert names an unknown schema",
+            )
         })?;
-        let parsed = Arc::new(Schema::parse_str(&row.schema_json).map_err(|e| ServiceError::internal(&e))?);
+        let parsed =
+            Arc::new(Schema::parse_str(&row.schema_json).map_err(|e| ServiceError::internal(&e))?);
         if let Ok(mut cache) = self.schemas.lock() {
             cache.insert(schema_id.to_owned(), parsed.clone());
         }
@@ -446,14 +493,21 @@ impl AlertService {
         let schema = self.writer_schema(schema_id).await?;
         avro::decode_packet(&schema, datum).map_err(|e| {
             tracing::error!(error = %e, "stored packet does not decode");
-            ServiceError::new(ithaca_kit::error::Code::Internal, "internal error: a stored packet does not decode")
+            ServiceError::new(
+                ithaca_kit::error::Code::Internal,
+                "internal error: a stored packet does not decode",
+            )
         })
     }
 
     // ---- alerts -------------------------------------------------------------
 
     /// `get_broker_alerts`.
-    pub async fn alerts(&self, caller: &Principal, q: AlertQuery) -> Result<AlertAnswer, ServiceError> {
+    pub async fn alerts(
+        &self,
+        caller: &Principal,
+        q: AlertQuery,
+    ) -> Result<AlertAnswer, ServiceError> {
         require_tenant(caller)?;
         let broker = self.broker_for(&q.broker_id, "alerts").await?;
         let (default_limit, max_limit) = if q.full {
@@ -463,7 +517,11 @@ impl AlertService {
         };
         let limit = match q.limit {
             None => default_limit,
-            Some(n) if n < 1 => return Err(ServiceError::invalid(format!("limit: must be at least 1 (got {n})"))),
+            Some(n) if n < 1 => {
+                return Err(ServiceError::invalid(format!(
+                    "limit: must be at least 1 (got {n})"
+                )));
+            }
             Some(n) if i64::from(n) > max_limit => {
                 return Err(ServiceError::invalid(format!(
                     "limit: at most {max_limit}{} (got {n})",
@@ -474,7 +532,10 @@ impl AlertService {
         };
         let jd = time_window(q.jd_start, q.jd_end)?;
         let cone = q.ra.is_some() || q.dec.is_some() || q.radius_arcsec.is_some();
-        let modes = [q.object_id.is_some(), cone, q.candid.is_some()].iter().filter(|m| **m).count();
+        let modes = [q.object_id.is_some(), cone, q.candid.is_some()]
+            .iter()
+            .filter(|m| **m)
+            .count();
         if modes != 1 {
             return Err(ServiceError::invalid(
                 "objectId: give exactly one of objectId, a cone (ra, dec, radius_arcsec) or candid",
@@ -484,8 +545,10 @@ impl AlertService {
         let mut answer = if let Some(candid) = &q.candid {
             let candid = parse_candid(candid)?;
             let Some(row) = self.store.alert(id, candid).await? else {
-                return Err(ServiceError::not_found(format!("candid: no alert {candid} in broker {id:?}"))
-                    .with_domain("UNKNOWN_ALERT"));
+                return Err(ServiceError::not_found(format!(
+                    "candid: no alert {candid} in broker {id:?}"
+                ))
+                .with_domain("UNKNOWN_ALERT"));
             };
             AlertAnswer {
                 broker_id: id.to_owned(),
@@ -503,8 +566,14 @@ impl AlertService {
             if matched == 0 && self.store.latest_of_object(id, &object_id).await?.is_none() {
                 return Err(unknown_object(&object_id, id));
             }
-            let rows = self.store.alerts_of_object(id, &object_id, window, limit).await?;
-            let alerts = rows.into_iter().map(|r| found(r, None)).collect::<Result<Vec<_>, _>>()?;
+            let rows = self
+                .store
+                .alerts_of_object(id, &object_id, window, limit)
+                .await?;
+            let alerts = rows
+                .into_iter()
+                .map(|r| found(r, None))
+                .collect::<Result<Vec<_>, _>>()?;
             AlertAnswer {
                 broker_id: id.to_owned(),
                 query: format!("objectId {object_id}{}", window_text(jd)),
@@ -548,7 +617,10 @@ impl AlertService {
         sky::check_position(ra, dec).map_err(ServiceError::invalid)?;
         let window = jd.unwrap_or((f64::MIN, f64::MAX));
         let ranges = sky::cone_ranges(ra, dec, radius);
-        let candidates = self.store.cone_candidates(broker_id, &ranges, window, CONE_SCAN_CAP + 1).await?;
+        let candidates = self
+            .store
+            .cone_candidates(broker_id, &ranges, window, CONE_SCAN_CAP + 1)
+            .await?;
         let scan_capped = candidates.len() as i64 > CONE_SCAN_CAP;
         let scanned = candidates.len().min(CONE_SCAN_CAP as usize) as i64;
         let mut inside: Vec<(i64, f64, f64)> = candidates
@@ -582,11 +654,17 @@ impl AlertService {
         if scan_capped {
             advice.push(format!("the index scan stopped at {CONE_SCAN_CAP} alerts: narrow the radius or the time window"));
         } else if truncated {
-            advice.push(format!("{matched} alerts matched and {} were returned: narrow the window or raise limit", alerts.len()));
+            advice.push(format!(
+                "{matched} alerts matched and {} were returned: narrow the window or raise limit",
+                alerts.len()
+            ));
         }
         Ok(AlertAnswer {
             broker_id: broker_id.to_owned(),
-            query: format!("cone ra={ra} dec={dec} radius={radius}\"{}", window_text(jd)),
+            query: format!(
+                "cone ra={ra} dec={dec} radius={radius}\"{}",
+                window_text(jd)
+            ),
             alerts,
             matched,
             truncated,
@@ -596,13 +674,21 @@ impl AlertService {
     }
 
     /// One alert with its whole packet (the alert resource).
-    pub async fn packet(&self, caller: &Principal, broker_id: &str, candid: &str) -> Result<FoundAlert, ServiceError> {
+    pub async fn packet(
+        &self,
+        caller: &Principal,
+        broker_id: &str,
+        candid: &str,
+    ) -> Result<FoundAlert, ServiceError> {
         require_tenant(caller)?;
         let broker = self.broker_for(broker_id, "alerts").await?;
         let candid = parse_candid(candid)?;
         let Some(row) = self.store.alert(&broker.broker_id, candid).await? else {
-            return Err(ServiceError::not_found(format!("candid: no alert {candid} in broker {:?}", broker.broker_id))
-                .with_domain("UNKNOWN_ALERT"));
+            return Err(ServiceError::not_found(format!(
+                "candid: no alert {candid} in broker {:?}",
+                broker.broker_id
+            ))
+            .with_domain("UNKNOWN_ALERT"));
         };
         let packets = self.store.packets(&broker.broker_id, &[candid]).await?;
         let mut alert = found(row, None)?;
@@ -623,8 +709,10 @@ impl AlertService {
             let candid = parse_candid(c)?;
             return match self.store.alert(broker_id, candid).await? {
                 Some(row) => Ok(Some(row)),
-                None => Err(ServiceError::not_found(format!("candid: no alert {candid} in broker {broker_id:?}"))
-                    .with_domain("UNKNOWN_ALERT")),
+                None => Err(ServiceError::not_found(format!(
+                    "candid: no alert {candid} in broker {broker_id:?}"
+                ))
+                .with_domain("UNKNOWN_ALERT")),
             };
         }
         if let Some(o) = object_id {
@@ -650,7 +738,10 @@ impl AlertService {
         require_tenant(caller)?;
         let broker = self.broker_for(broker_id, "photometry").await?;
         let object_id = parse_object_id(object_id)?;
-        let packets = self.store.packets_of_object(&broker.broker_id, &object_id).await?;
+        let packets = self
+            .store
+            .packets_of_object(&broker.broker_id, &object_id)
+            .await?;
         if packets.is_empty() {
             return Err(unknown_object(&object_id, &broker.broker_id));
         }
@@ -678,10 +769,20 @@ impl AlertService {
     }
 
     /// The light curve drawn as SVG.
-    pub async fn light_curve_svg(&self, caller: &Principal, broker_id: &str, object_id: &str) -> Result<String, ServiceError> {
+    pub async fn light_curve_svg(
+        &self,
+        caller: &Principal,
+        broker_id: &str,
+        object_id: &str,
+    ) -> Result<String, ServiceError> {
         let lc = self.light_curve(caller, broker_id, object_id, true).await?;
         let svg = tokio::task::spawn_blocking(move || {
-            super::plot::light_curve_svg(&lc.object_id, &lc.points, lc.zero_jd, lc.first_detection_jd.is_some())
+            super::plot::light_curve_svg(
+                &lc.object_id,
+                &lc.points,
+                lc.zero_jd,
+                lc.first_detection_jd.is_some(),
+            )
         })
         .await
         .map_err(|e| ServiceError::internal(&e))?;
@@ -709,19 +810,27 @@ impl AlertService {
         };
         let (source, versions) = self.schema_versions().await?;
         let union = schema::union(versions.iter().map(|(v, f)| (v.as_str(), f.as_slice())));
-        let search = search.map(|s| s.trim().to_ascii_lowercase()).filter(|s| !s.is_empty());
-        let prefix = prefix.map(|p| p.trim().trim_end_matches('.').to_owned()).filter(|p| !p.is_empty());
+        let search = search
+            .map(|s| s.trim().to_ascii_lowercase())
+            .filter(|s| !s.is_empty());
+        let prefix = prefix
+            .map(|p| p.trim().trim_end_matches('.').to_owned())
+            .filter(|p| !p.is_empty());
         let matching: Vec<(FlatField, Vec<String>)> = union
             .into_iter()
             .filter(|(f, _)| {
                 prefix.as_ref().is_none_or(|p| {
-                    f.field == *p || f.field.starts_with(&format!("{p}.")) || f.path.starts_with(p.as_str())
+                    f.field == *p
+                        || f.field.starts_with(&format!("{p}."))
+                        || f.path.starts_with(p.as_str())
                 })
             })
             .filter(|(f, _)| {
                 search.as_ref().is_none_or(|s| {
                     f.path.to_ascii_lowercase().contains(s)
-                        || f.doc.as_deref().is_some_and(|d| d.to_ascii_lowercase().contains(s))
+                        || f.doc
+                            .as_deref()
+                            .is_some_and(|d| d.to_ascii_lowercase().contains(s))
                 })
             })
             .collect();
@@ -738,12 +847,15 @@ impl AlertService {
 
     /// The flattened schema of every version known: ingested ones, else the
     /// schema files. The filter validation of the next issue reads this.
-    pub async fn schema_versions(&self) -> Result<(&'static str, Vec<(String, Vec<FlatField>)>), ServiceError> {
+    pub async fn schema_versions(
+        &self,
+    ) -> Result<(&'static str, Vec<(String, Vec<FlatField>)>), ServiceError> {
         let rows = self.store.schemas().await?;
         if !rows.is_empty() {
             let mut out: Vec<(String, Vec<FlatField>)> = Vec::new();
             for row in rows {
-                let fields: Vec<FlatField> = serde_json::from_str(&row.paths).map_err(|e| ServiceError::internal(&e))?;
+                let fields: Vec<FlatField> =
+                    serde_json::from_str(&row.paths).map_err(|e| ServiceError::internal(&e))?;
                 // Two writer schemas of one version label (a re-ordered
                 // field, say) merge into one entry.
                 match out.iter_mut().find(|(v, _)| *v == row.version) {
@@ -770,8 +882,10 @@ impl AlertService {
             .map_err(|e| ServiceError::internal(&e))?
             .map_err(|e| {
                 tracing::error!(error = %e, "schema files unreadable");
-                ServiceError::precondition("no alert has been ingested and the schema files cannot be read")
-                    .with_domain("NO_ALERT_SCHEMA")
+                ServiceError::precondition(
+                    "no alert has been ingested and the schema files cannot be read",
+                )
+                .with_domain("NO_ALERT_SCHEMA")
             })?;
         Ok(("schema files", versions))
     }
@@ -797,7 +911,8 @@ fn schema_files(dir: &std::path::Path) -> Result<Vec<(String, Vec<FlatField>)>, 
 }
 
 fn found(row: AlertRow, separation_arcsec: Option<f64>) -> Result<FoundAlert, ServiceError> {
-    let candidate: Json = serde_json::from_str(&row.candidate).map_err(|e| ServiceError::internal(&e))?;
+    let candidate: Json =
+        serde_json::from_str(&row.candidate).map_err(|e| ServiceError::internal(&e))?;
     Ok(FoundAlert {
         row,
         candidate,
@@ -807,23 +922,36 @@ fn found(row: AlertRow, separation_arcsec: Option<f64>) -> Result<FoundAlert, Se
 }
 
 fn unknown_object(object_id: &str, broker_id: &str) -> ServiceError {
-    ServiceError::not_found(format!("objectId: no alerts of {object_id} in broker {broker_id:?}"))
-        .with_domain("UNKNOWN_OBJECT")
+    ServiceError::not_found(format!(
+        "objectId: no alerts of {object_id} in broker {broker_id:?}"
+    ))
+    .with_domain("UNKNOWN_OBJECT")
 }
 
 fn window_text(jd: Option<(f64, f64)>) -> String {
     match jd {
         None => ", no time bounds".to_owned(),
         Some((a, b)) => {
-            let a = if a == f64::MIN { "…".to_owned() } else { format!("{a}") };
-            let b = if b == f64::MAX { "…".to_owned() } else { format!("{b}") };
+            let a = if a == f64::MIN {
+                "…".to_owned()
+            } else {
+                format!("{a}")
+            };
+            let b = if b == f64::MAX {
+                "…".to_owned()
+            } else {
+                format!("{b}")
+            };
             format!(", jd {a} to {b}")
         }
     }
 }
 
 /// The time window of a query; `None` when neither bound is given.
-pub fn time_window(start: Option<f64>, end: Option<f64>) -> Result<Option<(f64, f64)>, ServiceError> {
+pub fn time_window(
+    start: Option<f64>,
+    end: Option<f64>,
+) -> Result<Option<(f64, f64)>, ServiceError> {
     for (name, v) in [("jd_start", start), ("jd_end", end)] {
         if let Some(v) = v
             && (!v.is_finite() || !(2_400_000.0..=2_600_000.0).contains(&v))
@@ -835,7 +963,9 @@ pub fn time_window(start: Option<f64>, end: Option<f64>) -> Result<Option<(f64, 
     }
     match (start, end) {
         (None, None) => Ok(None),
-        (Some(a), Some(b)) if a > b => Err(ServiceError::invalid(format!("jd_start: {a} is after jd_end {b}"))),
+        (Some(a), Some(b)) if a > b => Err(ServiceError::invalid(format!(
+            "jd_start: {a} is after jd_end {b}"
+        ))),
         (a, b) => Ok(Some((a.unwrap_or(f64::MIN), b.unwrap_or(f64::MAX)))),
     }
 }
@@ -843,10 +973,14 @@ pub fn time_window(start: Option<f64>, end: Option<f64>) -> Result<Option<(f64, 
 /// A cone radius in arcsec: above 0, at most [`MAX_RADIUS_ARCSEC`].
 pub fn check_radius(radius: Option<f64>) -> Result<f64, ServiceError> {
     let Some(r) = radius else {
-        return Err(ServiceError::invalid("radius_arcsec: required for a cone search"));
+        return Err(ServiceError::invalid(
+            "radius_arcsec: required for a cone search",
+        ));
     };
     if !r.is_finite() || r <= 0.0 {
-        return Err(ServiceError::invalid(format!("radius_arcsec: must be above 0 (got {r})")));
+        return Err(ServiceError::invalid(format!(
+            "radius_arcsec: must be above 0 (got {r})"
+        )));
     }
     if r > MAX_RADIUS_ARCSEC {
         return Err(ServiceError::invalid(format!(
@@ -873,7 +1007,12 @@ pub fn parse_candid(raw: &str) -> Result<i64, ServiceError> {
 /// An objectId: 1-64 letters, digits, `_`, `-`, `.`.
 pub fn parse_object_id(raw: &str) -> Result<String, ServiceError> {
     let t = raw.trim();
-    if t.is_empty() || t.len() > 64 || !t.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b)) {
+    if t.is_empty()
+        || t.len() > 64
+        || !t
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
+    {
         return Err(ServiceError::invalid(format!(
             "objectId: {raw:?} is not an object id (for example ZTF18abudxnw)"
         )));

@@ -212,8 +212,13 @@ impl AlertStore {
         Ok(stored)
     }
 
-    pub async fn alert(&self, broker_id: &str, candid: i64) -> Result<Option<AlertRow>, sqlx::Error> {
-        let sql = format!("SELECT {ALERT_COLUMNS} FROM alerts WHERE broker_id = $1 AND candid = $2");
+    pub async fn alert(
+        &self,
+        broker_id: &str,
+        candid: i64,
+    ) -> Result<Option<AlertRow>, sqlx::Error> {
+        let sql =
+            format!("SELECT {ALERT_COLUMNS} FROM alerts WHERE broker_id = $1 AND candid = $2");
         with_pool!(self.db, pool => sqlx::query_as::<_, AlertRow>(&sql)
             .bind(broker_id)
             .bind(candid)
@@ -272,7 +277,8 @@ impl AlertStore {
         if ranges.is_empty() {
             return Ok(Vec::new());
         }
-        let mut sql = String::from("SELECT candid, ra, dec, jd FROM alerts WHERE broker_id = $1 AND (");
+        let mut sql =
+            String::from("SELECT candid, ra, dec, jd FROM alerts WHERE broker_id = $1 AND (");
         for i in 0..ranges.len() {
             if i > 0 {
                 sql.push_str(" OR ");
@@ -280,7 +286,11 @@ impl AlertStore {
             sql.push_str(&format!("hpx BETWEEN ${} AND ${}", 2 * i + 2, 2 * i + 3));
         }
         let n = 2 * ranges.len() + 2;
-        sql.push_str(&format!(") AND jd >= ${n} AND jd <= ${} LIMIT ${}", n + 1, n + 2));
+        sql.push_str(&format!(
+            ") AND jd >= ${n} AND jd <= ${} LIMIT ${}",
+            n + 1,
+            n + 2
+        ));
         with_pool!(self.db, pool => {
             let mut q = sqlx::query_as::<_, ConeHit>(&sql).bind(broker_id);
             for r in ranges {
@@ -291,7 +301,11 @@ impl AlertStore {
     }
 
     /// Alerts by candid, in the order asked.
-    pub async fn alerts_by_candid(&self, broker_id: &str, candids: &[i64]) -> Result<Vec<AlertRow>, sqlx::Error> {
+    pub async fn alerts_by_candid(
+        &self,
+        broker_id: &str,
+        candids: &[i64],
+    ) -> Result<Vec<AlertRow>, sqlx::Error> {
         if candids.is_empty() {
             return Ok(Vec::new());
         }
@@ -312,7 +326,11 @@ impl AlertStore {
     }
 
     /// The packets of alerts by candid.
-    pub async fn packets(&self, broker_id: &str, candids: &[i64]) -> Result<Vec<PacketRow>, sqlx::Error> {
+    pub async fn packets(
+        &self,
+        broker_id: &str,
+        candids: &[i64],
+    ) -> Result<Vec<PacketRow>, sqlx::Error> {
         if candids.is_empty() {
             return Ok(Vec::new());
         }
@@ -331,7 +349,11 @@ impl AlertStore {
     }
 
     /// Every packet of an object, oldest first.
-    pub async fn packets_of_object(&self, broker_id: &str, object_id: &str) -> Result<Vec<PacketRow>, sqlx::Error> {
+    pub async fn packets_of_object(
+        &self,
+        broker_id: &str,
+        object_id: &str,
+    ) -> Result<Vec<PacketRow>, sqlx::Error> {
         let sql = "SELECT candid, jd, schema_id, packet FROM alerts WHERE broker_id = $1 AND object_id = $2 ORDER BY jd, candid";
         with_pool!(self.db, pool => sqlx::query_as::<_, PacketRow>(sql)
             .bind(broker_id)
@@ -341,7 +363,11 @@ impl AlertStore {
     }
 
     /// The latest alert of an object.
-    pub async fn latest_of_object(&self, broker_id: &str, object_id: &str) -> Result<Option<AlertRow>, sqlx::Error> {
+    pub async fn latest_of_object(
+        &self,
+        broker_id: &str,
+        object_id: &str,
+    ) -> Result<Option<AlertRow>, sqlx::Error> {
         let sql = format!(
             "SELECT {ALERT_COLUMNS} FROM alerts WHERE broker_id = $1 AND object_id = $2 ORDER BY jd DESC, candid DESC LIMIT 1"
         );

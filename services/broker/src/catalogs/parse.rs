@@ -63,7 +63,9 @@ pub struct SourceRow {
 /// A file that is neither catalog, or a bad line in one.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum ParseError {
-    #[error("the header matches neither the Hipparcos-2 (HIP,ra_deg,dec_deg,…) nor the OpenNGC (Name;Type;RA;Dec;…) file")]
+    #[error(
+        "the header matches neither the Hipparcos-2 (HIP,ra_deg,dec_deg,…) nor the OpenNGC (Name;Type;RA;Dec;…) file"
+    )]
     UnknownHeader,
     #[error("the file is not UTF-8 text")]
     NotText,
@@ -140,7 +142,8 @@ fn hipparcos<'a>(
         "HIP", "ra_deg", "dec_deg", "Plx", "pmRA", "pmDE", "Hpmag", "B-V",
     ]
     .map(|c| cols.index(c));
-    let (hip, ra, dec, plx, pm_ra, pm_dec, hp, bv) = (hip?, ra?, dec?, plx?, pm_ra?, pm_dec?, hp?, bv?);
+    let (hip, ra, dec, plx, pm_ra, pm_dec, hp, bv) =
+        (hip?, ra?, dec?, plx?, pm_ra?, pm_dec?, hp?, bv?);
     let mut rows = Vec::new();
     for (i, line) in lines.enumerate() {
         let n = i + 2;
@@ -161,7 +164,11 @@ fn hipparcos<'a>(
                 problem: format!("HIP: {id:?} is not a number"),
             });
         }
-        let (ra_deg, dec_deg) = position(req_f64(f[ra], "ra_deg", n)?, req_f64(f[dec], "dec_deg", n)?, n)?;
+        let (ra_deg, dec_deg) = position(
+            req_f64(f[ra], "ra_deg", n)?,
+            req_f64(f[dec], "dec_deg", n)?,
+            n,
+        )?;
         rows.push(SourceRow {
             catalog: Catalog::Hipparcos2.as_str().to_owned(),
             source_id: format!("HIP {id}"),
@@ -285,8 +292,12 @@ fn openngc<'a>(
                 problem: "Name: missing".to_owned(),
             });
         }
-        let (ra_deg, dec_deg) = position(sexagesimal_ra(&f[ra], n)?, sexagesimal_dec(&f[dec], n)?, n)?;
-        let (mag, band) = match (opt_f64(&f[bmag], "B-Mag", n)?, opt_f64(&f[vmag], "V-Mag", n)?) {
+        let (ra_deg, dec_deg) =
+            position(sexagesimal_ra(&f[ra], n)?, sexagesimal_dec(&f[dec], n)?, n)?;
+        let (mag, band) = match (
+            opt_f64(&f[bmag], "B-Mag", n)?,
+            opt_f64(&f[vmag], "V-Mag", n)?,
+        ) {
             (Some(b), _) => (Some(b), Some("B")),
             (None, Some(v)) => (Some(v), Some("V")),
             _ => (None, None),
@@ -342,7 +353,10 @@ mod tests {
         assert!((rows[0].dec - -23.383_888_9).abs() < 1e-6);
         assert_eq!(rows[0].redshift, Some(0.009787));
         let broken = "HIP,ra_deg,dec_deg,Plx,pmRA,pmDE,Hpmag,B-V\n88,abc,-48.8,5.50,-18.36,-5.82,5.8690,0.911\n";
-        assert!(matches!(parse(broken.as_bytes()), Err(ParseError::Line { line: 2, .. })));
+        assert!(matches!(
+            parse(broken.as_bytes()),
+            Err(ParseError::Line { line: 2, .. })
+        ));
         assert_eq!(parse(b"a,b\n1,2\n"), Err(ParseError::UnknownHeader));
     }
 }

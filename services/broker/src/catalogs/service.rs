@@ -57,7 +57,10 @@ pub struct Match {
 impl Match {
     /// cz/H0 for galaxies receding faster than peculiar velocities.
     pub fn distance_mpc(&self) -> Option<f64> {
-        self.source.redshift.filter(|z| *z > 0.001).map(|z| C_KM_S * z / H0)
+        self.source
+            .redshift
+            .filter(|z| *z > 0.001)
+            .map(|z| C_KM_S * z / H0)
     }
 }
 
@@ -89,14 +92,25 @@ impl CatalogService {
 
     /// Ingest a catalog file. Administrators only; a file ingested before
     /// changes nothing; a bad line is named and nothing is stored.
-    pub async fn ingest(&self, caller: &Principal, source: &str, bytes: &[u8]) -> Result<CatalogReport, ServiceError> {
+    pub async fn ingest(
+        &self,
+        caller: &Principal,
+        source: &str,
+        bytes: &[u8],
+    ) -> Result<CatalogReport, ServiceError> {
         if caller.actor != Actor::System {
             return Err(ServiceError::denied("only administrators ingest catalogs"));
         }
-        let source = if source.trim().is_empty() { "catalog.csv" } else { source.trim() }.to_owned();
+        let source = if source.trim().is_empty() {
+            "catalog.csv"
+        } else {
+            source.trim()
+        }
+        .to_owned();
         let checksum = hex::encode(Sha256::digest(bytes));
-        let (catalog, rows) =
-            parse::parse(bytes).map_err(|e| ServiceError::invalid(format!("{source}: {e}")).with_domain("BAD_CATALOG_FILE"))?;
+        let (catalog, rows) = parse::parse(bytes).map_err(|e| {
+            ServiceError::invalid(format!("{source}: {e}")).with_domain("BAD_CATALOG_FILE")
+        })?;
         if let Some((_, count)) = self.store.file(&checksum).await? {
             return Ok(CatalogReport {
                 catalog: catalog.as_str(),
@@ -106,8 +120,14 @@ impl CatalogService {
                 already_present: true,
             });
         }
-        self.store.ingest(&checksum, &source, catalog.as_str(), &rows, clock::now_ms()).await?;
-        tracing::info!(catalog = catalog.as_str(), rows = rows.len(), "catalog ingested");
+        self.store
+            .ingest(&checksum, &source, catalog.as_str(), &rows, clock::now_ms())
+            .await?;
+        tracing::info!(
+            catalog = catalog.as_str(),
+            rows = rows.len(),
+            "catalog ingested"
+        );
         Ok(CatalogReport {
             catalog: catalog.as_str(),
             source,
@@ -123,7 +143,11 @@ impl CatalogService {
     }
 
     /// `crossmatch_broker_catalogs`.
-    pub async fn crossmatch(&self, caller: &Principal, q: CrossmatchQuery) -> Result<CrossmatchAnswer, ServiceError> {
+    pub async fn crossmatch(
+        &self,
+        caller: &Principal,
+        q: CrossmatchQuery,
+    ) -> Result<CrossmatchAnswer, ServiceError> {
         if caller.tenant_id.is_empty() && caller.actor != Actor::System {
             return Err(ServiceError::denied("the caller has no tenant"));
         }
@@ -136,13 +160,17 @@ impl CatalogService {
             ));
         }
         if q.candid.is_some() && q.object_id.is_some() {
-            return Err(ServiceError::invalid("candid: give candid or objectId, not both"));
+            return Err(ServiceError::invalid(
+                "candid: give candid or objectId, not both",
+            ));
         }
         let radius = check_radius(Some(q.radius_arcsec.unwrap_or(DEFAULT_RADIUS_ARCSEC)))?;
         let limit = match q.limit {
             None => DEFAULT_MATCHES,
             Some(n) if n < 1 || n as usize > MAX_MATCHES => {
-                return Err(ServiceError::invalid(format!("limit: 1 to {MAX_MATCHES} (got {n})")));
+                return Err(ServiceError::invalid(format!(
+                    "limit: 1 to {MAX_MATCHES} (got {n})"
+                )));
             }
             Some(n) => n as usize,
         };
@@ -163,7 +191,11 @@ impl CatalogService {
         let (ra, dec, alert_jd, position_from) = if named {
             let row = self
                 .alerts
-                .locate(&broker.broker_id, q.candid.as_deref(), q.object_id.as_deref())
+                .locate(
+                    &broker.broker_id,
+                    q.candid.as_deref(),
+                    q.object_id.as_deref(),
+                )
                 .await?
                 .ok_or_else(|| ServiceError::invalid("candid: required"))?;
             let from = format!("alert {} of {}", row.candid, row.object_id);
@@ -171,7 +203,9 @@ impl CatalogService {
         } else {
             let (Some(ra), Some(dec)) = (q.ra, q.dec) else {
                 let missing = if q.ra.is_none() { "ra" } else { "dec" };
-                return Err(ServiceError::invalid(format!("{missing}: required with the other coordinate")));
+                return Err(ServiceError::invalid(format!(
+                    "{missing}: required with the other coordinate"
+                )));
             };
             sky::check_position(ra, dec).map_err(ServiceError::invalid)?;
             (ra, dec, None, "given".to_owned())
@@ -190,7 +224,10 @@ impl CatalogService {
         // lies within the radius once moved.
         let mut reach = radius;
         if catalogs.contains(&Catalog::Hipparcos2)
-            && let Some(pm) = self.store.max_proper_motion(Catalog::Hipparcos2.as_str()).await?
+            && let Some(pm) = self
+                .store
+                .max_proper_motion(Catalog::Hipparcos2.as_str())
+                .await?
         {
             reach += pm / 1000.0 * (epoch_year - parse::HIPPARCOS_EPOCH).abs() + 1.0;
         }
@@ -201,7 +238,9 @@ impl CatalogService {
             .into_iter()
             .filter_map(|s| {
                 let (sra, sdec) = match (s.pm_ra, s.pm_dec) {
-                    (Some(pa), Some(pd)) => sky::apply_proper_motion(s.ra, s.dec, pa, pd, epoch_year - s.epoch),
+                    (Some(pa), Some(pd)) => {
+                        sky::apply_proper_motion(s.ra, s.dec, pa, pd, epoch_year - s.epoch)
+                    }
                     _ => (s.ra, s.dec),
                 };
                 let sep = sky::separation_arcsec(ra, dec, sra, sdec);

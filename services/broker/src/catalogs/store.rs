@@ -103,7 +103,9 @@ impl CatalogStore {
             sql.push_str(&format!("hpx BETWEEN ${} AND ${}", 2 * i + 1, 2 * i + 2));
         }
         let first = 2 * ranges.len() + 1;
-        let cats: Vec<String> = (0..catalogs.len()).map(|i| format!("${}", first + i)).collect();
+        let cats: Vec<String> = (0..catalogs.len())
+            .map(|i| format!("${}", first + i))
+            .collect();
         sql.push_str(&format!(") AND catalog IN ({})", cats.join(", ")));
         with_pool!(self.db, pool => {
             let mut q = sqlx::query_as::<_, SourceRow>(&sql);
