@@ -151,8 +151,8 @@ pub async fn ztf(
         };
         match send_alert_file(&mut broker, &broker_id, &name, bytes).await {
             Ok(report) => {
-                alerts += report.alerts;
-                stored += report.stored;
+                alerts += i64::from(report.alerts);
+                stored += i64::from(report.stored);
                 if report.already_present {
                     unchanged += 1;
                 }

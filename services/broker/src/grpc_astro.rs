@@ -9,6 +9,11 @@ use ithaca_kit::json;
 use ithaca_proto::broker::v1 as pb;
 use serde_json::Value as Json;
 
+/// A count as the wire carries it (int32, so agents get JSON integers).
+pub fn n(v: i64) -> i32 {
+    i32::try_from(v).unwrap_or(i32::MAX)
+}
+
 /// The resource listing the brokers.
 pub const BROKERS_URI: &str = "doomberg://brokers";
 
@@ -27,8 +32,8 @@ pub fn broker(view: BrokerView) -> pb::Broker {
         name: view.row.name,
         survey: view.row.survey,
         credential_configured: view.credential_configured,
-        alerts: view.stats.alerts,
-        objects: view.stats.objects,
+        alerts: n(view.stats.alerts),
+        objects: n(view.stats.objects),
         first_jd: view.stats.first_jd,
         last_jd: view.stats.last_jd,
         uri: BROKERS_URI.to_owned(),
@@ -77,9 +82,9 @@ pub fn alert(a: FoundAlert) -> pb::Alert {
         jdstarthist: num(c, "jdstarthist"),
         programid: int(c, "programid"),
         history: Some(pb::AlertHistory {
-            prv_detections: r.prv_detections,
-            prv_upper_limits: r.prv_upper_limits,
-            fp_hists: r.fp_hists,
+            prv_detections: n(r.prv_detections),
+            prv_upper_limits: n(r.prv_upper_limits),
+            fp_hists: r.fp_hists.map(n),
         }),
         schemavsn: r.schemavsn.clone(),
         separation_arcsec: a.separation_arcsec,
@@ -93,11 +98,11 @@ pub fn alerts(a: AlertAnswer) -> pb::BrokerAlerts {
     pb::BrokerAlerts {
         broker_id: a.broker_id,
         query: a.query,
-        count: alerts.len() as i64,
+        count: n(alerts.len() as i64),
         alerts,
-        matched: a.matched,
+        matched: n(a.matched),
         truncated: a.truncated,
-        scanned: a.scanned,
+        scanned: a.scanned.map(n),
         suggestion: a.suggestion,
     }
 }
@@ -124,7 +129,7 @@ fn point(p: &Point, zero_jd: f64) -> pb::PhotometryPoint {
 }
 
 pub fn light_curve(lc: LightCurve) -> pb::LightCurve {
-    let count = |k: lightcurve::Kind| lc.points.iter().filter(|p| p.kind == k).count() as i64;
+    let count = |k: lightcurve::Kind| n(lc.points.iter().filter(|p| p.kind == k).count() as i64);
     let mut bands: Vec<String> = Vec::new();
     for p in &lc.points {
         let b = lightcurve::band(p.fid).to_owned();
@@ -139,8 +144,8 @@ pub fn light_curve(lc: LightCurve) -> pb::LightCurve {
         upper_limits: count(lightcurve::Kind::UpperLimit),
         forced: count(lightcurve::Kind::Forced),
         points: lc.points.iter().map(|p| point(p, lc.zero_jd)).collect(),
-        count: lc.points.len() as i64,
-        alerts: lc.alerts,
+        count: n(lc.points.len() as i64),
+        alerts: n(lc.alerts),
         first_detection_jd: lc.first_detection_jd,
         first_detection_utc: lc.first_detection_jd.map(astrotime::jd_to_iso),
         bands,
@@ -170,9 +175,9 @@ pub fn schema(s: SchemaAnswer) -> pb::AlertSchema {
         survey: "ZTF".to_owned(),
         source: s.source.to_owned(),
         versions: s.versions,
-        count: paths.len() as i64,
+        count: n(paths.len() as i64),
         paths,
-        matched: s.matched,
+        matched: n(s.matched),
         truncated: s.truncated,
     }
 }
@@ -218,7 +223,7 @@ pub fn crossmatch(a: CrossmatchAnswer) -> pb::Crossmatch {
         epoch_year: astrotime::julian_year(a.epoch_jd),
         position_from: a.position_from,
         catalogs: a.catalogs.iter().map(|c| (*c).to_owned()).collect(),
-        count: matches.len() as i64,
+        count: n(matches.len() as i64),
         matches,
         truncated: a.truncated,
     }
@@ -229,7 +234,7 @@ pub fn catalog_report(r: CatalogReport) -> pb::CatalogIngestReport {
         catalog: r.catalog.to_owned(),
         source: r.source,
         checksum: r.checksum,
-        rows: r.rows,
+        rows: n(r.rows),
         already_present: r.already_present,
     }
 }

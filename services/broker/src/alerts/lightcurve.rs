@@ -196,13 +196,14 @@ impl Builder {
         });
     }
 
-    /// The points, sorted by time (then band, then kind).
+    /// The points, sorted by time (then band, kind and candid).
     pub fn finish(self) -> Vec<Point> {
         let mut points: Vec<Point> = self.points.into_values().collect();
         points.sort_by(|a, b| {
             a.jd.total_cmp(&b.jd)
                 .then(a.fid.cmp(&b.fid))
                 .then(a.kind.cmp(&b.kind))
+                .then(a.candid.cmp(&b.candid))
         });
         points
     }

@@ -91,9 +91,10 @@ fn draw(
         .margin(16)
         .x_label_area_size(44)
         .y_label_area_size(56)
+        // Room above the brightest point keeps the legend off the data.
         .build_cartesian_2d(
             (x0 - xpad)..(x1 + xpad),
-            (-(faint + ypad))..(-(bright - ypad)),
+            (-(faint + ypad))..(-(bright - 0.5 * (faint - bright) - 0.3)),
         )?;
     chart
         .configure_mesh()
@@ -122,11 +123,16 @@ fn draw(
             )?
             .label(format!("{} detection", band(fid)))
             .legend(move |(x, y)| Circle::new((x, y), 4, c.filled()));
-        chart.draw_series(
-            of_band()
-                .filter(|(p, _)| !p.is_limit && p.kind == Kind::Forced)
-                .map(|(p, d)| Circle::new((*d, -p.mag), 4, c.stroke_width(1))),
-        )?;
+        if of_band().any(|(p, _)| !p.is_limit && p.kind == Kind::Forced) {
+            chart
+                .draw_series(
+                    of_band()
+                        .filter(|(p, _)| !p.is_limit && p.kind == Kind::Forced)
+                        .map(|(p, d)| Circle::new((*d, -p.mag), 4, c.stroke_width(1))),
+                )?
+                .label(format!("{} forced photometry", band(fid)))
+                .legend(move |(x, y)| Circle::new((x, y), 4, c.stroke_width(1)));
+        }
         chart
             .draw_series(of_band().filter(|(p, _)| p.is_limit).map(|(p, d)| {
                 // A downward triangle: the source was fainter than this.
