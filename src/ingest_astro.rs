@@ -238,7 +238,7 @@ pub async fn catalog(common: &CommonArgs, file: PathBuf, target: Target) -> anyh
     Ok(())
 }
 
-fn connect(common: &CommonArgs, target: &Target) -> anyhow::Result<crate::ingest::Client> {
+pub fn connect(common: &CommonArgs, target: &Target) -> anyhow::Result<crate::ingest::Client> {
     let url = target
         .broker_url
         .clone()

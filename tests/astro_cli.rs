@@ -1,7 +1,7 @@
-//! `ithaca ingest ztf` and `ithaca ingest catalog` against `ithaca serve
-//! broker`: progress on stderr, a truncated file named and skipped while
-//! the others land, a non-zero exit that says so, and re-ingest changing
-//! nothing.
+//! `ithaca ingest ztf`, `ithaca ingest catalog` and `ithaca brokers add`
+//! against `ithaca serve broker`: progress on stderr, a truncated file named
+//! and skipped while the others land, a non-zero exit that says so,
+//! re-ingest changing nothing, a broker credential read from stdin.
 
 mod common;
 

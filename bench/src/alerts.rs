@@ -47,7 +47,11 @@ pub struct AlertsArgs {
     #[arg(long, default_value = "target/ithaca-bench/alerts")]
     pub work_dir: PathBuf,
     /// PostgreSQL; a fresh schema is created and dropped. `none` skips it.
-    #[arg(long, env = "ITHACA_BENCH_POSTGRES_URL", default_value = "postgres://postgres@127.0.0.1:5432/test")]
+    #[arg(
+        long,
+        env = "ITHACA_BENCH_POSTGRES_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/test"
+    )]
     pub postgres_url: String,
     /// Alerts in the PostgreSQL archive (default: --alerts).
     #[arg(long)]
@@ -106,7 +110,10 @@ fn load_templates(dir: &Path) -> anyhow::Result<(Vec<Schema>, Vec<Template>)> {
         let bytes = std::fs::read(&f)?;
         let reader = Reader::new(&bytes[..])?;
         let schema = reader.writer_schema().clone();
-        let index = match schemas.iter().position(|s| s.canonical_form() == schema.canonical_form()) {
+        let index = match schemas
+            .iter()
+            .position(|s| s.canonical_form() == schema.canonical_form())
+        {
             Some(i) => i,
             None => {
                 schemas.push(schema);
@@ -114,7 +121,10 @@ fn load_templates(dir: &Path) -> anyhow::Result<(Vec<Schema>, Vec<Template>)> {
             }
         };
         for v in reader {
-            templates.push(Template { schema: index, value: v? });
+            templates.push(Template {
+                schema: index,
+                value: v?,
+            });
         }
     }
     anyhow::ensure!(!templates.is_empty(), "no alerts under {}", dir.display());
@@ -123,10 +133,17 @@ fn load_templates(dir: &Path) -> anyhow::Result<(Vec<Schema>, Vec<Template>)> {
 
 /// The branch index of `null` in the union that field `name` of `schema` has.
 fn null_branch(schema: &Schema, name: &str) -> Option<u32> {
-    let Schema::Record(r) = schema else { return None };
+    let Schema::Record(r) = schema else {
+        return None;
+    };
     let f = r.fields.iter().find(|f| f.name == name)?;
-    let Schema::Union(u) = &f.schema else { return None };
-    u.variants().iter().position(|v| matches!(v, Schema::Null)).map(|i| i as u32)
+    let Schema::Union(u) = &f.schema else {
+        return None;
+    };
+    u.variants()
+        .iter()
+        .position(|v| matches!(v, Schema::Null))
+        .map(|i| i as u32)
 }
 
 fn set(fields: &mut [(String, Value)], name: &str, value: Value) {
@@ -163,7 +180,9 @@ fn shift_jd(v: &mut Value, days: f64) {
 /// without `history`, no prv_candidates or fp_hists.
 fn clone_alert(t: &Template, schema: &Schema, n: u64, place: Placed, history: bool) -> Value {
     let mut value = t.value.clone();
-    let Value::Record(fields) = &mut value else { return value };
+    let Value::Record(fields) = &mut value else {
+        return value;
+    };
     let candid = 3_000_000_000_000_000_000 + n as i64;
     // Four alerts per object, a few days apart, at one position.
     let object = format!("ZTF90{:07}", n / 4);
@@ -243,13 +262,21 @@ impl Generator {
     fn container(&mut self, count: usize, history: bool) -> anyhow::Result<(Vec<u8>, Vec<Placed>)> {
         let schema_index = (self.next / count.max(1) as u64) as usize % self.schemas.len();
         let schema = &self.schemas[schema_index];
-        let of_schema: Vec<&Template> = self.templates.iter().filter(|t| t.schema == schema_index).collect();
+        let of_schema: Vec<&Template> = self
+            .templates
+            .iter()
+            .filter(|t| t.schema == schema_index)
+            .collect();
         let mut writer = Writer::new(schema, Vec::new());
         let mut placed = Vec::with_capacity(count);
-        let mut place = Placed { ra: 0.0, dec: 0.0, jd: 0.0 };
+        let mut place = Placed {
+            ra: 0.0,
+            dec: 0.0,
+            jd: 0.0,
+        };
         for k in 0..count {
             let n = self.next + k as u64;
-            if n % 4 == 0 {
+            if n.is_multiple_of(4) {
                 // Uniform over the sphere; times over the survey's years.
                 place = Placed {
                     ra: 360.0 * self.rng.unit(),
@@ -268,7 +295,13 @@ impl Generator {
     }
 }
 
-async fn one_database(args: &AlertsArgs, db_url: &str, schema: &str, label: &str, alerts: u64) -> anyhow::Result<DbFigures> {
+async fn one_database(
+    args: &AlertsArgs,
+    db_url: &str,
+    schema: &str,
+    label: &str,
+    alerts: u64,
+) -> anyhow::Result<DbFigures> {
     let key = InternalKey::new(b"bench-alerts-internal-key-0123456789abcdef".to_vec())?;
     let db = ithaca_broker::open_db(db_url, schema).await?;
     let (service, catalogs) = ithaca_broker::astro(db, &key, AlertsConfig::default());
@@ -282,7 +315,12 @@ async fn one_database(args: &AlertsArgs, db_url: &str, schema: &str, label: &str
         session_id: None,
     };
     let (schemas, templates) = load_templates(&args.data)?;
-    let mut generator = Generator { schemas, templates, rng: Rng(0x1234_5678), next: 0 };
+    let mut generator = Generator {
+        schemas,
+        templates,
+        rng: Rng(0x1234_5678),
+        next: 0,
+    };
     let mut figures = DbFigures {
         database: label.to_owned(),
         ..Default::default()
@@ -295,13 +333,18 @@ async fn one_database(args: &AlertsArgs, db_url: &str, schema: &str, label: &str
         let count = args.per_file.min((args.full_alerts - done) as usize);
         let (bytes, _) = generator.container(count, true)?;
         let started = Instant::now();
-        service.ingest_file(&admin, "", &format!("full-{done}.avro"), bytes).await?;
+        service
+            .ingest_file(&admin, "", &format!("full-{done}.avro"), bytes)
+            .await?;
         spent += started.elapsed();
         done += count as u64;
     }
     figures.full_alerts = done;
     figures.full_ingest_per_s = done as f64 / spent.as_secs_f64().max(1e-9);
-    eprintln!("alerts[{label}]: {done} whole clones at {:.0} alerts/s", figures.full_ingest_per_s);
+    eprintln!(
+        "alerts[{label}]: {done} whole clones at {:.0} alerts/s",
+        figures.full_ingest_per_s
+    );
 
     // The large archive.
     let mut spent = Duration::ZERO;
@@ -313,16 +356,21 @@ async fn one_database(args: &AlertsArgs, db_url: &str, schema: &str, label: &str
         let count = args.per_file.min((alerts - done) as usize);
         let (bytes, placed) = generator.container(count, false)?;
         for (i, p) in placed.iter().enumerate() {
-            if (done + i as u64) % every == 0 {
+            if (done + i as u64).is_multiple_of(every) {
                 sample.push(*p);
             }
         }
         let started = Instant::now();
-        service.ingest_file(&admin, "", &format!("archive-{done}.avro"), bytes).await?;
+        service
+            .ingest_file(&admin, "", &format!("archive-{done}.avro"), bytes)
+            .await?;
         spent += started.elapsed();
         done += count as u64;
         if done % 100_000 < count as u64 {
-            eprintln!("alerts[{label}]: {done}/{alerts} at {:.0} alerts/s", done as f64 / spent.as_secs_f64());
+            eprintln!(
+                "alerts[{label}]: {done}/{alerts} at {:.0} alerts/s",
+                done as f64 / spent.as_secs_f64()
+            );
         }
     }
     figures.alerts = done;
@@ -355,7 +403,8 @@ async fn one_database(args: &AlertsArgs, db_url: &str, schema: &str, label: &str
 
     // Crossmatch: random positions, 60″, both catalogs.
     for name in ["hipparcos2_hp_le_6.0.csv", "openngc_galaxies_z_le_0.01.csv"] {
-        let bytes = std::fs::read(args.catalogs.join(name)).with_context(|| format!("reading {name}"))?;
+        let bytes =
+            std::fs::read(args.catalogs.join(name)).with_context(|| format!("reading {name}"))?;
         catalogs.ingest(&admin, name, &bytes).await?;
     }
     let mut times = Vec::with_capacity(args.queries);
@@ -387,7 +436,16 @@ pub async fn run(args: AlertsArgs) -> anyhow::Result<Vec<DbFigures>> {
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
     }
-    out.push(one_database(&args, &file.display().to_string(), "unused", "sqlite", args.alerts).await?);
+    out.push(
+        one_database(
+            &args,
+            &file.display().to_string(),
+            "unused",
+            "sqlite",
+            args.alerts,
+        )
+        .await?,
+    );
     if !args.keep {
         for suffix in ["", "-wal", "-shm"] {
             let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
@@ -398,16 +456,37 @@ pub async fn run(args: AlertsArgs) -> anyhow::Result<Vec<DbFigures>> {
         let alerts = args.postgres_alerts.unwrap_or(args.alerts);
         let result = one_database(&args, &args.postgres_url, &schema, "postgres", alerts).await;
         let pool = sqlx::PgPool::connect(&args.postgres_url).await?;
-        sqlx::query(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE")).execute(&pool).await?;
+        sqlx::query(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+            .execute(&pool)
+            .await?;
         out.push(result?);
     }
-    println!("{:<10} {:>9} {:>12} {:>10} {:>12} {:>10} {:>10} {:>8} {:>10} {:>10}",
-        "database", "whole", "whole/s", "archive", "archive/s", "cone p50", "cone p99", "found", "xmatch p50", "xmatch p99");
+    println!(
+        "{:<10} {:>9} {:>12} {:>10} {:>12} {:>10} {:>10} {:>8} {:>10} {:>10}",
+        "database",
+        "whole",
+        "whole/s",
+        "archive",
+        "archive/s",
+        "cone p50",
+        "cone p99",
+        "found",
+        "xmatch p50",
+        "xmatch p99"
+    );
     for f in &out {
         println!(
             "{:<10} {:>9} {:>12.0} {:>10} {:>12.0} {:>8.2}ms {:>8.2}ms {:>7.0}% {:>8.2}ms {:>8.2}ms",
-            f.database, f.full_alerts, f.full_ingest_per_s, f.alerts, f.ingest_per_s, f.cone_p50_ms, f.cone_p99_ms,
-            f.cone_found_share * 100.0, f.crossmatch_p50_ms, f.crossmatch_p99_ms
+            f.database,
+            f.full_alerts,
+            f.full_ingest_per_s,
+            f.alerts,
+            f.ingest_per_s,
+            f.cone_p50_ms,
+            f.cone_p99_ms,
+            f.cone_found_share * 100.0,
+            f.crossmatch_p50_ms,
+            f.crossmatch_p99_ms
         );
     }
     let report = args.work_dir.join("report.json");

@@ -165,9 +165,9 @@ fn main() -> anyhow::Result<()> {
             println!("{}", serde_json::to_string_pretty(&outcome)?);
             Ok(())
         }),
-        Some(Command::Alerts(args)) => runtime.block_on(async move {
-            alerts::run(args).await.map(|_| ())
-        }),
+        Some(Command::Alerts(args)) => {
+            runtime.block_on(async move { alerts::run(args).await.map(|_| ()) })
+        }
         None => runtime.block_on(run::run(cli.run)),
     }
 }
