@@ -10,6 +10,8 @@ const PROTOS: &[&str] = &[
     "ithaca/auth/v1/auth.proto",
     "ithaca/session/v1/session.proto",
     "ithaca/skills/v1/skills.proto",
+    "ithaca/broker/v1/alerts.proto",
+    "ithaca/broker/v1/catalogs.proto",
     "ithaca/broker/v1/broker.proto",
     "ithaca/approvals/v1/approvals.proto",
 ];

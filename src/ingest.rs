@@ -37,7 +37,31 @@ pub enum IngestCommand {
         #[arg(long, env = "ITHACA_DATA_DIR", default_value = stack::DEFAULT_DATA_DIR)]
         data_dir: PathBuf,
     },
+    /// Ingest ZTF alert packets: Avro object-container files, or folders of
+    /// them (walked for `.avro`). Bad files are named and skipped.
+    Ztf {
+        /// Files or folders.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// The broker whose archive receives them.
+        #[arg(long, default_value = ithaca_broker::alerts::service::ARCHIVE_BROKER)]
+        broker: String,
+        #[command(flatten)]
+        target: crate::ingest_astro::Target,
+    },
+    /// Ingest a reference catalog: the Hipparcos-2 or OpenNGC CSV.
+    Catalog {
+        /// The CSV file.
+        file: PathBuf,
+        #[command(flatten)]
+        target: crate::ingest_astro::Target,
+    },
 }
+
+/// A broker client signed as the system.
+pub type Client = BrokerServiceClient<
+    tonic::service::interceptor::InterceptedService<tonic::transport::Channel, Outbound>,
+>;
 
 /// Stream a parsed file to the broker; `progress` reports rows sent.
 pub async fn upload(
@@ -98,11 +122,21 @@ pub fn broker_client(
 }
 
 pub async fn run(common: &CommonArgs, cmd: IngestCommand) -> anyhow::Result<()> {
-    let IngestCommand::Bars {
-        file,
-        broker_url,
-        data_dir,
-    } = cmd;
+    let (file, broker_url, data_dir) = match cmd {
+        IngestCommand::Bars {
+            file,
+            broker_url,
+            data_dir,
+        } => (file, broker_url, data_dir),
+        IngestCommand::Ztf {
+            paths,
+            broker,
+            target,
+        } => return crate::ingest_astro::ztf(common, paths, broker, target).await,
+        IngestCommand::Catalog { file, target } => {
+            return crate::ingest_astro::catalog(common, file, target).await;
+        }
+    };
     let raw = std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
     let name = file
         .file_name()

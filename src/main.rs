@@ -15,8 +15,10 @@
 mod accounts;
 mod admin;
 mod approvals;
+mod brokers;
 mod edge;
 mod ingest;
+mod ingest_astro;
 mod mcp;
 mod serve;
 mod services;
@@ -59,7 +61,11 @@ enum Command {
     /// Add provider accounts (credentials are stored encrypted, never shown).
     #[command(subcommand)]
     Accounts(accounts::AccountsCommand),
-    /// Load data into a running stack (daily bars into the broker).
+    /// Configure alert brokers (credentials are stored sealed, never shown).
+    #[command(subcommand)]
+    Brokers(brokers::BrokersCommand),
+    /// Load data into a running stack (daily bars, ZTF alerts and reference
+    /// catalogs into the broker).
     #[command(subcommand)]
     Ingest(ingest::IngestCommand),
     /// Create and list tenants on a running auth service.
@@ -90,6 +96,7 @@ fn main() -> ExitCode {
             Command::Tenants(cmd) => admin::tenants(&cli.common, cmd).await,
             Command::Ingest(cmd) => ingest::run(&cli.common, cmd).await,
             Command::Accounts(cmd) => accounts::run(&cli.common, cmd).await,
+            Command::Brokers(cmd) => brokers::run(&cli.common, cmd).await,
             Command::Policy(cmd) => approvals::policy(&cli.common, cmd).await,
             Command::Approvals(cmd) => approvals::approvals(&cli.common, cmd).await,
             Command::Mcp(args) => mcp::run(&cli.common, args).await,

@@ -439,6 +439,66 @@ async fn every_tool_result_validates_against_its_output_schema() {
         }
     }
 
+    // Astronomy: the archive is empty in a fresh stack, so these exercise
+    // the empty answers and the refusals; tests/astro_edge.rs has the data.
+    pass.ok(&up, &up.agent, "list_brokers", json!({})).await;
+    pass.err(
+        &up,
+        &up.agent,
+        "get_broker_alerts",
+        json!({"broker_id": "ztf-archive", "objectId": "ZTF00nothere"}),
+    )
+    .await;
+    pass.call(
+        &up,
+        &up.agent,
+        "get_broker_alerts",
+        json!({"broker_id": "ztf-archive", "ra": 197.45, "dec": -23.38, "radius_arcsec": 5}),
+    )
+    .await;
+    pass.err(
+        &up,
+        &up.agent,
+        "get_broker_alerts",
+        json!({"broker_id": "ztf-archive", "ra": 197.45, "dec": -23.38, "radius_arcsec": -1}),
+    )
+    .await;
+    pass.err(
+        &up,
+        &up.agent,
+        "get_broker_alert_photometry",
+        json!({"broker_id": "ztf-archive", "objectId": "ZTF00nothere"}),
+    )
+    .await;
+    pass.call(
+        &up,
+        &up.agent,
+        "crossmatch_broker_catalogs",
+        json!({"broker_id": "ztf-archive", "ra": 197.45, "dec": -23.38, "radius_arcsec": 60}),
+    )
+    .await;
+    pass.ok(
+        &up,
+        &up.agent,
+        "convert_time",
+        json!({"value": "2017-08-17T12:41:04Z"}),
+    )
+    .await;
+    pass.err(
+        &up,
+        &up.agent,
+        "convert_time",
+        json!({"value": "yesterday-ish"}),
+    )
+    .await;
+    pass.call(
+        &up,
+        &up.agent,
+        "get_alert_schema",
+        json!({"search": "magpsf"}),
+    )
+    .await;
+
     // People's tools, called by a person.
     let human_session = pass
         .ok(

@@ -10,6 +10,7 @@
 //! The load comes from this binary's own driver on `hyper` (see
 //! [`driver`]); every phase is bounded in requests and in time.
 
+mod alerts;
 mod appends;
 mod backend;
 mod bare;
@@ -63,6 +64,9 @@ enum Command {
         #[arg(long)]
         rate: Option<f64>,
     },
+    /// The alerts phase: a large archive of cloned ZTF packets ingested into
+    /// SQLite and PostgreSQL, 5″/30-day cone searches and crossmatches.
+    Alerts(alerts::AlertsArgs),
     /// Serve the bare limit: a plain axum handler returning a fixed body;
     /// started by the benchmark.
     #[command(hide = true)]
@@ -161,6 +165,9 @@ fn main() -> anyhow::Result<()> {
             println!("{}", serde_json::to_string_pretty(&outcome)?);
             Ok(())
         }),
+        Some(Command::Alerts(args)) => {
+            runtime.block_on(async move { alerts::run(args).await.map(|_| ()) })
+        }
         None => runtime.block_on(run::run(cli.run)),
     }
 }

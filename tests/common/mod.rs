@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod astro;
 pub mod http;
 
 use ithaca_kit::client::{self, Outbound};

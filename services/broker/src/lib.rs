@@ -1,22 +1,36 @@
 //! The broker service: market data (daily bars and the dataset snapshots
-//! they came from). Astronomy alerts, catalogs, filters, GCN events and
-//! provider accounts arrive with their own issues.
+//! they came from), provider accounts, and the astronomy half: alert
+//! brokers, the ZTF alert archive, light curves, reference catalogs and
+//! their crossmatch, time conversion and the alert schema. Filters and GCN
+//! events arrive with their own issues.
 //!
 //! - [`csv`]: the daily-bar file format, parsed and checked with line numbers.
 //! - [`model`]: symbols, dates, fields and bar sanity rules.
 //! - [`service`]: ingest (validated, all or nothing), coverage, histories.
-//! - [`store`]: the `datasets` and `bars` tables (SQLite and PostgreSQL).
+//! - [`store`]: the `datasets`, `bars` and `accounts` tables.
+//! - [`vault`]: credentials sealed at rest (accounts and brokers).
+//! - [`alerts`]: brokers, alert ingest (Apache Avro), queries, light curves,
+//!   plots, and the schema flattening filters validate against.
+//! - [`catalogs`]: Hipparcos-2 and OpenNGC, and the crossmatch.
+//! - [`sky`]: the HEALPix index (CDS `cdshealpix`) alerts and catalogs share.
+//! - [`astrotime`]: ISO 8601, JD and MJD on the UTC scale.
 //! - [`grpc`]: the `ithaca.broker.v1.BrokerService` adapter.
 //!
-//! Bars are reference data shared by every tenant. This crate depends on
-//! the kit and the proto crate, never on another service.
+//! Bars, alerts and catalogs are reference data shared by every tenant.
+//! This crate depends on the kit and the proto crate, never on another
+//! service.
 
 #![forbid(unsafe_code)]
 
+pub mod alerts;
+pub mod astrotime;
+pub mod catalogs;
 pub mod csv;
 pub mod grpc;
+mod grpc_astro;
 pub mod model;
 pub mod service;
+pub mod sky;
 pub mod store;
 pub mod vault;
 
@@ -44,10 +58,34 @@ pub fn service(db: Db, key: &InternalKey) -> service::BrokerService {
     service::BrokerService::new(store::Store::new(db), vault)
 }
 
+/// The alert archive and the catalogs over `db`; broker credentials are
+/// sealed with the same derived key as provider credentials.
+pub fn astro(
+    db: Db,
+    key: &InternalKey,
+    config: alerts::AlertsConfig,
+) -> (alerts::AlertService, catalogs::CatalogService) {
+    let vault = vault::Vault::new(&key.derive("broker-credentials"));
+    let alerts =
+        alerts::AlertService::new(alerts::store::AlertStore::new(db.clone()), vault, config);
+    let catalogs =
+        catalogs::CatalogService::new(catalogs::store::CatalogStore::new(db), alerts.clone());
+    (alerts, catalogs)
+}
+
 /// The gRPC routes of the broker service, behind the principal verifier.
+/// The alert schema files are found as [`alerts::AlertsConfig::from_env`] says.
 pub fn serve_options(db: Db, key: InternalKey) -> ServeOptions {
+    serve_options_with(db, key, alerts::AlertsConfig::from_env())
+}
+
+/// [`serve_options`] with an explicit alerts configuration.
+pub fn serve_options_with(db: Db, key: InternalKey, config: alerts::AlertsConfig) -> ServeOptions {
+    let (alerts, catalogs) = astro(db.clone(), &key, config);
     let grpc = grpc::Grpc {
         service: service(db, &key),
+        alerts,
+        catalogs,
     };
     let server = BrokerServiceServer::new(grpc).max_decoding_message_size(MAX_MESSAGE);
     let server = tonic::service::interceptor::InterceptedService::new(server, Verifier::new(key));

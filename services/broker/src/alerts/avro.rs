@@ -1,0 +1,243 @@
+//! Reading alert packets with the Apache Avro crate: an object-container
+//! file decoded with the writer schema it carries (one or many alerts), a
+//! stored packet decoded again with its schema, and Avro values as JSON.
+
+use apache_avro::types::Value;
+use apache_avro::{Reader, Schema};
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use serde_json::{Map, Value as Json};
+use sha2::{Digest, Sha256};
+
+/// One alert of a container, ready to store.
+#[derive(Clone, Debug)]
+pub struct DecodedAlert {
+    pub candid: i64,
+    pub object_id: String,
+    pub schemavsn: String,
+    /// The `candidate` record as JSON.
+    pub candidate: Json,
+    pub jd: f64,
+    pub fid: i64,
+    pub ra: f64,
+    pub dec: f64,
+    pub magpsf: Option<f64>,
+    pub prv_detections: i64,
+    pub prv_upper_limits: i64,
+    /// `None` when the schema has no `fp_hists` (before 4.0) or it is null.
+    pub fp_hists: Option<i64>,
+    /// The whole alert re-encoded as an Avro datum of the writer schema.
+    pub datum: Vec<u8>,
+}
+
+/// A decoded container: its writer schema and its alerts, in file order.
+#[derive(Clone, Debug)]
+pub struct DecodedFile {
+    pub schema: Schema,
+    /// SHA-256 (hex) of the version label and the schema's canonical form:
+    /// the canonical form leaves out the `version` attribute and the docs,
+    /// so 4.01 and 4.02 containers can share one, and each version must
+    /// still be listed.
+    pub schema_id: String,
+    /// `4.02`, or `4.02/Fink` when the publisher is not ZTF.
+    pub version: String,
+    pub alerts: Vec<DecodedAlert>,
+}
+
+/// Why a file could not be read. Every alert of a file is decoded before any
+/// is stored, so a bad file stores nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    #[error("not an Avro object-container file: {0}")]
+    NotAvro(String),
+    #[error("alert {index} cannot be decoded (truncated or corrupt): {reason}")]
+    Record { index: usize, reason: String },
+    #[error("alert {index}: {reason}")]
+    NotAnAlert { index: usize, reason: String },
+    #[error("the file holds no alerts")]
+    Empty,
+}
+
+/// Decode every alert of a container file with its writer schema.
+pub fn decode_file(bytes: &[u8]) -> Result<DecodedFile, DecodeError> {
+    let reader = Reader::new(bytes).map_err(|e| DecodeError::NotAvro(e.to_string()))?;
+    let schema = reader.writer_schema().clone();
+    let mut alerts = Vec::new();
+    let mut version = String::new();
+    for (index, record) in reader.enumerate() {
+        let value = record.map_err(|e| DecodeError::Record {
+            index,
+            reason: e.to_string(),
+        })?;
+        let (alert, label) =
+            extract(&schema, value).map_err(|reason| DecodeError::NotAnAlert { index, reason })?;
+        if version.is_empty() {
+            version = label;
+        }
+        alerts.push(alert);
+    }
+    if alerts.is_empty() {
+        return Err(DecodeError::Empty);
+    }
+    let mut hasher = Sha256::new();
+    hasher.update(version.as_bytes());
+    hasher.update(b"\n");
+    hasher.update(schema.canonical_form().as_bytes());
+    let schema_id = hex::encode(hasher.finalize());
+    Ok(DecodedFile {
+        schema,
+        schema_id,
+        version,
+        alerts,
+    })
+}
+
+/// Decode a stored packet with its writer schema, as JSON (bytes as base64).
+pub fn decode_packet(schema: &Schema, datum: &[u8]) -> Result<Json, String> {
+    let mut reader = datum;
+    let value =
+        apache_avro::from_avro_datum(schema, &mut reader, None).map_err(|e| e.to_string())?;
+    Ok(to_json(&value))
+}
+
+/// An Avro value as JSON: unions unwrapped, bytes as base64 text, non-finite
+/// floats as null.
+pub fn to_json(value: &Value) -> Json {
+    match value {
+        Value::Null => Json::Null,
+        Value::Boolean(b) => Json::Bool(*b),
+        Value::Int(i) | Value::Date(i) | Value::TimeMillis(i) => Json::from(*i),
+        Value::Long(l)
+        | Value::TimeMicros(l)
+        | Value::TimestampMillis(l)
+        | Value::TimestampMicros(l)
+        | Value::TimestampNanos(l)
+        | Value::LocalTimestampMillis(l)
+        | Value::LocalTimestampMicros(l)
+        | Value::LocalTimestampNanos(l) => Json::from(*l),
+        Value::Float(f) => number(f64::from(*f)),
+        Value::Double(d) => number(*d),
+        Value::Bytes(b) | Value::Fixed(_, b) => Json::String(STANDARD.encode(b)),
+        Value::String(s) | Value::Enum(_, s) => Json::String(s.clone()),
+        Value::Uuid(u) => Json::String(u.to_string()),
+        Value::Union(_, inner) => to_json(inner),
+        Value::Array(items) => Json::Array(items.iter().map(to_json).collect()),
+        Value::Map(m) => Json::Object(m.iter().map(|(k, v)| (k.clone(), to_json(v))).collect()),
+        Value::Record(fields) => {
+            let mut map = Map::with_capacity(fields.len());
+            for (k, v) in fields {
+                map.insert(k.clone(), to_json(v));
+            }
+            Json::Object(map)
+        }
+        other => Json::String(format!("{other:?}")),
+    }
+}
+
+fn number(f: f64) -> Json {
+    serde_json::Number::from_f64(f).map_or(Json::Null, Json::Number)
+}
+
+fn unwrap_union(value: &Value) -> &Value {
+    match value {
+        Value::Union(_, inner) => unwrap_union(inner),
+        other => other,
+    }
+}
+
+fn field<'a>(fields: &'a [(String, Value)], name: &str) -> Option<&'a Value> {
+    fields
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| unwrap_union(v))
+}
+
+fn as_f64(value: Option<&Value>) -> Option<f64> {
+    match value? {
+        Value::Double(d) => Some(*d),
+        Value::Float(f) => Some(f64::from(*f)),
+        Value::Int(i) => Some(f64::from(*i)),
+        Value::Long(l) => Some(*l as f64),
+        _ => None,
+    }
+}
+
+fn as_i64(value: Option<&Value>) -> Option<i64> {
+    match value? {
+        Value::Int(i) => Some(i64::from(*i)),
+        Value::Long(l) => Some(*l),
+        _ => None,
+    }
+}
+
+fn as_str(value: Option<&Value>) -> Option<&str> {
+    match value? {
+        Value::String(s) => Some(s),
+        _ => None,
+    }
+}
+
+/// The stored form of one alert, and its schema version label.
+fn extract(schema: &Schema, value: Value) -> Result<(DecodedAlert, String), String> {
+    let Value::Record(fields) = &value else {
+        return Err("the top-level value is not a record".to_owned());
+    };
+    let object_id = as_str(field(fields, "objectId"))
+        .ok_or("no objectId")?
+        .to_owned();
+    let Some(Value::Record(candidate)) = field(fields, "candidate") else {
+        return Err("no candidate record".to_owned());
+    };
+    let candid = as_i64(field(fields, "candid"))
+        .or_else(|| as_i64(field(candidate, "candid")))
+        .ok_or("no candid")?;
+    let need = |name: &str| {
+        as_f64(field(candidate, name)).ok_or_else(|| format!("candidate.{name} is missing"))
+    };
+    let (jd, ra, dec) = (need("jd")?, need("ra")?, need("dec")?);
+    let fid = as_i64(field(candidate, "fid")).ok_or("candidate.fid is missing")?;
+    let schemavsn = as_str(field(fields, "schemavsn")).unwrap_or("").to_owned();
+    let publisher = as_str(field(fields, "publisher")).unwrap_or("");
+    let label = if publisher.is_empty() || publisher.starts_with("ZTF") {
+        schemavsn.clone()
+    } else {
+        format!("{schemavsn}/{publisher}")
+    };
+    let (mut prv_detections, mut prv_upper_limits) = (0, 0);
+    if let Some(Value::Array(prv)) = field(fields, "prv_candidates") {
+        for p in prv {
+            if let Value::Record(p) = unwrap_union(p) {
+                if as_f64(field(p, "magpsf")).is_some() {
+                    prv_detections += 1;
+                } else {
+                    prv_upper_limits += 1;
+                }
+            }
+        }
+    }
+    let fp_hists = match field(fields, "fp_hists") {
+        Some(Value::Array(fp)) => Some(fp.len() as i64),
+        _ => None,
+    };
+    let candidate_json = to_json(&Value::Record(candidate.clone()));
+    let magpsf = as_f64(field(candidate, "magpsf"));
+    let datum = apache_avro::to_avro_datum(schema, value).map_err(|e| e.to_string())?;
+    Ok((
+        DecodedAlert {
+            candid,
+            object_id,
+            schemavsn,
+            candidate: candidate_json,
+            jd,
+            fid,
+            ra,
+            dec,
+            magpsf,
+            prv_detections,
+            prv_upper_limits,
+            fp_hists,
+            datum,
+        },
+        label,
+    ))
+}

@@ -1,0 +1,19 @@
+//! The alert archive: brokers, ingest of ZTF alert packets (Avro object
+//! containers read with their writer schemas), queries by object, cone and
+//! candid over the HEALPix index, light curves and their plots, and the
+//! alert schema as dotted paths.
+//!
+//! - [`avro`]: decoding containers and stored packets.
+//! - [`schema`]: the flattening of an Avro schema to dotted paths.
+//! - [`store`]: the `brokers`, `alert_schemas`, `alert_files` and `alerts` tables.
+//! - [`lightcurve`] and [`plot`]: light-curve points and their SVG.
+//! - [`service`]: the domain: checks, limits, errors that name the field.
+
+pub mod avro;
+pub mod lightcurve;
+pub mod plot;
+pub mod schema;
+pub mod service;
+pub mod store;
+
+pub use service::{AlertService, AlertsConfig};

@@ -1,0 +1,240 @@
+//! Protobuf renderings of the astronomy domain for [`crate::grpc`]. No
+//! logic beyond the shape of the answer.
+
+use crate::alerts::lightcurve::{self, Point};
+use crate::alerts::service::{AlertAnswer, BrokerView, FoundAlert, LightCurve, SchemaAnswer};
+use crate::astrotime;
+use crate::catalogs::service::{CatalogReport, CrossmatchAnswer};
+use ithaca_kit::json;
+use ithaca_proto::broker::v1 as pb;
+use serde_json::Value as Json;
+
+/// A count as the wire carries it (int32, so agents get JSON integers).
+pub fn n(v: i64) -> i32 {
+    i32::try_from(v).unwrap_or(i32::MAX)
+}
+
+/// The resource listing the brokers.
+pub const BROKERS_URI: &str = "doomberg://brokers";
+
+pub fn alert_uri(broker_id: &str, candid: i64) -> String {
+    format!("doomberg://brokers/{broker_id}/alerts/{candid}")
+}
+
+pub fn light_curve_uri(broker_id: &str, object_id: &str) -> String {
+    format!("doomberg://brokers/{broker_id}/objects/{object_id}/lightcurve")
+}
+
+pub fn broker(view: BrokerView) -> pb::Broker {
+    pb::Broker {
+        operations: view.operations(),
+        broker_id: view.row.broker_id,
+        name: view.row.name,
+        survey: view.row.survey,
+        credential_configured: view.credential_configured,
+        alerts: n(view.stats.alerts),
+        objects: n(view.stats.objects),
+        first_jd: view.stats.first_jd,
+        last_jd: view.stats.last_jd,
+        uri: BROKERS_URI.to_owned(),
+    }
+}
+
+fn num(c: &Json, name: &str) -> Option<f64> {
+    c.get(name)?.as_f64().filter(|v| v.is_finite())
+}
+
+fn int(c: &Json, name: &str) -> Option<i32> {
+    c.get(name)?.as_i64().and_then(|v| i32::try_from(v).ok())
+}
+
+fn text(c: &Json, name: &str) -> Option<String> {
+    c.get(name)?.as_str().map(str::to_owned)
+}
+
+pub fn alert(a: FoundAlert) -> pb::Alert {
+    let c = &a.candidate;
+    let r = &a.row;
+    pb::Alert {
+        candid: r.candid.to_string(),
+        object_id: r.object_id.clone(),
+        jd: r.jd,
+        mjd: r.jd - astrotime::MJD_OFFSET,
+        time_utc: astrotime::jd_to_iso(r.jd),
+        fid: i32::try_from(r.fid).unwrap_or_default(),
+        band: lightcurve::band(r.fid).to_owned(),
+        ra: r.ra,
+        dec: r.dec,
+        magpsf: num(c, "magpsf"),
+        sigmapsf: num(c, "sigmapsf"),
+        diffmaglim: num(c, "diffmaglim"),
+        isdiffpos: text(c, "isdiffpos"),
+        rb: num(c, "rb"),
+        drb: num(c, "drb"),
+        nbad: int(c, "nbad"),
+        fwhm: num(c, "fwhm"),
+        elong: num(c, "elong"),
+        sgscore1: num(c, "sgscore1"),
+        distpsnr1: num(c, "distpsnr1"),
+        ssdistnr: num(c, "ssdistnr"),
+        ssnamenr: text(c, "ssnamenr"),
+        ndethist: int(c, "ndethist"),
+        jdstarthist: num(c, "jdstarthist"),
+        programid: int(c, "programid"),
+        history: Some(pb::AlertHistory {
+            prv_detections: n(r.prv_detections),
+            prv_upper_limits: n(r.prv_upper_limits),
+            fp_hists: r.fp_hists.map(n),
+        }),
+        schemavsn: r.schemavsn.clone(),
+        separation_arcsec: a.separation_arcsec,
+        uri: alert_uri(&r.broker_id, r.candid),
+        packet: a.packet.map(json::to_struct),
+    }
+}
+
+pub fn alerts(a: AlertAnswer) -> pb::BrokerAlerts {
+    let alerts: Vec<pb::Alert> = a.alerts.into_iter().map(alert).collect();
+    pb::BrokerAlerts {
+        broker_id: a.broker_id,
+        query: a.query,
+        count: n(alerts.len() as i64),
+        alerts,
+        matched: n(a.matched),
+        truncated: a.truncated,
+        scanned: a.scanned.map(n),
+        suggestion: a.suggestion,
+    }
+}
+
+fn point(p: &Point, zero_jd: f64) -> pb::PhotometryPoint {
+    pb::PhotometryPoint {
+        jd: p.jd,
+        mjd: p.jd - astrotime::MJD_OFFSET,
+        time_utc: astrotime::jd_to_iso(p.jd),
+        days_since_first_detection: p.jd - zero_jd,
+        band: lightcurve::band(p.fid).to_owned(),
+        fid: i32::try_from(p.fid).unwrap_or_default(),
+        kind: p.kind.as_str().to_owned(),
+        is_limit: p.is_limit,
+        mag: p.mag,
+        mag_err: p.mag_err,
+        flux: p.flux,
+        flux_err: p.flux_err,
+        magzpsci: p.magzpsci,
+        isdiffpos: p.isdiffpos.clone(),
+        candid: p.candid.map(|c| c.to_string()),
+        programid: p.programid.and_then(|v| i32::try_from(v).ok()),
+    }
+}
+
+pub fn light_curve(lc: LightCurve) -> pb::LightCurve {
+    let count = |k: lightcurve::Kind| n(lc.points.iter().filter(|p| p.kind == k).count() as i64);
+    let mut bands: Vec<String> = Vec::new();
+    for p in &lc.points {
+        let b = lightcurve::band(p.fid).to_owned();
+        if !bands.contains(&b) {
+            bands.push(b);
+        }
+    }
+    bands.sort();
+    let uri = light_curve_uri(&lc.broker_id, &lc.object_id);
+    pb::LightCurve {
+        detections: count(lightcurve::Kind::Detection),
+        upper_limits: count(lightcurve::Kind::UpperLimit),
+        forced: count(lightcurve::Kind::Forced),
+        points: lc.points.iter().map(|p| point(p, lc.zero_jd)).collect(),
+        count: n(lc.points.len() as i64),
+        alerts: n(lc.alerts),
+        first_detection_jd: lc.first_detection_jd,
+        first_detection_utc: lc.first_detection_jd.map(astrotime::jd_to_iso),
+        bands,
+        time_scale: astrotime::SCALE.to_owned(),
+        svg_uri: format!("{uri}.svg"),
+        uri,
+        forced_note: lightcurve::FORCED_NOTE.to_owned(),
+        broker_id: lc.broker_id,
+        object_id: lc.object_id,
+    }
+}
+
+pub fn schema(s: SchemaAnswer) -> pb::AlertSchema {
+    let paths: Vec<pb::SchemaPath> = s
+        .paths
+        .into_iter()
+        .map(|(f, versions)| pb::SchemaPath {
+            path: f.path,
+            field: f.field,
+            r#type: f.avro_type,
+            nullable: f.nullable,
+            versions,
+            doc: f.doc,
+        })
+        .collect();
+    pb::AlertSchema {
+        survey: "ZTF".to_owned(),
+        source: s.source.to_owned(),
+        versions: s.versions,
+        count: n(paths.len() as i64),
+        paths,
+        matched: n(s.matched),
+        truncated: s.truncated,
+    }
+}
+
+pub fn crossmatch(a: CrossmatchAnswer) -> pb::Crossmatch {
+    let matches: Vec<pb::CatalogMatch> = a
+        .matches
+        .iter()
+        .map(|m| {
+            let s = &m.source;
+            pb::CatalogMatch {
+                catalog: s.catalog.clone(),
+                id: s.source_id.clone(),
+                separation_arcsec: m.separation_arcsec,
+                ra: m.ra,
+                dec: m.dec,
+                catalog_ra: s.ra,
+                catalog_dec: s.dec,
+                catalog_epoch: s.epoch,
+                pm_ra: s.pm_ra,
+                pm_dec: s.pm_dec,
+                parallax: s.parallax,
+                mag: s.mag,
+                mag_band: s.mag_band.clone(),
+                r#type: s.kind.clone(),
+                morphology: s.morphology.clone(),
+                major_axis_arcmin: s.major_axis,
+                minor_axis_arcmin: s.minor_axis,
+                redshift: s.redshift,
+                radial_velocity: s.radial_velocity,
+                distance_mpc: m.distance_mpc(),
+                names: s.names.clone(),
+                b_v: s.b_v,
+            }
+        })
+        .collect();
+    pb::Crossmatch {
+        broker_id: a.broker_id,
+        ra: a.ra,
+        dec: a.dec,
+        radius_arcsec: a.radius_arcsec,
+        epoch_jd: a.epoch_jd,
+        epoch_year: astrotime::julian_year(a.epoch_jd),
+        position_from: a.position_from,
+        catalogs: a.catalogs.iter().map(|c| (*c).to_owned()).collect(),
+        count: n(matches.len() as i64),
+        matches,
+        truncated: a.truncated,
+    }
+}
+
+pub fn catalog_report(r: CatalogReport) -> pb::CatalogIngestReport {
+    pb::CatalogIngestReport {
+        catalog: r.catalog.to_owned(),
+        source: r.source,
+        checksum: r.checksum,
+        rows: n(r.rows),
+        already_present: r.already_present,
+    }
+}
