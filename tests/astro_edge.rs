@@ -231,7 +231,7 @@ impl Client<'_> {
     async fn refused(&self, tool: &str, args: Value) -> Value {
         let r = self.call(tool, args).await;
         assert_eq!(r["isError"], true, "{tool} should be refused: {r}");
-        r["structuredContent"].clone()
+        common::tool_error(&r)
     }
 
     async fn read(&self, uri: &str) -> Value {

@@ -23,6 +23,7 @@ const DEMO: &[u8] = include_bytes!("../data/demo/stocks_daily_ohlcv_2000-2013.cs
 struct Stack {
     skills_url: String,
     session_url: String,
+    broker_url: String,
     _session: common::InProcess,
     _dir: tempfile::TempDir,
 }
@@ -62,13 +63,16 @@ async fn stack_on(store: Store) -> Stack {
         .ingest(&Principal::system(""), "demo.csv", &demo.checksum, rows)
         .await
         .expect("ingest");
+    // The real ZTF alerts, for the astronomy skill.
+    let (alerts, _) = common::astro::services(broker_db.clone());
+    common::astro::ingest_alerts(&alerts).await;
     let broker = serve(ithaca_broker::serve_options(broker_db, common::key())).await;
     let session = common::start_session(&session_url, &session_schema).await;
     let skills_db = ithaca_skills::open_db(&skills_url, &skills_schema)
         .await
         .expect("skills db");
     let config = ithaca_skills::Config {
-        broker_url: Some(broker),
+        broker_url: Some(broker.clone()),
         session_url: Some(session.url.clone()),
     };
     let skills = serve(
@@ -84,6 +88,7 @@ async fn stack_on(store: Store) -> Stack {
     Stack {
         skills_url: skills,
         session_url: session.url.clone(),
+        broker_url: broker,
         _session: session,
         _dir: dir,
     }
@@ -533,6 +538,7 @@ async fn every_skill_runs_with_every_optional_input_omitted() {
         for name in &required {
             let value = match *name {
                 "symbol" => json!("AAPL"),
+                "objectId" => json!("ZTF17aaacxxf"),
                 other => panic!("{id}: give this test a value for the required input {other}"),
             };
             inputs.insert((*name).to_owned(), value);
@@ -852,4 +858,81 @@ async fn runs_left_running_by_a_stopped_worker_are_failed_not_stuck() {
     }
     shutdown.cancel();
     assert_eq!(status, "failed");
+}
+
+/// `lightcurve.features` against an independent reading of the same light
+/// curve: the broker's photometry of ZTF17aaacxxf (22 previous detections
+/// plus the alert, per ztf/SOURCES.md), its brightest detection taken by
+/// hand; an unknown object is a clear refusal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lightcurve_features_match_the_photometry() {
+    let s = stack().await;
+    let mut c = client(&s.skills_url, common::agent("tenant-a", "agent-a"));
+    let found = c
+        .search_skills(pb::SearchSkillsRequest {
+            query: Some("light curve".into()),
+            ..Default::default()
+        })
+        .await
+        .expect("search")
+        .into_inner();
+    assert_eq!(
+        found.skills.first().map(|m| m.skill_id.as_str()),
+        Some("lightcurve.features"),
+        "{:?}",
+        found.skills
+    );
+    let r = run(
+        &mut c,
+        "lightcurve.features",
+        json!({"objectId": "ZTF17aaacxxf"}),
+    )
+    .await
+    .expect("run");
+    assert_eq!(r.status, "succeeded", "{}", r.error);
+    let out = outputs(&r);
+
+    let mut broker =
+        ithaca_proto::broker::v1::broker_service_client::BrokerServiceClient::with_interceptor(
+            ithaca_kit::client::channel(&s.broker_url).expect("url"),
+            Outbound::new(common::key(), common::agent("tenant-a", "agent-a")),
+        );
+    let curve = broker
+        .get_broker_alert_photometry(ithaca_proto::broker::v1::GetBrokerAlertPhotometryRequest {
+            broker_id: "ztf-archive".into(),
+            object_id: "ZTF17aaacxxf".into(),
+            include_forced: Some(false),
+        })
+        .await
+        .expect("photometry")
+        .into_inner();
+    let detections: Vec<_> = curve
+        .points
+        .iter()
+        .filter(|p| p.kind == "detection" && !p.is_limit)
+        .collect();
+    assert_eq!(detections.len(), 23, "22 previous detections and the alert");
+    assert_eq!(out["detections"], detections.len());
+    let brightest = detections
+        .iter()
+        .min_by(|a, b| a.mag.total_cmp(&b.mag))
+        .expect("a detection");
+    assert_eq!(out["peak"]["mag"], brightest.mag);
+    assert_eq!(out["peak"]["band"], brightest.band.as_str());
+    assert!(r.artifacts.iter().any(|a| a.name == "detections.csv"));
+
+    let refused = run(
+        &mut c,
+        "lightcurve.features",
+        json!({"objectId": "ZTF99zzzzzzz"}),
+    )
+    .await
+    .map(|r| (r.status, r.error));
+    match refused {
+        Ok((status, error)) => assert!(
+            status == "failed" && error.contains("objectId"),
+            "{status} {error}"
+        ),
+        Err(e) => assert!(e.message().contains("objectId"), "{e:?}"),
+    }
 }

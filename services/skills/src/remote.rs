@@ -122,6 +122,38 @@ impl SkillsService {
     }
 }
 
+impl SkillsService {
+    /// An object's light curve from `broker_id` (detections, upper limits
+    /// and forced photometry, de-duplicated and sorted), through the broker.
+    pub(crate) async fn light_curve(
+        &self,
+        caller: &Principal,
+        broker_id: &str,
+        object_id: &str,
+    ) -> Result<bpb::LightCurve, ServiceError> {
+        let mut request = tonic::Request::new(bpb::GetBrokerAlertPhotometryRequest {
+            broker_id: broker_id.to_owned(),
+            object_id: object_id.to_owned(),
+            include_forced: Some(false),
+        });
+        self.key.sign(&mut request, caller);
+        self.broker()?
+            .get_broker_alert_photometry(request)
+            .await
+            .map_err(|status| {
+                ServiceError::from_status(
+                    &status,
+                    &[
+                        "UNKNOWN_BROKER",
+                        "UNKNOWN_OBJECT",
+                        "OPERATION_NOT_SUPPORTED",
+                    ],
+                )
+            })
+            .map(tonic::Response::into_inner)
+    }
+}
+
 /// A broker error, passed on with its code and domain.
 fn from_status(status: tonic::Status) -> ServiceError {
     ServiceError::from_status(&status, &["UNKNOWN_SYMBOL", "NO_DATA"])

@@ -13,6 +13,7 @@
 
 mod backtest_momentum;
 mod corr_peers;
+mod lightcurve_features;
 mod returns_summary;
 mod vol_realized;
 mod vol_term_structure;
@@ -31,6 +32,7 @@ pub static BUILTIN: &[&dyn Skill] = &[
     &returns_summary::ReturnsSummary,
     &corr_peers::CorrPeers,
     &backtest_momentum::BacktestMomentum,
+    &lightcurve_features::LightCurveFeatures,
 ];
 
 /// One analysis agents can run.
@@ -169,6 +171,17 @@ impl Context<'_> {
     /// Every symbol the broker has data for.
     pub async fn symbols(&self) -> Result<Vec<String>, ServiceError> {
         self.service.known_symbols(self.caller).await
+    }
+
+    /// An object's light curve from a broker's alert archive.
+    pub async fn light_curve(
+        &self,
+        broker_id: &str,
+        object_id: &str,
+    ) -> Result<ithaca_proto::broker::v1::LightCurve, ServiceError> {
+        self.service
+            .light_curve(self.caller, broker_id, object_id)
+            .await
     }
 
     /// One of the caller's strategies.
