@@ -298,7 +298,8 @@ async fn session_suite(db: Db) {
         )
         .await
         .expect("an in-flight result still lands");
-    assert_eq!(late.seq, 5);
+    // Closing wrote session_closed (seq 5) before it.
+    assert_eq!(late.seq, 6);
     let err = svc
         .session_context(&alice, "again", None, Some(&s.session_id))
         .await
@@ -316,7 +317,7 @@ async fn session_suite(db: Db) {
         .read(&alice, &s.session_id, 0, 1000)
         .await
         .expect("still readable");
-    assert_eq!((all.len(), last), (5, 5));
+    assert_eq!((all.len(), last), (6, 6));
 
     // Bad input.
     let err = svc
@@ -336,6 +337,84 @@ async fn session_suite(db: Db) {
         .await
         .expect_err("negative");
     assert!(err.message.starts_with("after_seq"));
+
+    // The list: newest first, a page at a time, filtered by status and
+    // agent, never another tenant's.
+    use ithaca_session::service::ListFilter;
+    for n in 0..3 {
+        svc.session_context(&alice, &format!("alice {n}"), None, None)
+            .await
+            .expect("open");
+    }
+    svc.session_context(&other_agent, "agent b", None, None)
+        .await
+        .expect("open");
+    svc.session_context(&bob, "bob's", None, None)
+        .await
+        .expect("open");
+    let everything = ListFilter {
+        limit: 100,
+        ..Default::default()
+    };
+    let (all, next) = svc.list(&alice, &everything).await.expect("list");
+    assert_eq!((all.len(), next.as_str()), (5, ""));
+    assert!(all.iter().all(|r| r.tenant_id == "tenant-a"));
+    assert!(
+        all.windows(2).all(
+            |w| (w[0].created_at_ms, &w[0].session_id) > (w[1].created_at_ms, &w[1].session_id)
+        ),
+        "newest first"
+    );
+    let mut seen = Vec::new();
+    let mut token = String::new();
+    loop {
+        let page = ListFilter {
+            limit: 2,
+            page_token: &token,
+            ..Default::default()
+        };
+        let (rows, next) = svc.list(&alice, &page).await.expect("page");
+        assert!(rows.len() <= 2);
+        seen.extend(rows.into_iter().map(|r| r.session_id));
+        if next.is_empty() {
+            break;
+        }
+        token = next;
+    }
+    let ids: Vec<String> = all.iter().map(|r| r.session_id.clone()).collect();
+    assert_eq!(seen, ids, "pages cover the list once, in order");
+    let open = ListFilter {
+        status: Some("open"),
+        limit: 100,
+        ..Default::default()
+    };
+    assert_eq!(svc.list(&alice, &open).await.expect("open").0.len(), 4);
+    let archived = ListFilter {
+        status: Some("archived"),
+        agent_id: Some("agent-a"),
+        ..Default::default()
+    };
+    let (rows, _) = svc.list(&alice, &archived).await.expect("archived");
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].session_id, s.session_id);
+    let by_b = ListFilter {
+        agent_id: Some("agent-b"),
+        ..Default::default()
+    };
+    assert_eq!(svc.list(&alice, &by_b).await.expect("agent b").0.len(), 1);
+    assert_eq!(svc.list(&bob, &everything).await.expect("bob").0.len(), 1);
+    let bad_status = ListFilter {
+        status: Some("sleeping"),
+        ..Default::default()
+    };
+    let err = svc.list(&alice, &bad_status).await.expect_err("bad status");
+    assert!(err.message.starts_with("status"));
+    let bad_token = ListFilter {
+        page_token: "nope",
+        ..Default::default()
+    };
+    let err = svc.list(&alice, &bad_token).await.expect_err("bad token");
+    assert!(err.message.starts_with("page_token"));
 }
 
 #[tokio::test]

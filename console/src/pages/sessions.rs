@@ -251,14 +251,7 @@ pub async fn show(
         Err(status) => return failed(status.into()),
     };
     let join_snippet = if session.status == "open" {
-        let call = serde_json::json!({
-            "name": "session_context",
-            "arguments": {
-                "session_id": session.session_id,
-                "prompt": format!("Join the session a person started: {}", session.title),
-            },
-        });
-        serde_json::to_string_pretty(&call).unwrap_or_default()
+        join_snippet(&session.session_id, &session.title)
     } else {
         String::new()
     };
@@ -272,6 +265,16 @@ pub async fn show(
             join_snippet,
         },
     )
+}
+
+/// What an agent calls to join a session a person started: the tool and
+/// its arguments, as agents' hosts and the MCP Inspector take them.
+fn join_snippet(session_id: &str, title: &str) -> String {
+    let arguments = serde_json::json!({
+        "session_id": session_id,
+        "prompt": format!("Join the session a person started: {title}"),
+    });
+    format!("session_context {arguments}")
 }
 
 /// `POST /console/sessions/{id}/close`: calls already running finish; new
@@ -310,6 +313,15 @@ pub async fn close(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn join_snippets_name_the_session() {
+        let snippet = super::join_snippet("abc", "Say \"hi\"");
+        assert!(snippet.starts_with("session_context {"), "{snippet}");
+        let args: serde_json::Value =
+            serde_json::from_str(snippet.trim_start_matches("session_context ")).expect("json");
+        assert_eq!(args["session_id"], "abc");
+    }
+
     #[test]
     fn encodes_query_values() {
         assert_eq!(super::encode("a b&c=d"), "a%20b%26c%3Dd");
