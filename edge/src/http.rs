@@ -5,6 +5,10 @@
 //! and batches are answered here; `rmcp` would answer them with a bare 415),
 //! the scope check decided from the JSON-RPC body, and finally the `rmcp`
 //! Streamable HTTP service inside the request's MCP server span.
+//!
+//! The trace stream (`/api/sessions/{id}/events/stream`) also accepts a
+//! person signed in to the console, through [`BrowserAuth`]; `/mcp` never
+//! does, so a cookie cannot make an MCP call.
 
 // Refusals are finished HTTP responses; boxing them would only add noise.
 #![allow(clippy::result_large_err)]

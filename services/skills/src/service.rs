@@ -678,8 +678,9 @@ impl SkillsService {
             }
             "vol.term_structure" => {
                 let (dates, prices) = self.prices(caller, &symbol, None, text("end")).await?;
-                let windows: Vec<usize> = inputs["windows"]
-                    .as_array()
+                let windows: Vec<usize> = inputs
+                    .get("windows")
+                    .and_then(Value::as_array)
                     .into_iter()
                     .flatten()
                     .filter_map(Value::as_u64)
@@ -900,8 +901,10 @@ impl SkillsService {
     ) -> Result<Produced, ServiceError> {
         let text = |k: &str| inputs.get(k).and_then(Value::as_str);
         let symbol = symbol.to_uppercase();
-        let mut peers: Vec<String> = inputs["peers"]
-            .as_array()
+        // Indexing a JSON map panics on a missing key; peers are optional.
+        let mut peers: Vec<String> = inputs
+            .get("peers")
+            .and_then(Value::as_array)
             .into_iter()
             .flatten()
             .filter_map(Value::as_str)
