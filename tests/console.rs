@@ -228,10 +228,31 @@ impl Browser {
         std::fs::write(dir.join(format!("{name}.png")), png).expect("write screenshot");
     }
 
+    /// Mark the current document, so [`Browser::new_page`] can tell when
+    /// another one has loaded (a form post may land on the same URL).
+    async fn mark(&self) {
+        self.js("window.__stale = true; return true").await;
+    }
+
+    async fn new_page(&self) {
+        self.until(
+            "the next page",
+            "return !window.__stale && document.readyState === 'complete'",
+        )
+        .await;
+    }
+
+    /// Click something that loads a new page, and wait for it.
+    async fn submit(&self, css: &str) {
+        self.mark().await;
+        self.click(css).await;
+        self.new_page().await;
+    }
+
     async fn sign_in(&self, up: &Up, key: &str) {
         self.goto(&format!("{}/console/sign-in", up.url)).await;
         self.fill("#key", key).await;
-        self.click("#sign-in").await;
+        self.submit("#sign-in").await;
     }
 }
 
@@ -362,36 +383,54 @@ async fn browser_sign_in_csrf_tenants_revocation_and_sign_out() {
     b.fill("#label", "second person").await;
     b.js("document.getElementById('actor').value = 'human'; return true")
         .await;
-    b.click("#create-key button[type=submit]").await;
+    b.submit("#create-key button[type=submit]").await;
     let token = b.text("#created-token").await;
     assert!(token.starts_with("dmbg_"), "{token}");
     b.screenshot("keys-created").await;
-    b.click("header .who button").await; // sign out
+    b.submit("header .who button").await; // sign out
     assert_eq!(b.path().await, "/console/sign-in");
     assert!(b.text("#notice").await.contains("signed out"));
     b.goto(&format!("{}/console/sessions", up.url)).await;
     assert_eq!(b.path().await, "/console/sign-in", "signed out for good");
     b.sign_in(&up, &token).await;
     assert_eq!(b.path().await, "/console/sessions");
-    b.goto(&format!("{}/console/keys", up.url)).await;
-    let revoke = "tr:has(.badge) form button";
-    b.click(revoke).await;
-    b.client
-        .accept_alert()
-        .await
-        .expect("confirm the revocation");
-    let deadline = Instant::now() + Duration::from_secs(15);
+    // Watching a session's live trace, the person revokes their own key
+    // (through the console's revoke route, as the Keys page's button does):
+    // the open stream stops and the next page asks to sign in again.
+    b.fill("#prompt", "watched while revoked").await;
+    b.submit("#start-session button[type=submit]").await;
+    b.until(
+        "the live stream",
+        "return document.getElementById('live-state').textContent === 'live'",
+    )
+    .await;
+    let key_id = token.split('_').nth(2).expect("key id").to_owned();
+    let revoked = b
+        .js(&format!(
+            "const csrf = document.querySelector('input[name=csrf]').value; \
+             return fetch('/console/keys/{key_id}/revoke', {{method: 'POST', body: new URLSearchParams({{csrf}})}}).then(r => r.status)"
+        ))
+        .await;
+    assert_eq!(revoked, json!(200), "revoked, then shown the keys page");
+    let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        b.goto(&format!("{}/console/sessions", up.url)).await;
-        if b.path().await == "/console/sign-in" {
+        let state = b.text("#live-state").await;
+        if state.starts_with("stopped") {
             break;
         }
         assert!(
             Instant::now() < deadline,
-            "revocation did not end the session"
+            "the stream went on after revocation: {state}"
         );
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
     }
+    b.screenshot("session-stream-stopped").await;
+    b.goto(&format!("{}/console/sessions", up.url)).await;
+    assert_eq!(
+        b.path().await,
+        "/console/sign-in",
+        "revocation ended the sign-in"
+    );
     assert!(b.text("#notice").await.contains("revoked"));
     let _ = b.client.close().await;
 }
@@ -407,7 +446,7 @@ async fn browser_live_trace_reload_and_close() {
     // A person starts a session; the page gives its id and a join snippet.
     b.fill("#prompt", "How volatile was AAPL in 2012?").await;
     b.fill("#title", "AAPL volatility").await;
-    b.click("#start-session button[type=submit]").await;
+    b.submit("#start-session button[type=submit]").await;
     let session_id = b.text("#session-id").await;
     assert!(b.text("#join-snippet").await.contains(&session_id));
     b.until(
@@ -465,8 +504,10 @@ async fn browser_live_trace_reload_and_close() {
 
     // Close from the page: the trace ends with session_closed, and the
     // agent's next call is refused.
+    b.mark().await;
     b.click("#close-session").await;
     b.client.accept_alert().await.expect("confirm closing");
+    b.new_page().await;
     b.until(
         "session_closed in the trace",
         "return !!document.querySelector('#trace li.type-session_closed')",
@@ -553,7 +594,7 @@ async fn browser_approval_decided_and_run_artifacts() {
     b.screenshot("approvals-inbox").await;
     b.fill(&format!("{card} input[name=note]"), "backtest looks sane")
         .await;
-    b.click(&format!("{card} button[value=approve]")).await;
+    b.submit(&format!("{card} button[value=approve]")).await;
     assert_eq!(b.path().await, format!("/console/approvals/{approval_id}"));
     assert_eq!(b.text("#approval-status").await, "executed");
     assert_eq!(b.text("#approval-note").await, "backtest looks sane");

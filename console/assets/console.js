@@ -202,6 +202,9 @@
       if (ended) {
         source.close();
         setState("ended: the session is closed", "");
+      } else if (source.readyState === EventSource.CLOSED) {
+        // Refused outright (signed out, key revoked): reload to sign in.
+        setState("stopped: reload the page to sign in again", "off");
       } else {
         setState("reconnecting…", "off");
       }

@@ -850,6 +850,7 @@ async fn trace_stream(
         }
         _ => None,
     };
+    let signed_in = from_browser.is_some();
     let principal = match from_browser {
         Some(p) => p,
         None => match edge.authenticate(&headers).await {
@@ -923,7 +924,22 @@ async fn trace_stream(
                     .data(data.to_string()),
             ))
         });
-    Sse::new(events)
+    // A console sign-in is checked again while its stream is open, so a
+    // revoked key (or a signed-out cookie's key) stops the trace within the
+    // key cache window instead of at the next page load.
+    let browser = edge.browser.clone().filter(|_| signed_in);
+    let revoked = async move {
+        let Some(browser) = browser else {
+            return std::future::pending().await;
+        };
+        loop {
+            tokio::time::sleep(crate::auth::MAX_CACHE_TTL).await;
+            if browser.principal(&headers).await.is_none() {
+                return;
+            }
+        }
+    };
+    Sse::new(events.take_until(revoked))
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
         .into_response()
 }
