@@ -138,6 +138,8 @@ pub async fn start_http(
     shutdown: CancellationToken,
 ) -> anyhow::Result<JoinHandle<anyhow::Result<()>>> {
     let addr = listener.local_addr()?;
+    let key_cache = Duration::from_millis(args.key_cache_ms).min(MAX_CACHE_TTL);
+    let mut console = None;
     let callers = match args.auth {
         AuthMode::On => {
             let url = args
@@ -145,10 +147,11 @@ pub async fn start_http(
                 .as_deref()
                 .context("--auth-url is required while authentication is on")?;
             let channel = ithaca_kit::client::channel(url)?;
+            console = Some(console_for(args, key, url, &public_url, key_cache)?);
             Callers::Keys(Box::new(Authenticator::new(
                 channel,
                 key.clone(),
-                Duration::from_millis(args.key_cache_ms).min(MAX_CACHE_TTL),
+                key_cache,
             )))
         }
         AuthMode::Off => {
@@ -167,7 +170,15 @@ pub async fn start_http(
         request_timeout: Duration::from_millis(args.request_timeout_ms),
         cors_origins: args.cors_origins.clone(),
     };
-    let app = ithaca_edge::http::router(core, callers, options);
+    // The console is mounted beside the edge's routes; the edge's trace
+    // stream accepts its sign-ins, and nothing else of the edge knows it.
+    let browser = console
+        .clone()
+        .map(|c| c as Arc<dyn ithaca_edge::http::BrowserAuth>);
+    let mut app = ithaca_edge::http::router_with(core, callers, options, browser);
+    if let Some(console) = console {
+        app = app.merge(ithaca_console::router(console));
+    }
     Ok(tokio::spawn(async move {
         let server =
             axum::serve(listener, app).with_graceful_shutdown(shutdown.clone().cancelled_owned());
@@ -178,6 +189,35 @@ pub async fn start_http(
                 Ok(())
             }
         }
+    }))
+}
+
+/// The web console of an edge whose callers use keys. People sign in with
+/// human keys, verified like bearer keys (with their own short cache).
+fn console_for(
+    args: &EdgeArgs,
+    key: &InternalKey,
+    auth_url: &str,
+    public_url: &str,
+    key_cache: Duration,
+) -> anyhow::Result<Arc<ithaca_console::Console>> {
+    let backends = ithaca_console::backends::Backends::from_urls(
+        auth_url,
+        args.session_url.as_deref(),
+        args.approvals_url.as_deref(),
+        args.skills_url.as_deref(),
+        Duration::from_millis(args.backend_timeout_ms),
+    )?;
+    let authenticator = Authenticator::new(
+        ithaca_kit::client::channel(auth_url)?,
+        key.clone(),
+        key_cache,
+    );
+    Ok(ithaca_console::Console::new(ithaca_console::Config {
+        key: key.clone(),
+        authenticator,
+        backends,
+        public_url: public_url.to_owned(),
     }))
 }
 

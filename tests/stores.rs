@@ -320,6 +320,7 @@ mod session {
         a_closed_session_takes_only_in_flight_results,
         archived_sessions_stay_readable,
         bad_input_names_the_field,
+        sessions_are_listed_newest_first_a_page_at_a_time,
     );
 
     const PROMPT: &str = "Research NVDA momentum\n\nPull prices, then backtest.";
@@ -341,6 +342,95 @@ mod session {
         svc.session_context(&alice(), PROMPT, None, None)
             .await
             .expect("open a session")
+    }
+
+    /// The console's list: newest first, a page at a time, filtered by
+    /// status and agent, never another tenant's.
+    async fn sessions_are_listed_newest_first_a_page_at_a_time(db: Db) {
+        use ithaca_session::service::ListFilter;
+        let svc = service(db);
+        let alice = alice();
+        let other_agent = common::agent("tenant-a", "agent-b");
+        let bob = common::agent("tenant-b", "agent-a");
+        let first = open(&svc).await;
+        svc.close(&alice, None).await.expect("close");
+        for n in 0..3 {
+            svc.session_context(&alice, &format!("alice {n}"), None, None)
+                .await
+                .expect("open");
+        }
+        svc.session_context(&other_agent, "agent b", None, None)
+            .await
+            .expect("open");
+        svc.session_context(&bob, "bob's", None, None)
+            .await
+            .expect("open");
+        let everything = ListFilter {
+            limit: 100,
+            ..Default::default()
+        };
+        let (all, next) = svc.list(&alice, &everything).await.expect("list");
+        assert_eq!((all.len(), next.as_str()), (5, ""));
+        assert!(all.iter().all(|r| r.tenant_id == "tenant-a"));
+        assert!(
+            all.windows(2)
+                .all(|w| (w[0].created_at_ms, w[0].session_id.as_str())
+                    > (w[1].created_at_ms, w[1].session_id.as_str())),
+            "newest first"
+        );
+        let mut seen = Vec::new();
+        let mut token = String::new();
+        loop {
+            let page = ListFilter {
+                limit: 2,
+                page_token: &token,
+                ..Default::default()
+            };
+            let (rows, next) = svc.list(&alice, &page).await.expect("page");
+            assert!(rows.len() <= 2);
+            seen.extend(rows.into_iter().map(|r| r.session_id.as_str().to_owned()));
+            if next.is_empty() {
+                break;
+            }
+            token = next;
+        }
+        let ids: Vec<String> = all
+            .iter()
+            .map(|r| r.session_id.as_str().to_owned())
+            .collect();
+        assert_eq!(seen, ids, "pages cover the list once, in order");
+        let open_only = ListFilter {
+            status: Some("open"),
+            limit: 100,
+            ..Default::default()
+        };
+        assert_eq!(svc.list(&alice, &open_only).await.expect("open").0.len(), 4);
+        let closed = ListFilter {
+            status: Some("closed"),
+            agent_id: Some("agent-a"),
+            ..Default::default()
+        };
+        let (rows, _) = svc.list(&alice, &closed).await.expect("closed");
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].session_id, first.session_id);
+        let by_b = ListFilter {
+            agent_id: Some("agent-b"),
+            ..Default::default()
+        };
+        assert_eq!(svc.list(&alice, &by_b).await.expect("agent b").0.len(), 1);
+        assert_eq!(svc.list(&bob, &everything).await.expect("bob").0.len(), 1);
+        let bad_status = ListFilter {
+            status: Some("sleeping"),
+            ..Default::default()
+        };
+        let err = svc.list(&alice, &bad_status).await.expect_err("bad status");
+        assert!(err.message.starts_with("status"));
+        let bad_token = ListFilter {
+            page_token: "nope",
+            ..Default::default()
+        };
+        let err = svc.list(&alice, &bad_token).await.expect_err("bad token");
+        assert!(err.message.starts_with("page_token"));
     }
 
     async fn there_is_no_current_session_before_session_context(db: Db) {

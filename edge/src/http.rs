@@ -5,6 +5,10 @@
 //! and batches are answered here; `rmcp` would answer them with a bare 415),
 //! the scope check decided from the JSON-RPC body, and finally the `rmcp`
 //! Streamable HTTP service inside the request's MCP server span.
+//!
+//! The trace stream (`/api/sessions/{id}/events/stream`) also accepts a
+//! person signed in to the console, through [`BrowserAuth`]; `/mcp` never
+//! does, so a cookie cannot make an MCP call.
 
 // Refusals are finished HTTP responses; boxing them would only add noise.
 #![allow(clippy::result_large_err)]
@@ -21,6 +25,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 use futures::StreamExt;
+use futures::future::BoxFuture;
 use ithaca_kit::principal::Principal;
 use ithaca_proto::session::v1 as spb;
 use opentelemetry::propagation::Extractor;
@@ -112,6 +117,34 @@ const LEGACY_METHODS: &[&str] = &[
     "logging/setLevel",
 ];
 
+/// Who a browser is, from its cookies. The console signs people in and
+/// answers here, so the trace stream can serve an `EventSource`, which
+/// cannot send an `Authorization` header. Only the trace stream asks; `/mcp`
+/// never does, so a cookie can never make an MCP call.
+pub trait BrowserAuth: Send + Sync {
+    /// The signed-in person, or `None` without a valid console session.
+    fn principal<'a>(&'a self, headers: &'a HeaderMap) -> BoxFuture<'a, Option<Principal>>;
+}
+
+/// Whether `host` (a `Host` header or an origin's host, any port) names
+/// loopback or the host of `public_host`: the DNS-rebinding rule that the
+/// console shares.
+pub fn host_allowed(public_host: &str, host: &str) -> bool {
+    let host = host.to_ascii_lowercase();
+    let name = hostname(&host);
+    // DNS rebinding is about the name a browser resolved; any port of an
+    // allowed name is fine.
+    matches!(name, "localhost" | "127.0.0.1" | "[::1]")
+        || (!public_host.is_empty() && name == hostname(public_host))
+}
+
+/// `host[:port]` of a URL, lowercased.
+pub fn host_of(url: &str) -> Option<String> {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let host = rest.split('/').next()?;
+    (!host.is_empty()).then(|| host.to_ascii_lowercase())
+}
+
 /// Who callers are: verified keys, or one local principal when
 /// authentication is off.
 pub enum Callers {
@@ -128,10 +161,23 @@ struct Edge {
     mcp: StreamableHttpService<Gateway, NeverSessionManager>,
     /// `host[:port]` of the public URL, lowercased.
     public_host: String,
+    /// Console sign-ins, accepted by the trace stream only.
+    browser: Option<Arc<dyn BrowserAuth>>,
 }
 
 /// The edge's axum router.
 pub fn router(core: Arc<Core>, callers: Callers, options: HttpOptions) -> Router {
+    router_with(core, callers, options, None)
+}
+
+/// The edge's axum router, whose trace stream also accepts the people that
+/// `browser` recognises (the console's sign-ins).
+pub fn router_with(
+    core: Arc<Core>,
+    callers: Callers,
+    options: HttpOptions,
+    browser: Option<Arc<dyn BrowserAuth>>,
+) -> Router {
     let gateway = Gateway::http(core.clone());
     let config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
@@ -153,6 +199,7 @@ pub fn router(core: Arc<Core>, callers: Callers, options: HttpOptions) -> Router
         metrics: Metrics::default(),
         mcp,
         public_host,
+        browser,
     });
     Router::new()
         .route("/mcp", any(mcp_entry))
@@ -171,12 +218,6 @@ pub fn router(core: Arc<Core>, callers: Callers, options: HttpOptions) -> Router
         .with_state(edge)
 }
 
-fn host_of(url: &str) -> Option<String> {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    let host = rest.split('/').next()?;
-    (!host.is_empty()).then(|| host.to_ascii_lowercase())
-}
-
 /// The host name without a port (IPv6 literals keep their brackets).
 fn hostname(host: &str) -> &str {
     if host.starts_with('[') {
@@ -189,12 +230,7 @@ fn hostname(host: &str) -> &str {
 
 impl Edge {
     fn host_allowed(&self, host: &str) -> bool {
-        let host = host.to_ascii_lowercase();
-        let name = hostname(&host);
-        // DNS rebinding is about the name a browser resolved; any port of an
-        // allowed name is fine.
-        matches!(name, "localhost" | "127.0.0.1" | "[::1]")
-            || (!self.public_host.is_empty() && name == hostname(&self.public_host))
+        host_allowed(&self.public_host, host)
     }
 
     /// Whether `origin` (as the browser sent it) may call cross-origin.
@@ -867,9 +903,19 @@ async fn trace_stream(
     if let Err(refused) = edge.check_origin(&headers) {
         return refused;
     }
-    let principal = match edge.authenticate(&headers).await {
-        Ok(p) => p,
-        Err(refused) => return refused,
+    let from_browser = match &edge.browser {
+        Some(browser) if !headers.contains_key(header::AUTHORIZATION) => {
+            browser.principal(&headers).await
+        }
+        _ => None,
+    };
+    let signed_in = from_browser.is_some();
+    let principal = match from_browser {
+        Some(p) => p,
+        None => match edge.authenticate(&headers).await {
+            Ok(p) => p,
+            Err(refused) => return refused,
+        },
     };
     let after = headers
         .get("last-event-id")
@@ -937,7 +983,22 @@ async fn trace_stream(
                     .data(data.to_string()),
             ))
         });
-    Sse::new(events)
+    // A console sign-in is checked again while its stream is open, so a
+    // revoked key (or a signed-out cookie's key) stops the trace within the
+    // key cache window instead of at the next page load.
+    let browser = edge.browser.clone().filter(|_| signed_in);
+    let revoked = async move {
+        let Some(browser) = browser else {
+            return std::future::pending().await;
+        };
+        loop {
+            tokio::time::sleep(crate::auth::MAX_CACHE_TTL).await;
+            if browser.principal(&headers).await.is_none() {
+                return;
+            }
+        }
+    };
+    Sse::new(events.take_until(revoked))
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
         .into_response()
 }

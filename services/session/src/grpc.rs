@@ -98,6 +98,35 @@ impl Rpc for Grpc {
         Ok(Response::new(self.descriptor(row)))
     }
 
+    async fn list_sessions(
+        &self,
+        request: Request<pb::ListSessionsRequest>,
+    ) -> Result<Response<pb::ListSessionsResponse>, Status> {
+        let caller = principal::of(&request)?;
+        let req = request.get_ref();
+        let filter = crate::service::ListFilter {
+            status: req.status.as_deref(),
+            agent_id: req.agent_id.as_deref(),
+            limit: req.limit,
+            page_token: &req.page_token,
+        };
+        let (rows, next_page_token) = self.service.list(&caller, &filter).await?;
+        let sessions = rows
+            .into_iter()
+            .map(|row| pb::SessionSummary {
+                agent_id: row.agent_id.clone(),
+                last_seq: row.last_seq,
+                prompt_count: row.prompt_count,
+                updated_at: clock::rfc3339(row.updated_at_ms),
+                session: Some(self.descriptor(row)),
+            })
+            .collect();
+        Ok(Response::new(pb::ListSessionsResponse {
+            sessions,
+            next_page_token,
+        }))
+    }
+
     async fn archive_session(
         &self,
         request: Request<pb::ArchiveSessionRequest>,

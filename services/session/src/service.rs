@@ -2,7 +2,9 @@
 //! current session per (tenant, agent), appends, reads and live tails.
 
 use crate::model::{self, Status};
-use crate::store::{AppendScope, EventRow, NewEvent, PromptRow, Refusal, SessionRow, Store};
+use crate::store::{
+    AppendScope, EventRow, ListQuery, NewEvent, PromptRow, Refusal, SessionRow, Store,
+};
 use crate::tail::Notifier;
 use ithaca_kit::clock;
 use ithaca_kit::error::ServiceError;
@@ -18,6 +20,10 @@ use tokio_util::sync::CancellationToken;
 /// Default and largest page of a read.
 pub const DEFAULT_READ_LIMIT: i64 = 100;
 pub const MAX_READ_LIMIT: i64 = 1000;
+
+/// Default and largest page of the session list.
+pub const DEFAULT_LIST_LIMIT: i64 = 25;
+pub const MAX_LIST_LIMIT: i64 = 100;
 
 /// The domain code agents see when they skip `session_context`.
 pub const NO_ACTIVE_SESSION: &str = "NO_ACTIVE_SESSION";
@@ -248,6 +254,53 @@ impl SessionService {
         Ok(row)
     }
 
+    /// A page of the caller's tenant's sessions, newest first, and the token
+    /// of the next page (empty on the last one).
+    pub async fn list(
+        &self,
+        caller: &Principal,
+        filter: &ListFilter<'_>,
+    ) -> Result<(Vec<SessionRow>, String), ServiceError> {
+        let tenant_id = TenantId::of(caller)?;
+        let status = match filter.status.map(str::trim).filter(|s| !s.is_empty()) {
+            None => None,
+            Some(s) => Some(
+                Status::parse(s)
+                    .ok_or_else(|| {
+                        ServiceError::invalid("status: must be open, closed or archived")
+                    })?
+                    .as_str(),
+            ),
+        };
+        let limit = match i64::from(filter.limit) {
+            0 => DEFAULT_LIST_LIMIT,
+            n if n < 0 => return Err(ServiceError::invalid("limit: must not be negative")),
+            n => n.min(MAX_LIST_LIMIT),
+        };
+        let before = match filter.page_token.trim() {
+            "" => None,
+            token => Some(parse_page_token(token)?),
+        };
+        let query = ListQuery {
+            tenant_id: tenant_id.as_str(),
+            status,
+            agent_id: filter.agent_id.map(str::trim).filter(|s| !s.is_empty()),
+            before: before.as_ref().map(|(ms, id)| (*ms, id.as_str())),
+            // One more than asked tells whether another page follows.
+            limit: limit + 1,
+        };
+        let mut rows = self.store.list(&query).await?;
+        let next = if rows.len() as i64 > limit {
+            rows.truncate(limit as usize);
+            rows.last()
+                .map(|r| format!("{}.{}", r.created_at_ms, r.session_id))
+                .unwrap_or_default()
+        } else {
+            String::new()
+        };
+        Ok((rows, next))
+    }
+
     pub async fn prompts(
         &self,
         caller: &Principal,
@@ -376,6 +429,25 @@ impl SessionService {
             self.notifier.publish(&last.session_id, last.seq);
         }
     }
+}
+
+/// What the session list is filtered by.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ListFilter<'a> {
+    pub status: Option<&'a str>,
+    pub agent_id: Option<&'a str>,
+    pub limit: i32,
+    pub page_token: &'a str,
+}
+
+/// A page token is `<created_at_ms>.<session_id>` of the previous page's
+/// last session.
+fn parse_page_token(token: &str) -> Result<(i64, String), ServiceError> {
+    let bad = || ServiceError::invalid("page_token: not a token this service issued");
+    let (ms, id) = token.split_once('.').ok_or_else(bad)?;
+    let ms = ms.parse::<i64>().map_err(|_| bad())?;
+    let id = SessionId::parse(id).map_err(|_| bad())?;
+    Ok((ms, id.as_str().to_owned()))
 }
 
 /// How long a tail follows after `session_closed`, so results of calls in

@@ -147,6 +147,17 @@ macro_rules! set_current_in_tx {
     };
 }
 
+/// What a page of the session list asks for.
+#[derive(Clone, Copy, Debug)]
+pub struct ListQuery<'a> {
+    pub tenant_id: &'a str,
+    pub status: Option<&'a str>,
+    pub agent_id: Option<&'a str>,
+    /// Only sessions before this `(created_at_ms, session_id)` cursor.
+    pub before: Option<(i64, &'a str)>,
+    pub limit: i64,
+}
+
 /// The session tables.
 #[derive(Clone, Debug)]
 pub struct Store {
@@ -384,6 +395,28 @@ impl Store {
             .await
             .map(|r| r.rows_affected()))?;
         Ok(())
+    }
+
+    /// A page of a tenant's sessions, newest first: those created before the
+    /// `after` cursor `(created_at_ms, session_id)`, optionally of one status
+    /// and one agent.
+    pub async fn list(&self, query: &ListQuery<'_>) -> Result<Vec<SessionRow>, sqlx::Error> {
+        let (before_ms, before_id) = query.before.unwrap_or((i64::MAX, ""));
+        let sql = format!(
+            "SELECT {SESSION_COLUMNS} FROM sessions WHERE tenant_id = $1 \
+             AND ($2 = '' OR status = $2) AND ($3 = '' OR agent_id = $3) \
+             AND (created_at_ms < $4 OR (created_at_ms = $4 AND session_id < $5)) \
+             ORDER BY created_at_ms DESC, session_id DESC LIMIT $6"
+        );
+        with_pool!(self.db, pool => sqlx::query_as::<_, SessionRow>(&sql)
+            .bind(query.tenant_id)
+            .bind(query.status.unwrap_or(""))
+            .bind(query.agent_id.unwrap_or(""))
+            .bind(before_ms)
+            .bind(before_id)
+            .bind(query.limit)
+            .fetch_all(pool)
+            .await)
     }
 
     pub async fn prompts(&self, session_id: &SessionId) -> Result<Vec<PromptRow>, sqlx::Error> {

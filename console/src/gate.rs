@@ -1,0 +1,282 @@
+//! Who a console request is, and what it may do: sign-in with a human key,
+//! sign-out, the Host check (DNS rebinding), the cross-origin refusal and the
+//! CSRF token of every state-changing form.
+
+use crate::Console;
+use crate::cookie::{self, Claims, Sealer};
+use crate::pages::{self, Nav};
+use askama::Template;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use ithaca_edge::auth::AuthFailure;
+use ithaca_kit::principal::{Actor, Principal};
+use serde::Deserialize;
+use std::sync::Arc;
+
+/// A signed-in person, re-verified for this request.
+#[derive(Clone, Debug)]
+pub struct Person {
+    pub principal: Principal,
+    /// This sign-in's CSRF token, for the forms of the page.
+    pub csrf: String,
+    claims: Claims,
+}
+
+impl Person {
+    /// The navigation bar's view of this person.
+    pub fn nav(&self, active: &'static str) -> Nav {
+        Nav {
+            key_id: self.principal.key_id().to_owned(),
+            tenant_id: self.principal.tenant_id().to_owned(),
+            csrf: self.csrf.clone(),
+            active,
+        }
+    }
+
+    pub fn has_scope(&self, scope: &str) -> bool {
+        self.principal.has_scope(scope)
+    }
+}
+
+impl Console {
+    /// The person a request comes from, or the response that sends the
+    /// browser to sign in (the cookie is missing, expired, forged, or its key
+    /// was revoked: auth is asked again at most every few seconds).
+    pub async fn person(&self, headers: &HeaderMap) -> Result<Person, Response> {
+        self.check_host(headers)?;
+        let claims = headers
+            .get_all(header::COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .find_map(|h| cookie::find(h, cookie::NAME))
+            .and_then(|value| self.sealer.open(value, now_secs()))
+            .ok_or_else(|| to_sign_in(None))?;
+        match self.authenticator.verify(&claims.token).await {
+            Ok(principal) if principal.actor() == Actor::Human => Ok(Person {
+                csrf: self.sealer.csrf(&claims),
+                principal,
+                claims,
+            }),
+            Ok(_) | Err(AuthFailure::Invalid | AuthFailure::Missing) => {
+                Err(self.clear_cookie(to_sign_in(Some("ended"))))
+            }
+            Err(AuthFailure::Unavailable(why)) => {
+                tracing::warn!(error = %why, "console: authentication unavailable");
+                Err(pages::error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "The auth service is unavailable; retry in a moment.",
+                ))
+            }
+        }
+    }
+
+    /// The person of a state-changing request: also refuses cross-origin
+    /// requests and a missing or wrong CSRF token.
+    pub async fn person_for_change(
+        &self,
+        headers: &HeaderMap,
+        csrf: &str,
+    ) -> Result<Person, Response> {
+        self.check_same_origin(headers)?;
+        let person = self.person(headers).await?;
+        if !self.sealer.csrf_ok(&person.claims, csrf) {
+            return Err(pages::error(
+                StatusCode::FORBIDDEN,
+                "This form is stale or was sent from another site (CSRF token missing or wrong). \
+                 Reload the page and try again.",
+            ));
+        }
+        Ok(person)
+    }
+
+    /// DNS-rebinding defence, the edge's rule: `Host` names loopback or the
+    /// public URL's host.
+    fn check_host(&self, headers: &HeaderMap) -> Result<(), Response> {
+        let host = headers
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or("");
+        if ithaca_edge::http::host_allowed(&self.public_host, host) {
+            Ok(())
+        } else {
+            Err(pages::error(StatusCode::FORBIDDEN, "host not allowed"))
+        }
+    }
+
+    /// A POST must come from a page of this origin: `Sec-Fetch-Site`, when
+    /// the browser sends it, must not be cross-site or cross-origin, and an
+    /// `Origin` must be this host.
+    fn check_same_origin(&self, headers: &HeaderMap) -> Result<(), Response> {
+        self.check_host(headers)?;
+        let refuse = || {
+            Err(pages::error(
+                StatusCode::FORBIDDEN,
+                "Cross-site requests are refused: use the console's own pages.",
+            ))
+        };
+        let fetch_site = headers
+            .get("sec-fetch-site")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        if matches!(fetch_site, "cross-site" | "same-site") {
+            return refuse();
+        }
+        if let Some(origin) = headers.get(header::ORIGIN) {
+            let host = headers
+                .get(header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .unwrap_or("")
+                .to_ascii_lowercase();
+            let same = origin
+                .to_str()
+                .ok()
+                .and_then(ithaca_edge::http::host_of)
+                .is_some_and(|h| h == host);
+            if !same {
+                return refuse();
+            }
+        }
+        Ok(())
+    }
+
+    fn cookie_header(&self, value: &str, max_age: i64) -> HeaderValue {
+        let secure = if self.secure_cookie { "; Secure" } else { "" };
+        let text = format!(
+            "{}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age}{secure}",
+            cookie::NAME
+        );
+        HeaderValue::from_str(&text).expect("a sealed cookie is base64url")
+    }
+
+    fn clear_cookie(&self, mut response: Response) -> Response {
+        response
+            .headers_mut()
+            .append(header::SET_COOKIE, self.cookie_header("", 0));
+        response
+    }
+}
+
+fn now_secs() -> i64 {
+    ithaca_kit::clock::now_ms() / 1000
+}
+
+fn to_sign_in(reason: Option<&str>) -> Response {
+    match reason {
+        Some(r) => Redirect::to(&format!("/console/sign-in?reason={r}")).into_response(),
+        None => Redirect::to("/console/sign-in").into_response(),
+    }
+}
+
+/// `GET /console/`: the sessions list, or the sign-in page.
+pub async fn home(State(console): State<Arc<Console>>, headers: HeaderMap) -> Response {
+    match console.person(&headers).await {
+        Ok(_) => Redirect::to("/console/sessions").into_response(),
+        Err(response) => response,
+    }
+}
+
+#[derive(Template)]
+#[template(path = "sign_in.html")]
+struct SignInPage {
+    message: String,
+    error: String,
+}
+
+#[derive(Deserialize)]
+pub struct SignInQuery {
+    reason: Option<String>,
+}
+
+/// `GET /console/sign-in`.
+pub async fn sign_in_page(Query(query): Query<SignInQuery>) -> Response {
+    let message = match query.reason.as_deref() {
+        Some("ended") => "Your console session ended: the key was revoked or expired.",
+        Some("signed-out") => "You are signed out.",
+        _ => "",
+    };
+    pages::html(
+        StatusCode::OK,
+        &SignInPage {
+            message: message.to_owned(),
+            error: String::new(),
+        },
+    )
+}
+
+#[derive(Deserialize)]
+pub struct SignInForm {
+    key: String,
+}
+
+/// `POST /console/sign-in`: exchange a human key for the sealed cookie.
+pub async fn sign_in(
+    State(console): State<Arc<Console>>,
+    headers: HeaderMap,
+    axum::Form(form): axum::Form<SignInForm>,
+) -> Response {
+    if let Err(refused) = console.check_same_origin(&headers) {
+        return refused;
+    }
+    let refuse = |status, error: &str| {
+        pages::html(
+            status,
+            &SignInPage {
+                message: String::new(),
+                error: error.to_owned(),
+            },
+        )
+    };
+    let token = form.key.trim();
+    let principal = match console.authenticator.verify(token).await {
+        Ok(p) => p,
+        Err(AuthFailure::Unavailable(why)) => {
+            tracing::warn!(error = %why, "console: authentication unavailable");
+            return refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "The auth service is unavailable; retry in a moment.",
+            );
+        }
+        Err(_) => {
+            return refuse(
+                StatusCode::UNAUTHORIZED,
+                "That key is not valid: check it was copied whole, and that it was not revoked.",
+            );
+        }
+    };
+    if principal.actor() != Actor::Human {
+        return refuse(
+            StatusCode::FORBIDDEN,
+            "This is an agent key. Agents connect over MCP; the console is for people. \
+             Sign in with a human key (an administrator creates one with \
+             `ithaca keys create --actor human`).",
+        );
+    }
+    let ttl = crate::SIGN_IN_TTL.as_secs() as i64;
+    let claims = Sealer::claims(token, now_secs(), ttl);
+    let value = console.sealer.seal(&claims);
+    tracing::info!(key_id = %principal.key_id(), tenant_id = %principal.tenant_id(), "console sign-in");
+    let mut response = Redirect::to("/console/sessions").into_response();
+    response
+        .headers_mut()
+        .append(header::SET_COOKIE, console.cookie_header(&value, ttl));
+    response
+}
+
+#[derive(Deserialize)]
+pub struct CsrfForm {
+    #[serde(default)]
+    pub csrf: String,
+}
+
+/// `POST /console/sign-out`: drop the cookie.
+pub async fn sign_out(
+    State(console): State<Arc<Console>>,
+    headers: HeaderMap,
+    axum::Form(form): axum::Form<CsrfForm>,
+) -> Response {
+    if let Err(refused) = console.person_for_change(&headers, &form.csrf).await {
+        return refused;
+    }
+    console.clear_cookie(to_sign_in(Some("signed-out")))
+}

@@ -1,0 +1,265 @@
+//! The approvals inbox: pending requests with who asked, the tool and its
+//! arguments, and the policy that required a person; approve or deny with a
+//! reason; each request's page with the decision and the call's outcome.
+
+use super::{Nav, Paged, failed, html, missing_scope, pretty};
+use crate::Console;
+use crate::backends::signed;
+use askama::Template;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Redirect, Response};
+use ithaca_proto::approvals::v1 as pb;
+use ithaca_proto::scopes::{APPROVALS_DECIDE, APPROVALS_READ};
+use serde::Deserialize;
+use std::sync::Arc;
+
+/// An approval as the pages show it.
+pub struct View {
+    pub approval_id: String,
+    pub tool: String,
+    pub arguments: String,
+    pub status: String,
+    pub requested_by: String,
+    pub decided_by: String,
+    pub note: String,
+    pub result: String,
+    pub session_id: String,
+    pub created_at: String,
+    pub decided_at: String,
+    pub expires_at: String,
+}
+
+impl From<pb::Approval> for View {
+    fn from(a: pb::Approval) -> View {
+        View {
+            arguments: pretty(a.arguments),
+            result: pretty(a.result),
+            approval_id: a.approval_id,
+            tool: a.tool,
+            status: a.status,
+            requested_by: a.requested_by,
+            decided_by: a.decided_by,
+            note: a.note,
+            session_id: a.session_id,
+            created_at: a.created_at,
+            decided_at: a.decided_at,
+            expires_at: a.expires_at,
+        }
+    }
+}
+
+/// Why a person has to decide: the tool is approval-required, and the
+/// tenant's policy as it stands.
+fn policy_text(policy: Option<&pb::Policy>) -> String {
+    let Some(p) = policy else {
+        return String::new();
+    };
+    let trading = p.trading.as_ref();
+    let live = p.live_execution.as_ref().is_some_and(|l| l.enabled);
+    let limits = p
+        .execution
+        .as_ref()
+        .map(|e| {
+            format!(
+                "; limits: notional ≤ {} USD, quantity ≤ {}",
+                e.max_notional_usd, e.max_quantity
+            )
+        })
+        .unwrap_or_default();
+    format!(
+        "paper trading {}, live trading {}{limits}{}",
+        if trading.is_some_and(|t| t.enabled) {
+            "enabled"
+        } else {
+            "disabled"
+        },
+        if live { "enabled" } else { "disabled" },
+        trading
+            .map(|t| t.detail.as_str())
+            .filter(|d| !d.is_empty())
+            .map(|d| format!(" ({d})"))
+            .unwrap_or_default(),
+    )
+}
+
+#[derive(Template)]
+#[template(path = "approvals.html")]
+struct InboxPage {
+    nav: Nav,
+    status: String,
+    approvals: Vec<View>,
+    page: usize,
+    pages: usize,
+    policy: String,
+    can_decide: bool,
+}
+
+#[derive(Deserialize)]
+pub struct InboxQuery {
+    status: Option<String>,
+    #[serde(default)]
+    page: usize,
+}
+
+/// `GET /console/approvals?status=pending&page=1`.
+pub async fn inbox(
+    State(console): State<Arc<Console>>,
+    headers: HeaderMap,
+    Query(query): Query<InboxQuery>,
+) -> Response {
+    let person = match console.person(&headers).await {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    if !person.has_scope(APPROVALS_READ) {
+        return missing_scope(APPROVALS_READ);
+    }
+    let mut client = match console.backends.approvals() {
+        Ok(c) => c,
+        Err(e) => return failed(e),
+    };
+    let (key, timeout) = (&console.key, console.backends.timeout);
+    let status = query.status.unwrap_or_else(|| "pending".to_owned());
+    let list = pb::ListApprovalsRequest {
+        tenant_id: None,
+        status: (!status.is_empty()).then(|| status.clone()),
+    };
+    let all = match client
+        .list_approvals(signed(key, &person.principal, timeout, list))
+        .await
+    {
+        Ok(r) => r.into_inner().approvals,
+        Err(s) => return failed(s.into()),
+    };
+    let policy = client
+        .get_policy(signed(
+            key,
+            &person.principal,
+            timeout,
+            pb::GetPolicyRequest { tenant_id: None },
+        ))
+        .await
+        .ok()
+        .map(|r| r.into_inner());
+    let paged = Paged::of(all, query.page);
+    html(
+        StatusCode::OK,
+        &InboxPage {
+            nav: person.nav("approvals"),
+            status,
+            approvals: paged.items.into_iter().map(View::from).collect(),
+            page: paged.page,
+            pages: paged.pages,
+            policy: policy_text(policy.as_ref()),
+            can_decide: person.has_scope(APPROVALS_DECIDE),
+        },
+    )
+}
+
+#[derive(Template)]
+#[template(path = "approval.html")]
+struct ApprovalPage {
+    nav: Nav,
+    a: View,
+    policy: String,
+    can_decide: bool,
+}
+
+/// `GET /console/approvals/{id}`.
+pub async fn show(
+    State(console): State<Arc<Console>>,
+    headers: HeaderMap,
+    Path(approval_id): Path<String>,
+) -> Response {
+    let person = match console.person(&headers).await {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    if !person.has_scope(APPROVALS_READ) {
+        return missing_scope(APPROVALS_READ);
+    }
+    let mut client = match console.backends.approvals() {
+        Ok(c) => c,
+        Err(e) => return failed(e),
+    };
+    let (key, timeout) = (&console.key, console.backends.timeout);
+    let get = pb::GetApprovalRequest { approval_id };
+    let approval = match client
+        .get_approval(signed(key, &person.principal, timeout, get))
+        .await
+    {
+        Ok(r) => r.into_inner(),
+        Err(s) => return failed(s.into()),
+    };
+    let policy = client
+        .get_policy(signed(
+            key,
+            &person.principal,
+            timeout,
+            pb::GetPolicyRequest { tenant_id: None },
+        ))
+        .await
+        .ok()
+        .map(|r| r.into_inner());
+    html(
+        StatusCode::OK,
+        &ApprovalPage {
+            nav: person.nav("approvals"),
+            a: approval.into(),
+            policy: policy_text(policy.as_ref()),
+            can_decide: person.has_scope(APPROVALS_DECIDE),
+        },
+    )
+}
+
+#[derive(Deserialize)]
+pub struct DecideForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    decision: String,
+    #[serde(default)]
+    note: String,
+}
+
+/// `POST /console/approvals/{id}/decide`: approve or deny with a reason;
+/// the approvals service runs an approved call as the requester.
+pub async fn decide(
+    State(console): State<Arc<Console>>,
+    headers: HeaderMap,
+    Path(approval_id): Path<String>,
+    axum::Form(form): axum::Form<DecideForm>,
+) -> Response {
+    let person = match console.person_for_change(&headers, &form.csrf).await {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    if !person.has_scope(APPROVALS_DECIDE) {
+        return missing_scope(APPROVALS_DECIDE);
+    }
+    let mut client = match console.backends.approvals() {
+        Ok(c) => c,
+        Err(e) => return failed(e),
+    };
+    let note = form.note.trim();
+    let request = signed(
+        &console.key,
+        &person.principal,
+        console.backends.timeout,
+        pb::DecideApprovalRequest {
+            approval_id: approval_id.clone(),
+            decision: form.decision,
+            note: (!note.is_empty()).then(|| note.to_owned()),
+            tenant_id: None,
+        },
+    );
+    match client.decide_approval(request).await {
+        Ok(r) => Redirect::to(&format!(
+            "/console/approvals/{}",
+            r.into_inner().approval_id
+        ))
+        .into_response(),
+        Err(s) => failed(s.into()),
+    }
+}

@@ -1,0 +1,208 @@
+//! Keys of the person's tenant: listed without secrets, created (the token
+//! shown this once), revoked. The auth service decides who may: human keys
+//! administer their own tenant's keys, agent keys none.
+
+use super::{Nav, Paged, failed, html};
+use crate::Console;
+use crate::backends::signed;
+use askama::Template;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Redirect, Response};
+use ithaca_proto::auth::v1 as pb;
+use serde::Deserialize;
+use std::sync::Arc;
+
+/// A key as listed.
+pub struct Row {
+    pub key_id: String,
+    pub label: String,
+    pub actor: &'static str,
+    pub scopes: String,
+    pub env: String,
+    pub created_at: String,
+    pub last_used_at: String,
+    pub revoked_at: String,
+    /// The signed-in person's own key.
+    pub own: bool,
+}
+
+fn actor_name(actor: i32) -> &'static str {
+    if actor == pb::Actor::Human as i32 {
+        "human"
+    } else {
+        "agent"
+    }
+}
+
+#[derive(Template)]
+#[template(path = "keys.html")]
+struct KeysPage {
+    nav: Nav,
+    keys: Vec<Row>,
+    page: usize,
+    pages: usize,
+    all_scopes: Vec<&'static str>,
+    /// The token of the key just created, shown this once.
+    created_token: String,
+    created_label: String,
+}
+
+#[derive(Deserialize)]
+pub struct ListQuery {
+    #[serde(default)]
+    page: usize,
+}
+
+/// `GET /console/keys`.
+pub async fn list(
+    State(console): State<Arc<Console>>,
+    headers: HeaderMap,
+    Query(query): Query<ListQuery>,
+) -> Response {
+    let person = match console.person(&headers).await {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    render(&console, &person, query.page, String::new(), String::new()).await
+}
+
+async fn render(
+    console: &Console,
+    person: &crate::gate::Person,
+    page: usize,
+    created_token: String,
+    created_label: String,
+) -> Response {
+    let request = signed(
+        &console.key,
+        &person.principal,
+        console.backends.timeout,
+        pb::ListKeysRequest {
+            tenant_id: String::new(),
+            include_revoked: true,
+        },
+    );
+    let keys = match console.backends.auth().list_keys(request).await {
+        Ok(r) => r.into_inner().keys,
+        Err(s) => return failed(s.into()),
+    };
+    let rows: Vec<Row> = keys
+        .into_iter()
+        .map(|k| Row {
+            own: k.key_id == person.principal.key_id(),
+            actor: actor_name(k.actor),
+            scopes: k.scopes.join(" "),
+            key_id: k.key_id,
+            label: k.label,
+            env: k.env,
+            created_at: k.created_at,
+            last_used_at: k.last_used_at,
+            revoked_at: k.revoked_at,
+        })
+        .collect();
+    let paged = Paged::of(rows, page);
+    html(
+        StatusCode::OK,
+        &KeysPage {
+            nav: person.nav("keys"),
+            keys: paged.items,
+            page: paged.page,
+            pages: paged.pages,
+            all_scopes: ithaca_proto::scopes::ALL.to_vec(),
+            created_token,
+            created_label,
+        },
+    )
+}
+
+pub struct CreateForm {
+    csrf: String,
+    label: String,
+    actor: String,
+    /// Checked scopes (one `scope` field per box), space-separated.
+    scopes: String,
+}
+
+/// `POST /console/keys`: create a key and show its token once.
+pub async fn create(
+    State(console): State<Arc<Console>>,
+    headers: HeaderMap,
+    // Checkboxes repeat the `scope` field, which a struct cannot take.
+    axum::Form(pairs): axum::Form<Vec<(String, String)>>,
+) -> Response {
+    let field = |name: &str| {
+        pairs
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    };
+    let form = CreateForm {
+        csrf: field("csrf"),
+        label: field("label"),
+        actor: field("actor"),
+        scopes: pairs
+            .iter()
+            .filter(|(k, _)| k == "scope")
+            .map(|(_, v)| v.as_str())
+            .collect::<Vec<_>>()
+            .join(" "),
+    };
+    let person = match console.person_for_change(&headers, &form.csrf).await {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    let actor = match form.actor.as_str() {
+        "human" => pb::Actor::Human,
+        _ => pb::Actor::Agent,
+    };
+    let request = signed(
+        &console.key,
+        &person.principal,
+        console.backends.timeout,
+        pb::CreateKeyRequest {
+            tenant_id: String::new(),
+            scopes: form.scopes.split_whitespace().map(str::to_owned).collect(),
+            actor: actor as i32,
+            label: form.label.trim().to_owned(),
+            env: String::new(),
+        },
+    );
+    match console.backends.auth().create_key(request).await {
+        // The token is in this one response body and nowhere else: not in a
+        // URL, a cookie or a log.
+        Ok(r) => {
+            let created = r.into_inner();
+            let label = created.key.map(|k| k.label).unwrap_or_default();
+            render(&console, &person, 1, created.token, label).await
+        }
+        Err(s) => failed(s.into()),
+    }
+}
+
+/// `POST /console/keys/{id}/revoke`.
+pub async fn revoke(
+    State(console): State<Arc<Console>>,
+    headers: HeaderMap,
+    Path(key_id): Path<String>,
+    axum::Form(form): axum::Form<crate::gate::CsrfForm>,
+) -> Response {
+    let person = match console.person_for_change(&headers, &form.csrf).await {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    let request = signed(
+        &console.key,
+        &person.principal,
+        console.backends.timeout,
+        pb::RevokeKeyRequest {
+            tenant_id: String::new(),
+            key_id,
+        },
+    );
+    match console.backends.auth().revoke_key(request).await {
+        Ok(_) => Redirect::to("/console/keys").into_response(),
+        Err(s) => failed(s.into()),
+    }
+}

@@ -1,0 +1,129 @@
+//! The console's pages, one module per area, and what they share: the
+//! navigation bar, rendering, error pages and paging.
+
+pub mod approvals;
+pub mod keys;
+pub mod runs;
+pub mod sessions;
+
+use crate::backends::CallError;
+use askama::Template;
+use axum::http::StatusCode;
+use axum::response::{Html, IntoResponse, Response};
+
+/// The navigation bar of a signed-in page.
+#[derive(Clone, Debug)]
+pub struct Nav {
+    pub key_id: String,
+    pub tenant_id: String,
+    /// The sign-out form's CSRF token.
+    pub csrf: String,
+    /// Which area is shown: `sessions`, `approvals`, `runs` or `keys`.
+    pub active: &'static str,
+}
+
+/// A rendered template with `status`.
+pub fn html(status: StatusCode, page: &impl Template) -> Response {
+    match page.render() {
+        Ok(body) => (status, Html(body)).into_response(),
+        Err(err) => {
+            tracing::error!(error = %err, "console: rendering a page failed");
+            (StatusCode::INTERNAL_SERVER_ERROR, "rendering failed").into_response()
+        }
+    }
+}
+
+#[derive(Template)]
+#[template(path = "error.html")]
+struct ErrorPage<'a> {
+    status: u16,
+    message: &'a str,
+}
+
+/// A plain error page.
+pub fn error(status: StatusCode, message: &str) -> Response {
+    html(
+        status,
+        &ErrorPage {
+            status: status.as_u16(),
+            message,
+        },
+    )
+}
+
+/// `404` for anything the console does not serve.
+pub async fn not_found() -> Response {
+    error(StatusCode::NOT_FOUND, "Not found.")
+}
+
+/// The page for a failed backend call. Another tenant's object is NOT_FOUND
+/// at the service, and so it is here: indistinguishable from a missing one.
+pub fn failed(err: CallError) -> Response {
+    let status = match err {
+        CallError::Missing(_) => {
+            return error(StatusCode::NOT_FOUND, &err.to_string());
+        }
+        CallError::Status(status) => status,
+    };
+    use tonic::Code;
+    match status.code() {
+        Code::NotFound => error(StatusCode::NOT_FOUND, "Not found."),
+        Code::InvalidArgument => error(StatusCode::BAD_REQUEST, status.message()),
+        Code::FailedPrecondition | Code::AlreadyExists | Code::Aborted => {
+            error(StatusCode::CONFLICT, status.message())
+        }
+        Code::PermissionDenied | Code::Unauthenticated => {
+            error(StatusCode::FORBIDDEN, status.message())
+        }
+        Code::Unavailable | Code::DeadlineExceeded => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "A service is unavailable; retry in a moment.",
+        ),
+        _ => {
+            tracing::warn!(code = ?status.code(), error = %status.message(), "console: backend call failed");
+            error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "Something went wrong; it was logged.",
+            )
+        }
+    }
+}
+
+/// The page for a missing scope.
+pub fn missing_scope(scope: &str) -> Response {
+    error(
+        StatusCode::FORBIDDEN,
+        &format!("Your key lacks the scope {scope}, which this page needs."),
+    )
+}
+
+/// Pretty JSON of a protobuf `Struct`, for `<pre>` blocks.
+pub fn pretty(value: Option<prost_types::Struct>) -> String {
+    match value {
+        Some(s) => {
+            serde_json::to_string_pretty(&ithaca_kit::json::from_struct(s)).unwrap_or_default()
+        }
+        None => String::new(),
+    }
+}
+
+/// One page of a list that a service returns whole.
+pub struct Paged<T> {
+    pub items: Vec<T>,
+    pub page: usize,
+    pub pages: usize,
+}
+
+impl<T> Paged<T> {
+    /// Page `page` (from 1) of `all`, [`crate::PAGE_SIZE`] rows each.
+    pub fn of(all: Vec<T>, page: usize) -> Paged<T> {
+        let pages = all.len().div_ceil(crate::PAGE_SIZE).max(1);
+        let page = page.clamp(1, pages);
+        let items = all
+            .into_iter()
+            .skip((page - 1) * crate::PAGE_SIZE)
+            .take(crate::PAGE_SIZE)
+            .collect();
+        Paged { items, page, pages }
+    }
+}

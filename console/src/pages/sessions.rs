@@ -1,0 +1,333 @@
+//! Sessions: the list (filters, pages), starting one for an agent to join,
+//! one session's prompts and live trace, and closing it.
+
+use super::{Nav, failed, html, missing_scope};
+use crate::Console;
+use crate::backends::signed;
+use crate::gate::Person;
+use askama::Template;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Redirect, Response};
+use ithaca_proto::scopes::DATA_READ;
+use ithaca_proto::session::v1 as pb;
+use serde::Deserialize;
+use std::sync::Arc;
+
+/// One row of the list.
+pub struct Row {
+    pub session_id: String,
+    pub title: String,
+    pub status: String,
+    pub agent_id: String,
+    pub created_at: String,
+    pub updated_at: String,
+    pub events: i64,
+    pub prompts: i64,
+}
+
+#[derive(Template)]
+#[template(path = "sessions.html")]
+struct ListPage {
+    nav: Nav,
+    rows: Vec<Row>,
+    status: String,
+    agent: String,
+    /// The query string of the next page, empty on the last.
+    next: String,
+    first_page: bool,
+    mcp_url: String,
+}
+
+#[derive(Deserialize, Default)]
+pub struct ListQuery {
+    #[serde(default)]
+    status: String,
+    #[serde(default)]
+    agent: String,
+    #[serde(default)]
+    page: String,
+}
+
+/// What every session page needs first: a person who may read data.
+async fn reader(console: &Console, headers: &HeaderMap) -> Result<Person, Response> {
+    let person = console.person(headers).await?;
+    if !person.has_scope(DATA_READ) {
+        return Err(missing_scope(DATA_READ));
+    }
+    Ok(person)
+}
+
+/// `GET /console/sessions?status=&agent=&page=`.
+pub async fn list(
+    State(console): State<Arc<Console>>,
+    headers: HeaderMap,
+    Query(query): Query<ListQuery>,
+) -> Response {
+    let person = match reader(&console, &headers).await {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    let backends = &console.backends;
+    let mut client = match backends.session() {
+        Ok(c) => c,
+        Err(e) => return failed(e),
+    };
+    let some = |s: &str| (!s.trim().is_empty()).then(|| s.trim().to_owned());
+    let request = signed(
+        &console.key,
+        &person.principal,
+        backends.timeout,
+        pb::ListSessionsRequest {
+            status: some(&query.status),
+            agent_id: some(&query.agent),
+            limit: crate::PAGE_SIZE as i32,
+            page_token: query.page.clone(),
+        },
+    );
+    let reply = match client.list_sessions(request).await {
+        Ok(r) => r.into_inner(),
+        Err(status) => return failed(status.into()),
+    };
+    let rows = reply
+        .sessions
+        .into_iter()
+        .filter_map(|s| {
+            let d = s.session?;
+            Some(Row {
+                session_id: d.session_id,
+                title: d.title,
+                status: d.status,
+                agent_id: s.agent_id,
+                created_at: d.created_at,
+                updated_at: s.updated_at,
+                events: s.last_seq,
+                prompts: s.prompt_count,
+            })
+        })
+        .collect();
+    let next = if reply.next_page_token.is_empty() {
+        String::new()
+    } else {
+        query_string(&[
+            ("status", &query.status),
+            ("agent", &query.agent),
+            ("page", &reply.next_page_token),
+        ])
+    };
+    html(
+        StatusCode::OK,
+        &ListPage {
+            nav: person.nav("sessions"),
+            rows,
+            status: query.status,
+            agent: query.agent,
+            next,
+            first_page: query.page.is_empty(),
+            mcp_url: format!("{}/mcp", console.public_url()),
+        },
+    )
+}
+
+fn query_string(pairs: &[(&str, &str)]) -> String {
+    let encoded: Vec<String> = pairs
+        .iter()
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(k, v)| format!("{k}={}", encode(v)))
+        .collect();
+    encoded.join("&")
+}
+
+/// Percent-encode a query value (unreserved characters stay).
+fn encode(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for b in value.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                out.push(b as char)
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+#[derive(Deserialize)]
+pub struct StartForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    prompt: String,
+    #[serde(default)]
+    title: String,
+}
+
+/// `POST /console/sessions`: open a session with the person's prompt, for an
+/// agent to join.
+pub async fn start(
+    State(console): State<Arc<Console>>,
+    headers: HeaderMap,
+    axum::Form(form): axum::Form<StartForm>,
+) -> Response {
+    let person = match console.person_for_change(&headers, &form.csrf).await {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    if !person.has_scope(DATA_READ) {
+        return missing_scope(DATA_READ);
+    }
+    if form.prompt.trim().is_empty() {
+        return super::error(
+            StatusCode::BAD_REQUEST,
+            "A session needs a prompt: the question the agent works on.",
+        );
+    }
+    let mut client = match console.backends.session() {
+        Ok(c) => c,
+        Err(e) => return failed(e),
+    };
+    let title = form.title.trim();
+    let request = signed(
+        &console.key,
+        &person.principal,
+        console.backends.timeout,
+        pb::SessionContextRequest {
+            prompt: form.prompt,
+            title: (!title.is_empty()).then(|| title.to_owned()),
+            session_id: None,
+        },
+    );
+    match client.session_context(request).await {
+        Ok(r) => Redirect::to(&format!("/console/sessions/{}", r.into_inner().session_id))
+            .into_response(),
+        Err(status) => failed(status.into()),
+    }
+}
+
+#[derive(Template)]
+#[template(path = "session.html")]
+struct SessionPage {
+    nav: Nav,
+    session: pb::SessionDescriptor,
+    prompts: Vec<pb::Prompt>,
+    stream_url: String,
+    /// The `tools/call` an agent sends to join, while the session is open.
+    join_snippet: String,
+}
+
+/// `GET /console/sessions/{id}`.
+pub async fn show(
+    State(console): State<Arc<Console>>,
+    headers: HeaderMap,
+    Path(session_id): Path<String>,
+) -> Response {
+    let person = match reader(&console, &headers).await {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    let mut client = match console.backends.session() {
+        Ok(c) => c,
+        Err(e) => return failed(e),
+    };
+    let (key, timeout) = (&console.key, console.backends.timeout);
+    let get = pb::GetSessionRequest {
+        session_id: session_id.clone(),
+    };
+    let session = match client
+        .get_session(signed(key, &person.principal, timeout, get))
+        .await
+    {
+        Ok(r) => r.into_inner(),
+        Err(status) => return failed(status.into()),
+    };
+    let list = pb::ListPromptsRequest {
+        session_id: session.session_id.clone(),
+    };
+    let prompts = match client
+        .list_prompts(signed(key, &person.principal, timeout, list))
+        .await
+    {
+        Ok(r) => r.into_inner().prompts,
+        Err(status) => return failed(status.into()),
+    };
+    let join_snippet = if session.status == "open" {
+        join_snippet(&session.session_id, &session.title)
+    } else {
+        String::new()
+    };
+    html(
+        StatusCode::OK,
+        &SessionPage {
+            nav: person.nav("sessions"),
+            stream_url: format!("/api/sessions/{}/events/stream", session.session_id),
+            session,
+            prompts,
+            join_snippet,
+        },
+    )
+}
+
+/// What an agent calls to join a session a person started: the tool and
+/// its arguments, as agents' hosts and the MCP Inspector take them.
+fn join_snippet(session_id: &str, title: &str) -> String {
+    let arguments = serde_json::json!({
+        "session_id": session_id,
+        "prompt": format!("Join the session a person started: {title}"),
+    });
+    format!("session_context {arguments}")
+}
+
+/// `POST /console/sessions/{id}/close`: calls already running finish; new
+/// ones are refused.
+pub async fn close(
+    State(console): State<Arc<Console>>,
+    headers: HeaderMap,
+    Path(session_id): Path<String>,
+    axum::Form(form): axum::Form<crate::gate::CsrfForm>,
+) -> Response {
+    let person = match console.person_for_change(&headers, &form.csrf).await {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    if !person.has_scope(DATA_READ) {
+        return missing_scope(DATA_READ);
+    }
+    let mut client = match console.backends.session() {
+        Ok(c) => c,
+        Err(e) => return failed(e),
+    };
+    let request = signed(
+        &console.key,
+        &person.principal,
+        console.backends.timeout,
+        pb::CloseSessionRequest {
+            session_id: Some(session_id),
+        },
+    );
+    match client.close_session(request).await {
+        Ok(r) => Redirect::to(&format!("/console/sessions/{}", r.into_inner().session_id))
+            .into_response(),
+        Err(status) => failed(status.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn join_snippets_name_the_session() {
+        let snippet = super::join_snippet("abc", "Say \"hi\"");
+        assert!(snippet.starts_with("session_context {"), "{snippet}");
+        let args: serde_json::Value =
+            serde_json::from_str(snippet.trim_start_matches("session_context ")).expect("json");
+        assert_eq!(args["session_id"], "abc");
+    }
+
+    #[test]
+    fn encodes_query_values() {
+        assert_eq!(super::encode("a b&c=d"), "a%20b%26c%3Dd");
+        assert_eq!(
+            super::query_string(&[("status", "open"), ("agent", "")]),
+            "status=open"
+        );
+    }
+}

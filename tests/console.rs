@@ -1,0 +1,658 @@
+//! The web console in a real browser: Debian's Chromium driven through
+//! chromedriver (WebDriver, `fantoccini`), against `ithaca up`, with an MCP
+//! client (raw HTTP JSON-RPC) playing the agent.
+//!
+//! Without Chromium these tests print NOT RUN and pass, like the PostgreSQL
+//! ones; with `ITHACA_TEST_REQUIRE_BROWSER` set (as `.ci/run` does) they
+//! fail instead. Screenshots of each main page land in
+//! `<target>/console-screenshots/`.
+
+mod common;
+
+use common::http;
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// `ithaca up` on free ports, and what it printed.
+struct Up {
+    url: String,
+    agent: String,
+    human: String,
+    auth_url: String,
+    data_dir: PathBuf,
+    _process: common::Process,
+    _dir: tempfile::TempDir,
+}
+
+fn up() -> Up {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data_dir = dir.path().join("stack");
+    let mut cmd = common::ithaca();
+    cmd.args(["up", "--port-base", "0", "--data-dir"])
+        .arg(&data_dir)
+        .env_remove("DOOMBERG_MCP_PORT");
+    let process = common::Process::spawn(cmd);
+    let lines = process.wait_for("ithaca: ready", Duration::from_secs(90));
+    let after = |label: &str| -> String {
+        lines
+            .iter()
+            .find_map(|l| l.trim().strip_prefix(label).map(|v| v.trim().to_owned()))
+            .unwrap_or_else(|| panic!("no {label:?} line in {lines:#?}"))
+    };
+    Up {
+        url: after("mcp ").trim_end_matches("/mcp").to_owned(),
+        agent: after("agent key"),
+        human: after("human key"),
+        auth_url: after("auth "),
+        data_dir,
+        _process: process,
+        _dir: dir,
+    }
+}
+
+/// One `tools/call` as an MCP client sends it (2026-07-28, stateless).
+async fn call(up: &Up, tool: &str, arguments: Value) -> Value {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": tool, "arguments": arguments,
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientInfo": {"name": "console-test", "version": "1"},
+        },
+    }});
+    let auth = format!("Bearer {}", up.agent);
+    let reply = http::request(
+        &up.url,
+        "POST",
+        "/mcp",
+        &[
+            ("Authorization", &auth),
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+            ("MCP-Protocol-Version", "2026-07-28"),
+            ("Mcp-Method", "tools/call"),
+            ("Mcp-Name", tool),
+        ],
+        body.to_string().as_bytes(),
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{tool}: {}", reply.text());
+    reply.json()["result"].clone()
+}
+
+/// A browser session, or `None` (after saying NOT RUN) without Chromium.
+struct Browser {
+    client: Client,
+    _driver: common::Process,
+    _profile: tempfile::TempDir,
+}
+
+fn have(program: &str) -> bool {
+    Command::new(program)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+async fn browser(test: &str) -> Option<Browser> {
+    if !(have("chromium") && have("chromedriver")) {
+        assert!(
+            std::env::var_os("ITHACA_TEST_REQUIRE_BROWSER").is_none(),
+            "ITHACA_TEST_REQUIRE_BROWSER is set but chromium or chromedriver is missing \
+             (apt-get install chromium chromium-driver)"
+        );
+        eprintln!(
+            "NOT RUN: {test} needs chromium and chromedriver (apt-get install chromium chromium-driver)"
+        );
+        return None;
+    }
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
+        l.local_addr().expect("addr").port()
+    };
+    let mut cmd = Command::new("chromedriver");
+    cmd.arg(format!("--port={port}"));
+    let driver = common::Process::spawn(cmd);
+    driver.wait_for("started successfully", Duration::from_secs(30));
+    let profile = tempfile::tempdir().expect("profile dir");
+    let args = [
+        "--headless=new".to_owned(),
+        "--no-sandbox".to_owned(),
+        "--disable-gpu".to_owned(),
+        "--disable-dev-shm-usage".to_owned(),
+        "--disable-background-networking".to_owned(),
+        "--disable-component-update".to_owned(),
+        "--disable-sync".to_owned(),
+        "--no-first-run".to_owned(),
+        "--window-size=1440,960".to_owned(),
+        format!("--user-data-dir={}", profile.path().display()),
+    ];
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".to_owned(),
+        json!({"binary": "/usr/bin/chromium", "args": args}),
+    );
+    let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    let client = ClientBuilder::new(connector)
+        .capabilities(caps)
+        .connect(&format!("http://127.0.0.1:{port}"))
+        .await
+        .expect("start a browser session");
+    Some(Browser {
+        client,
+        _driver: driver,
+        _profile: profile,
+    })
+}
+
+impl Browser {
+    async fn goto(&self, url: &str) {
+        self.client.goto(url).await.expect("navigate");
+    }
+
+    async fn text(&self, css: &str) -> String {
+        self.client
+            .wait()
+            .at_most(Duration::from_secs(15))
+            .for_element(Locator::Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("no {css} on the page: {e}"))
+            .text()
+            .await
+            .expect("text")
+    }
+
+    async fn click(&self, css: &str) {
+        self.client
+            .wait()
+            .at_most(Duration::from_secs(15))
+            .for_element(Locator::Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("no {css} to click: {e}"))
+            .click()
+            .await
+            .expect("click");
+    }
+
+    async fn fill(&self, css: &str, text: &str) {
+        self.client
+            .wait()
+            .at_most(Duration::from_secs(15))
+            .for_element(Locator::Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("no {css} to fill: {e}"))
+            .send_keys(text)
+            .await
+            .expect("type");
+    }
+
+    /// Run `script` (a function body returning a value) in the page.
+    async fn js(&self, script: &str) -> Value {
+        self.client
+            .execute(script, Vec::new())
+            .await
+            .unwrap_or_else(|e| panic!("script failed ({e}): {script}"))
+    }
+
+    /// Wait until `script` returns true.
+    async fn until(&self, what: &str, script: &str) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if self.js(script).await == json!(true) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
+    }
+
+    async fn path(&self) -> String {
+        self.client
+            .current_url()
+            .await
+            .expect("url")
+            .path()
+            .to_owned()
+    }
+
+    async fn screenshot(&self, name: &str) {
+        let png = self.client.screenshot().await.expect("screenshot");
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .parent()
+            .expect("target dir")
+            .join("console-screenshots");
+        std::fs::create_dir_all(&dir).expect("screenshot dir");
+        std::fs::write(dir.join(format!("{name}.png")), png).expect("write screenshot");
+    }
+
+    /// Mark the current document, so [`Browser::new_page`] can tell when
+    /// another one has loaded (a form post may land on the same URL).
+    async fn mark(&self) {
+        self.js("window.__stale = true; return true").await;
+    }
+
+    async fn new_page(&self) {
+        self.until(
+            "the next page",
+            "return !window.__stale && document.readyState === 'complete'",
+        )
+        .await;
+    }
+
+    /// Click something that loads a new page, and wait for it.
+    async fn submit(&self, css: &str) {
+        self.mark().await;
+        self.click(css).await;
+        self.new_page().await;
+    }
+
+    async fn sign_in(&self, up: &Up, key: &str) {
+        self.goto(&format!("{}/console/sign-in", up.url)).await;
+        self.fill("#key", key).await;
+        self.submit("#sign-in").await;
+    }
+}
+
+/// The seqs shown in the trace: (count, distinct, largest).
+const SEQS: &str = "const s = [...document.querySelectorAll('#trace [data-seq]')].map(e => +e.dataset.seq); \
+    return [s.length, new Set(s).size, s.length ? Math.max(...s) : 0];";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn browser_sign_in_csrf_tenants_revocation_and_sign_out() {
+    let Some(b) = browser("browser_sign_in_csrf_tenants_revocation_and_sign_out").await else {
+        return;
+    };
+    let up = up();
+
+    // Signed out, every page leads to the sign-in form.
+    b.goto(&format!("{}/console/sessions", up.url)).await;
+    assert_eq!(b.path().await, "/console/sign-in");
+
+    // An agent key is refused with a clear message.
+    b.sign_in(&up, &up.agent).await;
+    let refused = b.text("#sign-in-error").await;
+    assert!(refused.contains("agent key"), "{refused}");
+    b.screenshot("sign-in-agent-refused").await;
+    let cookies = b.client.get_all_cookies().await.expect("cookies");
+    assert!(
+        cookies.is_empty(),
+        "no cookie for an agent key: {cookies:?}"
+    );
+
+    // A human key signs in; the cookie is HttpOnly and Strict, and holds no key.
+    b.sign_in(&up, &up.human).await;
+    assert_eq!(b.path().await, "/console/sessions");
+    let empty = b.text("#empty").await;
+    assert!(empty.contains("No sessions yet"), "{empty}");
+    b.screenshot("sessions-empty").await;
+    let cookie = b
+        .client
+        .get_named_cookie("ithaca_console")
+        .await
+        .expect("console cookie");
+    assert_eq!(cookie.http_only(), Some(true));
+    assert_eq!(
+        cookie.same_site().map(|s| s.to_string()),
+        Some("Strict".to_owned())
+    );
+    let secret = up.human.rsplit('_').next().expect("secret");
+    assert!(!cookie.value().contains(secret));
+    assert_eq!(
+        b.js("return document.cookie").await,
+        json!(""),
+        "scripts cannot read it"
+    );
+
+    // A page of another site (same host, another port) posts a form to the
+    // console: refused, and nothing is created.
+    let attacker = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let attacker_url = format!("http://{}", attacker.local_addr().expect("addr"));
+    let target = format!("{}/console/sessions", up.url);
+    let page = format!(
+        "<!doctype html><form id=f method=post action='{target}'>\
+         <input name=prompt value='csrf attack'></form><script>document.getElementById('f').submit()</script>"
+    );
+    tokio::spawn(async move {
+        let app = axum::Router::new().route(
+            "/",
+            axum::routing::get(move || {
+                let page = page.clone();
+                async move { axum::response::Html(page) }
+            }),
+        );
+        let _ = axum::serve(attacker, app).await;
+    });
+    b.goto(&attacker_url).await;
+    let message = b.text("#error-message").await;
+    assert!(message.contains("Cross-site"), "{message}");
+    b.screenshot("csrf-refused").await;
+    // From the console's own origin but without the token: refused too.
+    b.goto(&format!("{}/console/sessions", up.url)).await;
+    let status = b
+        .js("return fetch('/console/sessions', {method: 'POST', body: new URLSearchParams({prompt: 'no token'})}).then(r => r.status)")
+        .await;
+    assert_eq!(status, json!(403));
+    b.goto(&format!("{}/console/sessions", up.url)).await;
+    assert!(b.text("#empty").await.contains("No sessions yet"));
+
+    // Another tenant's session is not found, page and stream alike.
+    let mut auth = common::auth_client(&up.auth_url, ithaca_kit::principal::Principal::system(""));
+    let other = auth
+        .create_tenant(ithaca_proto::auth::v1::CreateTenantRequest {
+            name: "other".into(),
+        })
+        .await
+        .expect("tenant")
+        .into_inner()
+        .tenant_id;
+    let session_url = {
+        let lines = std::fs::read_to_string(up.data_dir.join("stack.json")).expect("stack.json");
+        let v: Value = serde_json::from_str(&lines).expect("json");
+        v["session_url"].as_str().expect("session url").to_owned()
+    };
+    let foreign = common::session_client(&session_url, common::agent(&other, "other-agent"))
+        .session_context(ithaca_proto::session::v1::SessionContextRequest {
+            prompt: "another tenant's secret research".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("foreign session")
+        .into_inner()
+        .session_id;
+    b.goto(&format!("{}/console/sessions/{foreign}", up.url))
+        .await;
+    assert_eq!(b.text("h2").await, "Not found");
+    let page = b.client.source().await.expect("source");
+    assert!(!page.contains("secret research"));
+    let stream = b
+        .js(&format!(
+            "return fetch('/api/sessions/{foreign}/events/stream').then(r => r.status)"
+        ))
+        .await;
+    assert_eq!(stream, json!(404));
+
+    // Keys: create a person's key (its token shown once), sign in with it,
+    // revoke it from its own page: the console session ends within the
+    // key cache window.
+    b.goto(&format!("{}/console/keys", up.url)).await;
+    b.fill("#label", "second person").await;
+    b.js("document.getElementById('actor').value = 'human'; return true")
+        .await;
+    b.submit("#create-key button[type=submit]").await;
+    let token = b.text("#created-token").await;
+    assert!(token.starts_with("dmbg_"), "{token}");
+    b.screenshot("keys-created").await;
+    b.submit("header .who button").await; // sign out
+    assert_eq!(b.path().await, "/console/sign-in");
+    assert!(b.text("#notice").await.contains("signed out"));
+    b.goto(&format!("{}/console/sessions", up.url)).await;
+    assert_eq!(b.path().await, "/console/sign-in", "signed out for good");
+    b.sign_in(&up, &token).await;
+    assert_eq!(b.path().await, "/console/sessions");
+    // Watching a session's live trace, the person revokes their own key
+    // (through the console's revoke route, as the Keys page's button does):
+    // the open stream stops and the next page asks to sign in again.
+    b.fill("#prompt", "watched while revoked").await;
+    b.submit("#start-session button[type=submit]").await;
+    b.until(
+        "the live stream",
+        "return document.getElementById('live-state').textContent === 'live'",
+    )
+    .await;
+    let key_id = token.split('_').nth(2).expect("key id").to_owned();
+    let revoked = b
+        .js(&format!(
+            "const csrf = document.querySelector('input[name=csrf]').value; \
+             return fetch('/console/keys/{key_id}/revoke', {{method: 'POST', body: new URLSearchParams({{csrf}})}}).then(r => r.status)"
+        ))
+        .await;
+    assert_eq!(revoked, json!(200), "revoked, then shown the keys page");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let state = b.text("#live-state").await;
+        if state.starts_with("stopped") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the stream went on after revocation: {state}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    b.screenshot("session-stream-stopped").await;
+    b.goto(&format!("{}/console/sessions", up.url)).await;
+    assert_eq!(
+        b.path().await,
+        "/console/sign-in",
+        "revocation ended the sign-in"
+    );
+    assert!(b.text("#notice").await.contains("revoked"));
+    let _ = b.client.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn browser_live_trace_reload_and_close() {
+    let Some(b) = browser("browser_live_trace_reload_and_close").await else {
+        return;
+    };
+    let up = up();
+    b.sign_in(&up, &up.human).await;
+
+    // A person starts a session; the page gives its id and a join snippet.
+    b.fill("#prompt", "How volatile was AAPL in 2012?").await;
+    b.fill("#title", "AAPL volatility").await;
+    b.submit("#start-session button[type=submit]").await;
+    let session_id = b.text("#session-id").await;
+    assert!(b.text("#join-snippet").await.contains(&session_id));
+    b.until(
+        "the live stream",
+        "return document.getElementById('live-state').textContent === 'live'",
+    )
+    .await;
+
+    // An agent joins it over MCP; its calls appear live.
+    let joined = call(
+        &up,
+        "session_context",
+        json!({"session_id": session_id, "prompt": "joining from the console's snippet"}),
+    )
+    .await;
+    assert_eq!(joined["structuredContent"]["session_id"], json!(session_id));
+    call(
+        &up,
+        "run_skill",
+        json!({"skill_id": "vol.realized", "inputs": {"symbol": "AAPL", "window": 21}}),
+    )
+    .await;
+    let failed = call(&up, "describe_skill", json!({"skill_id": "no.such.skill"})).await;
+    assert_eq!(failed["isError"], json!(true));
+    b.until(
+        "run_skill to appear with its result",
+        "return [...document.querySelectorAll('#trace li.type-tool_call')].some(li => \
+            li.textContent.includes('run_skill') && li.querySelector('.outcome.good'))",
+    )
+    .await;
+    b.until(
+        "the failed call, highlighted",
+        "return [...document.querySelectorAll('#trace li.is-error')].some(li => li.textContent.includes('describe_skill'))",
+    )
+    .await;
+    b.js(
+        "document.querySelectorAll('#trace details.call').forEach(d => d.open = true); return true",
+    )
+    .await;
+    b.screenshot("session-live").await;
+    let before = b.js(SEQS).await;
+    assert_eq!(before[0], before[1], "no duplicate: {before}");
+    assert_eq!(before[0], before[2], "no gap from seq 1: {before}");
+
+    // Reload: the same trace, replayed from seq 0, without duplicates.
+    b.client.refresh().await.expect("reload");
+    let want = before[2].as_i64().expect("max seq");
+    b.until(
+        "the replay",
+        &format!("return document.querySelectorAll('#trace [data-seq]').length >= {want}"),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(b.js(SEQS).await, before, "the same trace after a reload");
+
+    // Close from the page: the trace ends with session_closed, and the
+    // agent's next call is refused.
+    b.mark().await;
+    b.click("#close-session").await;
+    b.client.accept_alert().await.expect("confirm closing");
+    b.new_page().await;
+    b.until(
+        "session_closed in the trace",
+        "return !!document.querySelector('#trace li.type-session_closed')",
+    )
+    .await;
+    assert_eq!(b.text("#session-status").await, "closed");
+    b.until(
+        "the stream to end",
+        "return document.getElementById('live-state').textContent.startsWith('ended')",
+    )
+    .await;
+    b.screenshot("session-closed").await;
+    let refused = call(&up, "describe_skill", json!({"skill_id": "vol.realized"})).await;
+    let error = common::tool_error(&refused);
+    assert_eq!(error["error"], json!("no_active_session"), "{refused}");
+
+    // The list shows it, filtered by status.
+    b.goto(&format!("{}/console/sessions?status=closed", up.url))
+        .await;
+    assert!(b.text("#sessions").await.contains("AAPL volatility"));
+    b.screenshot("sessions-list").await;
+    b.goto(&format!("{}/console/sessions?status=open", up.url))
+        .await;
+    assert!(b.text("#empty").await.contains("No sessions match"));
+    let _ = b.client.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn browser_approval_decided_and_run_artifacts() {
+    let Some(b) = browser("browser_approval_decided_and_run_artifacts").await else {
+        return;
+    };
+    let up = up();
+    b.sign_in(&up, &up.human).await;
+
+    // An agent proposes a strategy and asks to promote it.
+    let opened = call(
+        &up,
+        "session_context",
+        json!({"prompt": "A momentum strategy on AAPL and MSFT"}),
+    )
+    .await;
+    let session_id = opened["structuredContent"]["session_id"]
+        .as_str()
+        .expect("session id")
+        .to_owned();
+    let strategy = call(
+        &up,
+        "propose_strategy",
+        json!({"name": "tech momentum", "universe": ["AAPL", "MSFT"], "lookback": 60, "rebalance": 20}),
+    )
+    .await;
+    let strategy_id = strategy["structuredContent"]["strategy_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("strategy: {strategy}"))
+        .to_owned();
+    let mut policy = common::ithaca();
+    policy
+        .args(["policy", "set", "--trading", "on", "--data-dir"])
+        .arg(&up.data_dir);
+    let status = policy.status().expect("ithaca policy set");
+    assert!(status.success());
+    let promoted = call(
+        &up,
+        "promote_strategy",
+        json!({"strategy_id": strategy_id, "mode": "paper"}),
+    )
+    .await;
+    let approval_id = promoted["structuredContent"]["approval_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("promotion: {promoted}"))
+        .to_owned();
+
+    // The inbox shows it; the person approves with a reason.
+    b.goto(&format!("{}/console/approvals", up.url)).await;
+    let card = format!("article[data-approval='{approval_id}']");
+    let text = b.text(&card).await;
+    assert!(text.contains("promote_strategy"), "{text}");
+    assert!(text.contains(&strategy_id), "arguments shown: {text}");
+    assert!(
+        text.contains("paper trading enabled"),
+        "policy shown: {text}"
+    );
+    b.screenshot("approvals-inbox").await;
+    b.fill(&format!("{card} input[name=note]"), "backtest looks sane")
+        .await;
+    b.submit(&format!("{card} button[value=approve]")).await;
+    assert_eq!(b.path().await, format!("/console/approvals/{approval_id}"));
+    assert_eq!(b.text("#approval-status").await, "executed");
+    assert_eq!(b.text("#approval-note").await, "backtest looks sane");
+    assert!(b.text("#approval-result").await.contains("paper"));
+    b.screenshot("approval-decided").await;
+
+    // The session's trace holds the request, the decision and the execution.
+    b.goto(&format!("{}/console/sessions/{session_id}", up.url))
+        .await;
+    b.until(
+        "approval events in the trace",
+        "return document.querySelectorAll('#trace li.type-approval').length >= 3",
+    )
+    .await;
+
+    // A run with an SVG chart and a CSV: the chart is drawn, the CSV downloads.
+    let run = call(
+        &up,
+        "run_skill",
+        json!({"skill_id": "backtest.momentum", "inputs": {"symbol": "AAPL", "lookback": 60, "holding": 20}}),
+    )
+    .await;
+    let run_id = run["structuredContent"]["run_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("run: {run}"))
+        .to_owned();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let got = call(&up, "get_run", json!({"run_id": run_id})).await;
+        let status = got["structuredContent"]["status"].clone();
+        if status == json!("succeeded") {
+            break;
+        }
+        assert!(
+            status != json!("failed") && Instant::now() < deadline,
+            "run: {got}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    b.goto(&format!("{}/console/runs/{run_id}", up.url)).await;
+    b.until(
+        "the SVG chart to render",
+        "const i = document.querySelector('img.svg'); return !!i && i.complete && i.naturalWidth > 0",
+    )
+    .await;
+    assert!(b.text("#transitions").await.contains("succeeded"));
+    b.screenshot("run").await;
+    let csv = b
+        .js("return fetch(document.querySelector('a.download').href).then(r => r.text())")
+        .await;
+    assert!(
+        csv.as_str().unwrap_or("").starts_with("date,equity"),
+        "{csv}"
+    );
+    let headers = b
+        .js("return fetch(document.querySelector('img.svg').src).then(r => [r.headers.get('content-type'), r.headers.get('content-security-policy')])")
+        .await;
+    assert_eq!(headers[0], json!("image/svg+xml"));
+    assert!(headers[1].as_str().unwrap_or("").contains("sandbox"));
+    let _ = b.client.close().await;
+}
