@@ -59,6 +59,12 @@ pub struct AlertsArgs {
     /// Keep the SQLite file.
     #[arg(long)]
     pub keep: bool,
+    /// Reuse the SQLite archive a `--keep` run left (time the queries only).
+    #[arg(long)]
+    pub reuse: bool,
+    /// Skip SQLite (PostgreSQL only).
+    #[arg(long)]
+    pub skip_sqlite: bool,
 }
 
 /// A real packet to clone, with its writer schema.
@@ -301,6 +307,7 @@ async fn one_database(
     schema: &str,
     label: &str,
     alerts: u64,
+    reuse: bool,
 ) -> anyhow::Result<DbFigures> {
     let key = InternalKey::new(b"bench-alerts-internal-key-0123456789abcdef".to_vec())?;
     let db = ithaca_broker::open_db(db_url, schema).await?;
@@ -324,55 +331,77 @@ async fn one_database(
         ..Default::default()
     };
 
-    // Whole packets (less cutouts).
-    let mut spent = Duration::ZERO;
-    let mut done = 0;
-    while done < args.full_alerts {
-        let count = args.per_file.min((args.full_alerts - done) as usize);
-        let (bytes, _) = generator.container(count, true)?;
-        let started = Instant::now();
-        service
-            .ingest_file(&admin, "", &format!("full-{done}.avro"), bytes)
-            .await?;
-        spent += started.elapsed();
-        done += count as u64;
-    }
-    figures.full_alerts = done;
-    figures.full_ingest_per_s = done as f64 / spent.as_secs_f64().max(1e-9);
-    eprintln!(
-        "alerts[{label}]: {done} whole clones at {:.0} alerts/s",
-        figures.full_ingest_per_s
-    );
-
-    // The large archive.
-    let mut spent = Duration::ZERO;
-    let mut done = 0;
     let mut sample = Vec::new();
-    let every = (alerts / args.queries.max(1) as u64).max(1);
     let mut rng = Rng(0xfeed);
-    while done < alerts {
-        let count = args.per_file.min((alerts - done) as usize);
-        let (bytes, placed) = generator.container(count, false)?;
-        for (i, p) in placed.iter().enumerate() {
-            if (done + i as u64).is_multiple_of(every) {
-                sample.push(*p);
+    if reuse {
+        // Stored alerts spread through the archive stand in for the
+        // positions the generator would have returned.
+        let pool = sqlx::SqlitePool::connect(db_url).await?;
+        let total: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM alerts")
+            .fetch_one(&pool)
+            .await?;
+        let step = (total / args.queries.max(1) as i64).max(1);
+        let rows: Vec<(f64, f64, f64)> =
+            sqlx::query_as("SELECT ra, dec, jd FROM alerts WHERE rowid % $1 = 0 LIMIT $2")
+                .bind(step)
+                .bind(args.queries as i64)
+                .fetch_all(&pool)
+                .await?;
+        sample = rows
+            .into_iter()
+            .map(|(ra, dec, jd)| Placed { ra, dec, jd })
+            .collect();
+        figures.alerts = u64::try_from(total).unwrap_or_default();
+        eprintln!("alerts[{label}]: reusing {total} stored alerts");
+    } else {
+        // Whole packets (less cutouts).
+        let mut spent = Duration::ZERO;
+        let mut done = 0;
+        while done < args.full_alerts {
+            let count = args.per_file.min((args.full_alerts - done) as usize);
+            let (bytes, _) = generator.container(count, true)?;
+            let started = Instant::now();
+            service
+                .ingest_file(&admin, "", &format!("full-{done}.avro"), bytes)
+                .await?;
+            spent += started.elapsed();
+            done += count as u64;
+        }
+        figures.full_alerts = done;
+        figures.full_ingest_per_s = done as f64 / spent.as_secs_f64().max(1e-9);
+        eprintln!(
+            "alerts[{label}]: {done} whole clones at {:.0} alerts/s",
+            figures.full_ingest_per_s
+        );
+
+        // The large archive.
+        let mut spent = Duration::ZERO;
+        let mut done = 0;
+        let every = (alerts / args.queries.max(1) as u64).max(1);
+        while done < alerts {
+            let count = args.per_file.min((alerts - done) as usize);
+            let (bytes, placed) = generator.container(count, false)?;
+            for (i, p) in placed.iter().enumerate() {
+                if (done + i as u64).is_multiple_of(every) {
+                    sample.push(*p);
+                }
+            }
+            let started = Instant::now();
+            service
+                .ingest_file(&admin, "", &format!("archive-{done}.avro"), bytes)
+                .await?;
+            spent += started.elapsed();
+            done += count as u64;
+            if done % 100_000 < count as u64 {
+                eprintln!(
+                    "alerts[{label}]: {done}/{alerts} at {:.0} alerts/s",
+                    done as f64 / spent.as_secs_f64()
+                );
             }
         }
-        let started = Instant::now();
-        service
-            .ingest_file(&admin, "", &format!("archive-{done}.avro"), bytes)
-            .await?;
-        spent += started.elapsed();
-        done += count as u64;
-        if done % 100_000 < count as u64 {
-            eprintln!(
-                "alerts[{label}]: {done}/{alerts} at {:.0} alerts/s",
-                done as f64 / spent.as_secs_f64()
-            );
-        }
+        figures.alerts = done;
+        figures.ingest_per_s = done as f64 / spent.as_secs_f64().max(1e-9);
     }
-    figures.alerts = done;
-    figures.ingest_per_s = done as f64 / spent.as_secs_f64().max(1e-9);
 
     // 5″ cones with a 30-day window around stored alerts.
     let mut times = Vec::with_capacity(sample.len());
@@ -431,28 +460,35 @@ pub async fn run(args: AlertsArgs) -> anyhow::Result<Vec<DbFigures>> {
     let mut out = Vec::new();
     std::fs::create_dir_all(&args.work_dir)?;
     let file = args.work_dir.join("alerts-bench.db");
-    for suffix in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
-    }
-    out.push(
-        one_database(
-            &args,
-            &file.display().to_string(),
-            "unused",
-            "sqlite",
-            args.alerts,
-        )
-        .await?,
-    );
-    if !args.keep {
+    let remove = || {
         for suffix in ["", "-wal", "-shm"] {
             let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
+        }
+    };
+    if !args.skip_sqlite {
+        if !args.reuse {
+            remove();
+        }
+        let url = file.display().to_string();
+        let figures =
+            one_database(&args, &url, "unused", "sqlite", args.alerts, args.reuse).await?;
+        out.push(figures);
+        if !args.keep {
+            remove();
         }
     }
     if args.postgres_url != "none" {
         let schema = format!("bench_alerts_{}", std::process::id());
         let alerts = args.postgres_alerts.unwrap_or(args.alerts);
-        let result = one_database(&args, &args.postgres_url, &schema, "postgres", alerts).await;
+        let result = one_database(
+            &args,
+            &args.postgres_url,
+            &schema,
+            "postgres",
+            alerts,
+            false,
+        )
+        .await;
         let pool = sqlx::PgPool::connect(&args.postgres_url).await?;
         sqlx::query(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
             .execute(&pool)

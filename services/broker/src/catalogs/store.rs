@@ -95,18 +95,23 @@ impl CatalogStore {
         if ranges.is_empty() || catalogs.is_empty() {
             return Ok(Vec::new());
         }
-        let mut sql = format!("SELECT {SOURCE_COLUMNS} FROM catalog_sources WHERE (");
-        for i in 0..ranges.len() {
-            if i > 0 {
-                sql.push_str(" OR ");
-            }
-            sql.push_str(&format!("hpx BETWEEN ${} AND ${}", 2 * i + 1, 2 * i + 2));
-        }
+        // One index range scan per range (see the alert store's cone query).
         let first = 2 * ranges.len() + 1;
         let cats: Vec<String> = (0..catalogs.len())
             .map(|i| format!("${}", first + i))
             .collect();
-        sql.push_str(&format!(") AND catalog IN ({})", cats.join(", ")));
+        let cats = cats.join(", ");
+        let parts: Vec<String> = (0..ranges.len())
+            .map(|i| {
+                format!(
+                    "SELECT {SOURCE_COLUMNS} FROM catalog_sources WHERE hpx BETWEEN ${} AND ${} \
+                     AND catalog IN ({cats})",
+                    2 * i + 1,
+                    2 * i + 2
+                )
+            })
+            .collect();
+        let sql = parts.join(" UNION ALL ");
         with_pool!(self.db, pool => {
             let mut q = sqlx::query_as::<_, SourceRow>(&sql);
             for r in ranges {
