@@ -133,6 +133,25 @@ run "python mcp 1.9 over stdio (ithaca mcp)" "$tools/bin/python-mcp1-old" "$here
 run "python mcp 2.3 smoke path over stdio (ithaca mcp)" "$tools/bin/python" "$here/story.py" --stdio -- \
   "$bin/ithaca" mcp --data-dir "$work/stdio-py2"
 
+# The astronomy story (issue 10): the real ZTF alerts and catalogs loaded into the running stack,
+# a broker configured with a credential and connection details that must never come back.
+data="$here/../../../shared/data"
+"$bin/ithaca" ingest ztf "$data/ztf/alerts" --data-dir "$work/stack" >"$work/ingest.log" 2>&1 \
+  || { echo "e2e: ithaca ingest ztf failed"; cat "$work/ingest.log"; exit 1; }
+for catalog in hipparcos2_hp_le_6.0.csv openngc_galaxies_z_le_0.01.csv; do
+  "$bin/ithaca" ingest catalog "$data/catalogs/$catalog" --data-dir "$work/stack" >>"$work/ingest.log" 2>&1 \
+    || { echo "e2e: ithaca ingest catalog $catalog failed"; cat "$work/ingest.log"; exit 1; }
+done
+broker_secret="fink-token-e2e-$$-do-not-leak"
+echo "$broker_secret" | "$bin/ithaca" brokers add --id fink --name Fink --operations alerts \
+  --altdata-json '{"host": "fink.e2e-internal.example"}' --credential-stdin --data-dir "$work/stack" >/dev/null
+for mode in 2026-07-28 legacy; do
+  STORY_SECRETS="$broker_secret,fink.e2e-internal.example" \
+    run "the astronomy story (python mcp 2.3, $mode)" "$tools/bin/python" "$here/story.py" --astro --mode "$mode" "$url" "$key"
+done
+STORY_SECRETS="$broker_secret,fink.e2e-internal.example" \
+  run "the astronomy story (python mcp 1.x latest)" "$tools/bin/python-mcp1" "$here/story.py" --astro "$url" "$key"
+
 if [[ -n "${3:-}" ]]; then
   # The same story on PostgreSQL, in a scratch database dropped afterwards.
   pg="$3"

@@ -316,6 +316,54 @@ async def smoke(args: argparse.Namespace) -> None:
         check("session closed", (closed or {}).get("status") == "closed", result=closed)
 
 
+async def astro(args: argparse.Namespace) -> None:
+    """The astronomy story (issue 10) against a stack loaded with the real ZTF alerts and catalogs:
+    session_context -> list_brokers -> get_broker_alerts -> get_broker_alert_photometry ->
+    crossmatch_broker_catalogs, reading back every URI handed out."""
+    async with AsyncExitStack() as stack:
+        conn = await connect(stack, args, args.agent_key, "agent")
+        await opening(conn, args, {"session_context", "list_brokers", "get_broker_alerts",
+                                   "get_broker_alert_photometry", "crossmatch_broker_catalogs"})
+        await call(conn, "session_context", {"prompt": "What did ZTF see of ZTF17aaacxxf, and what is known near it?"})
+        brokers = await call(conn, "list_brokers", {})
+        ids = [b.get("broker_id") for b in (brokers or {}).get("brokers", [])]
+        step("list_brokers names the archive", "ztf-archive" in ids, brokers=ids)
+        alerts = await call(conn, "get_broker_alerts", {"broker_id": "ztf-archive", "objectId": "ZTF17aaacxxf"})
+        found = (alerts or {}).get("alerts", [])
+        step("the object's alert", len(found) >= 1 and found[0].get("objectId") == "ZTF17aaacxxf", count=len(found))
+        first = found[0] if found else {}
+        cand = first.get("candidate") or first
+        ra, dec, jd = cand.get("ra"), cand.get("dec"), cand.get("jd")
+        if None not in (ra, dec, jd):
+            cone = await call(conn, "get_broker_alerts", {"broker_id": "ztf-archive", "ra": ra, "dec": dec,
+                                                          "radius_arcsec": 5, "jd_start": jd - 30, "jd_end": jd + 1})
+            check("a 5-arcsec, 30-day cone finds it", any(a.get("objectId") == "ZTF17aaacxxf" for a in (cone or {}).get("alerts", [])),
+                  cone=(cone or {}).get("count"))
+        else:
+            check("the trimmed alert carries ra, dec and jd", False, alert=first)
+        curve = await call(conn, "get_broker_alert_photometry", {"broker_id": "ztf-archive", "objectId": "ZTF17aaacxxf"})
+        check("the light curve has its detections", type((curve or {}).get("detections")) is int and curve["detections"] >= 22,
+              detections=(curve or {}).get("detections"))
+        for key in ("uri", "svg_uri"):
+            uri = (curve or {}).get(key)
+            try:
+                read = await conn.read_resource(uri)
+                check(f"resources/read the light curve's {key}", bool(read.get("contents")), uri=uri)
+            except Exception as e:
+                check(f"resources/read the light curve's {key}", False, uri=uri, error=f"{type(e).__name__}: {e}")
+        # GW170817's host: NGC 4993.
+        match = await call(conn, "crossmatch_broker_catalogs", {"broker_id": "ztf-archive", "ra": 197.450354,
+                                                                "dec": -23.381483, "radius_arcsec": 60})
+        names = json.dumps(match)
+        check("crossmatch finds NGC 4993 near GW170817's host", "4993" in names, match=names[:300])
+        await call(conn, "get_broker_alerts", {"broker_id": "ztf-archive", "ra": 10, "dec": 10, "radius_arcsec": -1},
+                   expect_error="INVALID_ARGUMENT", hard=False, label="a negative radius is a clear tool error")
+        await call(conn, "session_close", {})
+    secrets = [x for x in os.environ.get("STORY_SECRETS", "").split(",") if x]
+    leaked = [x for x in secrets if any(x in r for r in responses)]
+    check("no response carries a broker credential or connection detail", not leaked, leaked=len(leaked))
+
+
 async def story(args: argparse.Namespace) -> None:
     url, agent_key, human_key = args.url, args.agent_key, args.human_key
     async with AsyncExitStack() as stack:
@@ -449,6 +497,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--mode", default="2026-07-28", help="mcp 2.x: Client(mode=...): 2026-07-28 | legacy | auto")
     p.add_argument("--protocol-version", help="mcp 1.x: offer this version in initialize (default: the SDK's latest)")
     p.add_argument("--smoke", action="store_true", help="only the smoke path")
+    p.add_argument("--astro", action="store_true", help="the astronomy story (a stack loaded with the ZTF alerts and catalogs)")
     p.add_argument("--stdio", action="store_true", help="the smoke path against the stdio server after --")
     p.add_argument("--timeout", type=float, default=300.0)
     a = p.parse_args(argv)
@@ -464,7 +513,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
         a.stdio = None
         if not (a.url and a.agent_key):
             p.error("URL and AGENT_KEY are required")
-        if not a.smoke and not (a.human_key and rest):
+        if not a.smoke and not a.astro and not (a.human_key and rest):
             p.error("the full story needs HUMAN_KEY and -- POLICY_COMMAND")
     if a.protocol_version and MCP_MAJOR >= 2:
         p.error("--protocol-version is for mcp 1.x; mcp 2.x takes --mode")
@@ -480,7 +529,8 @@ def _leaves(e: BaseException) -> list[BaseException]:
 def main() -> None:
     args = parse(sys.argv[1:])
     try:
-        asyncio.run(asyncio.wait_for(smoke(args) if args.smoke else story(args), timeout=args.timeout))
+        main_path = smoke if args.smoke else astro if args.astro else story
+        asyncio.run(asyncio.wait_for(main_path(args), timeout=args.timeout))
     except SystemExit:
         raise
     except BaseException as e:  # connection refused, protocol errors, an SDK that gives up
