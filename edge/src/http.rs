@@ -478,10 +478,11 @@ fn jsonrpc_error_with(
 /// method exists in the request's era, and its params have what it needs.
 fn check_request(message: &Value, headers: &HeaderMap) -> Result<(), Response> {
     let id = message.get("id").cloned().unwrap_or(Value::Null);
-    let supported: Vec<String> = crate::mcp::VERSIONS.iter().map(|v| v.to_string()).collect();
     if let Some(header) = headers.get("mcp-protocol-version") {
         let version = header.to_str().unwrap_or("");
-        if !supported.iter().any(|v| v == version) {
+        if !crate::mcp::VERSIONS.iter().any(|v| v.as_str() == version) {
+            let supported: Vec<String> =
+                crate::mcp::VERSIONS.iter().map(|v| v.to_string()).collect();
             return Err(jsonrpc_error_with(
                 StatusCode::BAD_REQUEST,
                 id,

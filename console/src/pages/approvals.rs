@@ -5,14 +5,17 @@
 use super::{Nav, Paged, failed, html, missing_scope, pretty};
 use crate::Console;
 use crate::backends::signed;
+use crate::gate::Person;
 use askama::Template;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use ithaca_proto::approvals::v1 as pb;
+use ithaca_proto::approvals::v1::approvals_service_client::ApprovalsServiceClient;
 use ithaca_proto::scopes::{APPROVALS_DECIDE, APPROVALS_READ};
 use serde::Deserialize;
 use std::sync::Arc;
+use tonic::transport::Channel;
 
 /// An approval as the pages show it.
 pub struct View {
@@ -102,22 +105,40 @@ pub struct InboxQuery {
     page: usize,
 }
 
+type Client = ApprovalsServiceClient<Channel>;
+
+/// The signed-in person, who may read approvals, and an approvals client.
+async fn reader(console: &Console, headers: &HeaderMap) -> Result<(Person, Client), Response> {
+    let person = console.person(headers).await?;
+    if !person.has_scope(APPROVALS_READ) {
+        return Err(missing_scope(APPROVALS_READ));
+    }
+    let client = console.backends.approvals().map_err(failed)?;
+    Ok((person, client))
+}
+
+/// The tenant's policy as the person may read it; `None` when it cannot be
+/// read (the page says so rather than failing).
+async fn policy(console: &Console, person: &Person, client: &mut Client) -> Option<pb::Policy> {
+    let request = pb::GetPolicyRequest { tenant_id: None };
+    let signed = signed(
+        &console.key,
+        &person.principal,
+        console.backends.timeout,
+        request,
+    );
+    client.get_policy(signed).await.ok().map(|r| r.into_inner())
+}
+
 /// `GET /console/approvals?status=pending&page=1`.
 pub async fn inbox(
     State(console): State<Arc<Console>>,
     headers: HeaderMap,
     Query(query): Query<InboxQuery>,
 ) -> Response {
-    let person = match console.person(&headers).await {
-        Ok(p) => p,
+    let (person, mut client) = match reader(&console, &headers).await {
+        Ok(r) => r,
         Err(r) => return r,
-    };
-    if !person.has_scope(APPROVALS_READ) {
-        return missing_scope(APPROVALS_READ);
-    }
-    let mut client = match console.backends.approvals() {
-        Ok(c) => c,
-        Err(e) => return failed(e),
     };
     let (key, timeout) = (&console.key, console.backends.timeout);
     let status = query.status.unwrap_or_else(|| "pending".to_owned());
@@ -132,16 +153,7 @@ pub async fn inbox(
         Ok(r) => r.into_inner().approvals,
         Err(s) => return failed(s.into()),
     };
-    let policy = client
-        .get_policy(signed(
-            key,
-            &person.principal,
-            timeout,
-            pb::GetPolicyRequest { tenant_id: None },
-        ))
-        .await
-        .ok()
-        .map(|r| r.into_inner());
+    let policy = policy(&console, &person, &mut client).await;
     let paged = Paged::of(all, query.page);
     html(
         StatusCode::OK,
@@ -172,16 +184,9 @@ pub async fn show(
     headers: HeaderMap,
     Path(approval_id): Path<String>,
 ) -> Response {
-    let person = match console.person(&headers).await {
-        Ok(p) => p,
+    let (person, mut client) = match reader(&console, &headers).await {
+        Ok(r) => r,
         Err(r) => return r,
-    };
-    if !person.has_scope(APPROVALS_READ) {
-        return missing_scope(APPROVALS_READ);
-    }
-    let mut client = match console.backends.approvals() {
-        Ok(c) => c,
-        Err(e) => return failed(e),
     };
     let (key, timeout) = (&console.key, console.backends.timeout);
     let get = pb::GetApprovalRequest { approval_id };
@@ -192,16 +197,7 @@ pub async fn show(
         Ok(r) => r.into_inner(),
         Err(s) => return failed(s.into()),
     };
-    let policy = client
-        .get_policy(signed(
-            key,
-            &person.principal,
-            timeout,
-            pb::GetPolicyRequest { tenant_id: None },
-        ))
-        .await
-        .ok()
-        .map(|r| r.into_inner());
+    let policy = policy(&console, &person, &mut client).await;
     html(
         StatusCode::OK,
         &ApprovalPage {
