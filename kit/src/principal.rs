@@ -71,6 +71,34 @@ pub struct Principal {
     /// The research session the call belongs to, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     session_id: Option<String>,
+    /// The object that session was opened on (a filter, a GCN event), which
+    /// subject-scoped write tools may write to and nothing else (DESIGN §5).
+    /// Only a person sets a session's subject; the edge copies it here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    subject: Option<Subject>,
+}
+
+/// The object a session was opened on: a kind (`filter`, `gcn_event`, the
+/// `subject_kind` of the tools that write to it) and the object's id.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Subject {
+    pub kind: String,
+    pub id: String,
+}
+
+impl Subject {
+    pub fn new(kind: impl Into<String>, id: impl Into<String>) -> Self {
+        Subject {
+            kind: kind.into(),
+            id: id.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for Subject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.kind, self.id)
+    }
 }
 
 /// What the auth service vouched for when it verified an API key.
@@ -93,6 +121,7 @@ impl Principal {
             scopes: Vec::new(),
             actor: Actor::System,
             session_id: None,
+            subject: None,
         }
     }
 
@@ -109,6 +138,7 @@ impl Principal {
                 Actor::Agent
             },
             session_id: None,
+            subject: None,
         }
     }
 
@@ -126,13 +156,40 @@ impl Principal {
             scopes: scopes.into_iter().map(Into::into).collect(),
             actor: Actor::Agent,
             session_id: None,
+            subject: None,
         }
     }
 
-    /// The same principal, acting inside `session_id`.
+    /// The same principal, acting inside `session_id` (and no subject: a
+    /// session's subject comes with [`Principal::on_subject`]).
     pub fn in_session(mut self, session_id: Option<String>) -> Self {
         self.session_id = session_id;
+        self.subject = None;
         self
+    }
+
+    /// The same principal, in a session opened on `subject`.
+    pub fn on_subject(mut self, subject: Option<Subject>) -> Self {
+        self.subject = subject;
+        self
+    }
+
+    /// The subject of the caller's session, if it has one.
+    pub fn subject(&self) -> Option<&Subject> {
+        self.subject.as_ref()
+    }
+
+    /// Whether this caller may write to the object `kind`/`id` with a
+    /// subject-scoped tool: the system always may (admin commands, approved
+    /// calls re-checked when requested); anyone else only inside a session
+    /// whose subject is that very object. Services call this on every
+    /// subject-scoped write, so the edge's offering is not the only check.
+    pub fn may_write(&self, kind: &str, id: &str) -> bool {
+        self.actor == Actor::System
+            || self
+                .subject
+                .as_ref()
+                .is_some_and(|s| s.kind == kind && s.id == id)
     }
 
     pub fn tenant_id(&self) -> &str {
@@ -367,6 +424,24 @@ mod tests {
         let k = key(1);
         let token = k.mint(&alice(), 60);
         assert_eq!(k.verify(&token), Ok(alice()));
+        let scoped = alice()
+            .in_session(Some("s1".into()))
+            .on_subject(Some(Subject::new("filter", "f1")));
+        let back = k.verify(&k.mint(&scoped, 60)).expect("verifies");
+        assert_eq!(back.subject(), Some(&Subject::new("filter", "f1")));
+    }
+
+    #[test]
+    fn only_the_sessions_subject_may_be_written() {
+        let plain = alice().in_session(Some("s1".into()));
+        assert!(!plain.may_write("filter", "f1"));
+        let scoped = plain.on_subject(Some(Subject::new("filter", "f1")));
+        assert!(scoped.may_write("filter", "f1"));
+        assert!(!scoped.may_write("filter", "f2"));
+        assert!(!scoped.may_write("gcn_event", "f1"));
+        // A new session drops the old subject.
+        assert!(!scoped.in_session(Some("s2".into())).may_write("filter", "f1"));
+        assert!(Principal::system("t1").may_write("filter", "anything"));
     }
 
     #[test]
