@@ -38,7 +38,7 @@ pub enum KeysCommand {
         target: Target,
         /// A scope to grant; repeat for several (data:read, strategy:author,
         /// runs:write, runs:cancel, approvals:read, approvals:decide,
-        /// artifacts:read).
+        /// artifacts:read, filters:write, comments:write).
         #[arg(long = "scope", required = true)]
         scopes: Vec<String>,
         /// Who will use the key: human or agent.

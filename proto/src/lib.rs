@@ -73,9 +73,14 @@ pub mod scopes {
     pub const APPROVALS_READ: &str = "approvals:read";
     pub const APPROVALS_DECIDE: &str = "approvals:decide";
     pub const ARTIFACTS_READ: &str = "artifacts:read";
+    /// Create broker filters and their versions, validate and activate them
+    /// (seed 003; activation by an agent still needs a person's approval).
+    pub const FILTERS_WRITE: &str = "filters:write";
+    /// Post comments in a GCN event's discussion (seed 003).
+    pub const COMMENTS_WRITE: &str = "comments:write";
 
-    /// Every scope, in the order of seed 000's table.
-    pub const ALL: [&str; 7] = [
+    /// Every scope: seed 000's table in its order, then seed 003's writes.
+    pub const ALL: [&str; 9] = [
         DATA_READ,
         STRATEGY_AUTHOR,
         RUNS_WRITE,
@@ -83,6 +88,8 @@ pub mod scopes {
         APPROVALS_READ,
         APPROVALS_DECIDE,
         ARTIFACTS_READ,
+        FILTERS_WRITE,
+        COMMENTS_WRITE,
     ];
 }
 

@@ -23,10 +23,12 @@ pub enum Scope {
     ApprovalsRead,
     ApprovalsDecide,
     ArtifactsRead,
+    FiltersWrite,
+    CommentsWrite,
 }
 
 impl Scope {
-    pub const ALL: [Scope; 7] = [
+    pub const ALL: [Scope; 9] = [
         Scope::DataRead,
         Scope::StrategyAuthor,
         Scope::RunsWrite,
@@ -34,6 +36,8 @@ impl Scope {
         Scope::ApprovalsRead,
         Scope::ApprovalsDecide,
         Scope::ArtifactsRead,
+        Scope::FiltersWrite,
+        Scope::CommentsWrite,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -46,6 +50,8 @@ impl Scope {
             Scope::ApprovalsRead => scopes::APPROVALS_READ,
             Scope::ApprovalsDecide => scopes::APPROVALS_DECIDE,
             Scope::ArtifactsRead => scopes::ARTIFACTS_READ,
+            Scope::FiltersWrite => scopes::FILTERS_WRITE,
+            Scope::CommentsWrite => scopes::COMMENTS_WRITE,
         }
     }
 
