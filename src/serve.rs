@@ -111,6 +111,7 @@ pub async fn start(spec: Spec) -> anyhow::Result<JoinHandle<anyhow::Result<()>>>
             let config = ithaca_approvals::Config {
                 skills_url,
                 session_url,
+                broker_url,
             };
             ithaca_approvals::serve_options(db, key, &config)?
         }

@@ -321,6 +321,7 @@ mod session {
         archived_sessions_stay_readable,
         bad_input_names_the_field,
         sessions_are_listed_newest_first_a_page_at_a_time,
+        a_person_opens_a_session_on_a_subject_and_an_agent_joins_it,
     );
 
     const PROMPT: &str = "Research NVDA momentum\n\nPull prices, then backtest.";
@@ -535,6 +536,63 @@ mod session {
             assert_eq!(result.expect_err("hidden").code, Code::NotFound);
         }
         assert!(svc.tail(&bob, &s.session_id, 0).await.is_err());
+    }
+
+    /// Only a person sets a subject; the agent that joins by id works in it.
+    async fn a_person_opens_a_session_on_a_subject_and_an_agent_joins_it(db: Db) {
+        use ithaca_session::service::OpenRequest;
+        let svc = service(db);
+        let person = common::human("tenant-a", "person-a");
+        let on_filter = OpenRequest {
+            prompt: "Tighten the GRB counterpart filter.",
+            subject_kind: Some("filter"),
+            subject_id: Some("flt_1"),
+            ..OpenRequest::default()
+        };
+        let opened = svc.open(&person, &on_filter).await.expect("a person may");
+        assert_eq!(opened.subject_kind.as_deref(), Some("filter"));
+        assert_eq!(opened.subject_id.as_deref(), Some("flt_1"));
+
+        // An agent may not open one, and says why.
+        let err = svc.open(&alice(), &on_filter).await.expect_err("agent");
+        assert_eq!(err.code, Code::PermissionDenied);
+        assert!(err.message.contains("only a person"), "{}", err.message);
+
+        // The agent joins by id and its current session carries the subject.
+        svc.session_context(&alice(), "joining", None, Some(&opened.session_id))
+            .await
+            .expect("join");
+        let current = svc.current(&alice()).await.expect("current");
+        assert_eq!(current.session_id, opened.session_id);
+        assert_eq!(current.subject_kind.as_deref(), Some("filter"));
+        assert_eq!(current.subject_id.as_deref(), Some("flt_1"));
+
+        // Bad subjects name the field; a subject cannot be added on resume.
+        for (kind, id, field) in [
+            (Some("strategy"), Some("x"), "subject_kind"),
+            (Some("filter"), None, "subject_id"),
+            (None, Some("flt_1"), "subject_kind"),
+            (Some("filter"), Some("bad\u{0}id"), "subject_id"),
+        ] {
+            let bad = OpenRequest {
+                prompt: "p",
+                subject_kind: kind,
+                subject_id: id,
+                ..OpenRequest::default()
+            };
+            let err = svc.open(&person, &bad).await.expect_err("bad subject");
+            assert_eq!(err.code, Code::InvalidArgument);
+            assert!(err.message.starts_with(field), "{}", err.message);
+        }
+        let resume_with_subject = OpenRequest {
+            session_id: Some(&opened.session_id),
+            ..on_filter
+        };
+        let err = svc
+            .open(&person, &resume_with_subject)
+            .await
+            .expect_err("resume");
+        assert_eq!(err.code, Code::InvalidArgument);
     }
 
     /// Closing: no new tool calls, in-flight results still land (grace).

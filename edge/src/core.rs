@@ -9,11 +9,14 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use ithaca_kit::error::domain_code;
 use ithaca_kit::json;
-use ithaca_kit::principal::{Actor, InternalKey, Principal};
+use ithaca_kit::principal::{Actor, InternalKey, Principal, Subject};
+use ithaca_proto::approvals::v1 as apb;
+use ithaca_proto::approvals::v1::approvals_service_client::ApprovalsServiceClient;
 use ithaca_proto::mcp::v1 as mcp;
 use ithaca_proto::mcp::v1::content::Kind as ContentKind;
 use ithaca_proto::session::v1 as spb;
 use ithaca_proto::session::v1::session_service_client::SessionServiceClient;
+use prost::Message;
 use prost_reflect::{DynamicMessage, MethodDescriptor, ReflectMessage};
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -22,6 +25,58 @@ use tonic::{Code, Request, Status};
 
 /// The message agents get when they skip `session_context`.
 pub use ithaca_proto::NO_ACTIVE_SESSION_MESSAGE as NO_SESSION_MESSAGE;
+
+/// How long filing an approval may take: the approvals service asks the
+/// owning service to check the call first (and runs a person's own call).
+const APPROVAL_DEADLINE: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// Failures that are a rule refusing the call (traced as `denial`, not
+/// `error`).
+const DENIAL_CODES: [&str; 5] = [
+    "SUBJECT_MISMATCH",
+    "TRADING_DISABLED",
+    "HUMAN_REQUIRED",
+    "PERMISSION_DENIED",
+    "SUBJECT_REQUIRED",
+];
+
+/// How many lost results the edge remembers to report.
+const MAX_ORPHANS: usize = 1024;
+
+/// A call whose `tool_result` could not be recorded.
+#[derive(Clone, Debug)]
+struct Orphan {
+    principal: Principal,
+    session_id: String,
+    call_seq: i64,
+    tool: String,
+}
+
+/// The `CallToolResult` of an outcome.
+fn finish(outcome: Result<Value, ToolFailure>) -> Value {
+    match outcome {
+        Ok(result) => result,
+        Err(failure) => failure.to_result(),
+    }
+}
+
+/// A line saying how a call went, for the trace (and the record of an
+/// answer): the error's code and message, or the start of the result text.
+fn summary(outcome: &Result<Value, ToolFailure>) -> String {
+    const MAX: usize = 200;
+    let text = match outcome {
+        Err(failure) => format!("{}: {}", failure.code, failure.message),
+        Ok(result) => result["content"][0]["text"]
+            .as_str()
+            .map_or_else(|| "ok".to_owned(), str::to_owned),
+    };
+    if text.chars().count() <= MAX {
+        text
+    } else {
+        let cut: String = text.chars().take(MAX).collect();
+        format!("{cut}…")
+    }
+}
 
 /// A JSON-RPC level failure (not a tool result).
 #[derive(Debug, Clone, PartialEq)]
@@ -53,6 +108,8 @@ pub struct Core {
     /// The session service, when there is one: it gates tools and keeps
     /// their trace. Without it (a bare fixture backend) tools run ungated.
     session: Option<Backend>,
+    /// Calls whose result could not be recorded, to report when it can.
+    orphans: std::sync::Mutex<Vec<Orphan>>,
 }
 
 impl Core {
@@ -63,6 +120,7 @@ impl Core {
             routes,
             key,
             session,
+            orphans: std::sync::Mutex::new(Vec::new()),
         }
     }
 
@@ -77,24 +135,56 @@ impl Core {
         seen
     }
 
-    /// Whether `caller` may see and call `tool`: scopes, human-only, and the
-    /// session subject of subject-scoped write tools.
-    pub fn offered(&self, caller: &Principal, tool: &Tool) -> bool {
+    /// Whether `caller` may use `tool` at all: its scopes and, for
+    /// human-only tools, its actor. The session subject is checked after the
+    /// gate, once the caller's session is known ([`Core::offered`]).
+    fn permitted(&self, caller: &Principal, tool: &Tool) -> bool {
         let scoped =
             caller.actor() == Actor::System || tool.scopes().iter().all(|s| caller.has_scope(s));
         let human_ok = !tool.options.human_only || caller.actor() != Actor::Agent;
-        // Subject-scoped write tools need a session opened from their subject;
-        // no session carries a subject yet, so they are never offered.
-        let subject_ok = tool.options.subject_kind.is_empty();
-        scoped && human_ok && subject_ok
+        scoped && human_ok
     }
 
-    /// The tools `caller` is offered.
+    /// Whether `caller` (with its session's subject, if any) is offered
+    /// `tool`: permitted, and a subject-scoped write tool only inside a
+    /// session opened on an object of its kind (DESIGN §5). The owning
+    /// service checks the object itself.
+    pub fn offered(&self, caller: &Principal, tool: &Tool) -> bool {
+        self.permitted(caller, tool) && subject_fits(caller, tool)
+    }
+
+    /// The tools `caller` is offered; `caller` should carry its session's
+    /// subject ([`Core::with_current_session`]).
     pub fn tools_for<'a>(&'a self, caller: &'a Principal) -> impl Iterator<Item = &'a Tool> + 'a {
         self.catalog
             .tools
             .iter()
             .filter(move |t| self.offered(caller, t))
+    }
+
+    /// Whether any tool `caller` is permitted is scoped to a subject, so that
+    /// listing depends on its current session.
+    pub fn lists_depend_on_session(&self, caller: &Principal) -> bool {
+        self.catalog
+            .tools
+            .iter()
+            .any(|t| !t.options.subject_kind.is_empty() && self.permitted(caller, t))
+    }
+
+    /// `caller` in its current session, with that session's subject, when
+    /// the tool list depends on it; otherwise (or with no open session)
+    /// `caller` unchanged.
+    pub async fn with_current_session(&self, caller: &Principal) -> Principal {
+        if caller.session_id().is_some() || !self.lists_depend_on_session(caller) {
+            return caller.clone();
+        }
+        let Some(session) = &self.session else {
+            return caller.clone();
+        };
+        match self.current_session(session, caller).await {
+            Ok(gate) => gate.apply(caller),
+            Err(_) => caller.clone(),
+        }
     }
 
     fn backend(&self, method: &MethodDescriptor) -> Result<&Backend, Status> {
@@ -111,41 +201,84 @@ impl Core {
         name: &str,
         arguments: Option<Value>,
     ) -> Result<Value, RpcError> {
-        let Some(tool) = self.catalog.tool(name).filter(|t| self.offered(caller, t)) else {
-            // A tool the caller may not use looks exactly like a missing one.
-            return Err(RpcError::invalid_params(
-                format!("unknown tool: {name}"),
-                Some(json!({"tool": name})),
-            ));
+        // 1. The tool exists and the caller's key may use it. A tool it may
+        //    not use looks exactly like a missing one.
+        let unknown = || {
+            RpcError::invalid_params(format!("unknown tool: {name}"), Some(json!({"tool": name})))
+        };
+        let Some(tool) = self
+            .catalog
+            .tool(name)
+            .filter(|t| self.permitted(caller, t))
+        else {
+            return Err(unknown());
         };
         let started = Instant::now();
         let mut principal = caller.clone();
         let arguments_seen = arguments.clone().unwrap_or(json!({}));
 
+        // 2. The session gate: every tool but session_context runs inside
+        //    the caller's open session, and with that session's subject.
         if !tool.options.session_exempt
             && let Some(session) = &self.session
         {
             match self.current_session(session, caller).await {
-                Ok(id) => principal = principal.in_session(Some(id)),
+                Ok(gate) => principal = gate.apply(&principal),
                 Err(failure) => return Ok(failure.to_result()),
             }
         }
+
+        // 3. Subject-scoped write tools only inside a session on their kind
+        //    of object; a refusal is traced as a denial.
+        if !subject_fits(&principal, tool) {
+            if let Some(session_id) = principal.session_id().map(str::to_owned) {
+                let payload = json!({
+                    "tool": name,
+                    "arguments": arguments_seen,
+                    "error": "SUBJECT_REQUIRED",
+                    "message": format!(
+                        "{name} writes to a {kind} and is offered only in a session a person opened on one",
+                        kind = tool.options.subject_kind
+                    ),
+                });
+                if let Err(status) = self
+                    .append(&principal, &session_id, spb::EventType::Denial, payload)
+                    .await
+                {
+                    tracing::warn!(error = %status.message(), tool = name, "recording a denial failed");
+                }
+            }
+            return Err(unknown());
+        }
+
+        // 4. The call is durable in the trace before the tool runs. A result
+        //    an earlier call could not record is reported first.
+        let mut call_seq = None;
         if let Some(session_id) = principal.session_id().map(str::to_owned) {
+            self.report_orphans(&session_id).await;
             let payload = json!({"name": name, "arguments": arguments_seen});
-            if let Err(status) = self
+            match self
                 .append(&principal, &session_id, spb::EventType::ToolCall, payload)
                 .await
             {
-                if domain_code(&status) == Some("SESSION_NOT_OPEN") {
+                Ok(event) => call_seq = Some(event.seq),
+                Err(status) if domain_code(&status) == Some("SESSION_NOT_OPEN") => {
                     return Ok(no_session().to_result());
                 }
-                return Ok(status_failure(&status).to_result());
+                Err(status) => return Ok(status_failure(&status).to_result()),
             }
         }
 
-        let outcome = self.invoke(tool, &principal, arguments).await;
+        // 5. Run it: through a person's approval when the tool needs one.
+        let outcome = if tool.options.approval_required {
+            self.through_approval(tool, &principal, arguments, &arguments_seen)
+                .await
+        } else {
+            self.invoke(tool, &principal, arguments).await
+        };
 
-        // session_context opened (or joined) a session: record the call in it.
+        // 6. session_context opened (or joined) a session: record the call
+        //    in it now.
         let session_id = match (principal.session_id(), &outcome) {
             (Some(id), _) => Some(id.to_owned()),
             (None, Ok(result)) if tool.options.session_exempt => {
@@ -155,36 +288,119 @@ impl Core {
             }
             _ => None,
         };
-        if let (Some(session_id), Some(_)) = (session_id, &self.session) {
-            principal = principal.in_session(Some(session_id.clone()));
-            if tool.options.session_exempt {
-                let payload = json!({"name": name, "arguments": arguments_seen});
-                let _ = self
-                    .append(&principal, &session_id, spb::EventType::ToolCall, payload)
-                    .await;
-            }
-            let payload = json!({
-                "name": name,
-                "outcome": if outcome.is_ok() { "ok" } else { "error" },
-                "duration_ms": started.elapsed().as_millis() as u64,
-                "provenance": {
-                    "service": tool.method.parent_service().full_name(),
-                    "method": tool.method.name(),
-                    "trace_id": ithaca_kit::propagation::current_trace_id(),
-                },
-                "error": outcome.as_ref().err().map_or(Value::Null, |f| json!(f.code)),
-            });
-            if let Err(status) = self
-                .append(&principal, &session_id, spb::EventType::ToolResult, payload)
+        let (Some(session_id), Some(_)) = (session_id, &self.session) else {
+            return Ok(finish(outcome));
+        };
+        principal = principal.in_session(Some(session_id.clone()));
+        if tool.options.session_exempt {
+            let payload = json!({"name": name, "arguments": arguments_seen});
+            if let Ok(event) = self
+                .append(&principal, &session_id, spb::EventType::ToolCall, payload)
                 .await
             {
-                tracing::warn!(error = %status.message(), tool = name, "recording tool_result failed");
+                call_seq = Some(event.seq);
             }
         }
-        Ok(match outcome {
-            Ok(result) => result,
-            Err(failure) => failure.to_result(),
-        })
+
+        // 7. The result is durable before the caller hears it; a failure is
+        //    also an `error` event (a `denial` when a rule refused it).
+        let payload = json!({
+            "name": name,
+            "call_seq": call_seq,
+            "outcome": if outcome.is_ok() { "ok" } else { "error" },
+            "summary": summary(&outcome),
+            "duration_ms": started.elapsed().as_millis() as u64,
+            "provenance": {
+                "service": tool.method.parent_service().full_name(),
+                "method": tool.method.name(),
+                "trace_id": ithaca_kit::propagation::current_trace_id(),
+            },
+            "error": outcome.as_ref().err().map_or(Value::Null, |f| json!(f.code)),
+        });
+        if let Err(status) = self
+            .append(&principal, &session_id, spb::EventType::ToolResult, payload)
+            .await
+        {
+            tracing::warn!(error = %status.message(), tool = name, "recording tool_result failed");
+            if let Some(seq) = call_seq {
+                self.remember_orphan(&principal, &session_id, seq, name);
+            }
+            return Ok(ToolFailure::new(
+                "TRACE_UNAVAILABLE",
+                "the call's result could not be recorded in the session's trace; the trace will \
+                 say so, and the call may be retried",
+                true,
+            )
+            .to_result());
+        }
+        if let Err(failure) = &outcome {
+            let kind = if DENIAL_CODES.contains(&failure.code.as_str()) {
+                spb::EventType::Denial
+            } else {
+                spb::EventType::Error
+            };
+            let payload = json!({
+                "tool": name,
+                "call_seq": call_seq,
+                "error": failure.code,
+                "message": failure.message,
+                "retryable": failure.retryable,
+            });
+            if let Err(status) = self.append(&principal, &session_id, kind, payload).await {
+                tracing::warn!(error = %status.message(), tool = name, "recording a failure failed");
+            }
+        }
+        Ok(finish(outcome))
+    }
+
+    /// Remember a call whose result could not be recorded, to report it in
+    /// its session's trace at the next chance (bounded; oldest dropped).
+    fn remember_orphan(&self, principal: &Principal, session_id: &str, call_seq: i64, tool: &str) {
+        let mut orphans = self.orphans.lock().unwrap_or_else(|e| e.into_inner());
+        if orphans.len() >= MAX_ORPHANS {
+            orphans.remove(0);
+        }
+        orphans.push(Orphan {
+            principal: principal.clone(),
+            session_id: session_id.to_owned(),
+            call_seq,
+            tool: tool.to_owned(),
+        });
+    }
+
+    /// Record an `error` event for each remembered call of `session_id`
+    /// whose result was lost; keep those that still cannot be recorded.
+    async fn report_orphans(&self, session_id: &str) {
+        let mine: Vec<Orphan> = {
+            let mut orphans = self.orphans.lock().unwrap_or_else(|e| e.into_inner());
+            if orphans.is_empty() {
+                return;
+            }
+            let (mine, rest) = orphans.drain(..).partition(|o| o.session_id == session_id);
+            *orphans = rest;
+            mine
+        };
+        for orphan in mine {
+            let payload = json!({
+                "tool": orphan.tool,
+                "call_seq": orphan.call_seq,
+                "error": "RESULT_NOT_RECORDED",
+                "message": "this call ran, but its result could not be recorded when it finished",
+            });
+            if self
+                .append(
+                    &orphan.principal,
+                    session_id,
+                    spb::EventType::Error,
+                    payload,
+                )
+                .await
+                .is_err()
+            {
+                let mut orphans = self.orphans.lock().unwrap_or_else(|e| e.into_inner());
+                orphans.push(orphan);
+            }
+        }
     }
 
     /// Transcode, call the backend, render the result.
@@ -204,17 +420,111 @@ impl Core {
         Ok(render_tool_result(&response))
     }
 
+    /// File the call with the approvals service instead of running it: an
+    /// agent's call comes back pending; a person's own call has run there,
+    /// and its response is rendered like any other.
+    async fn through_approval(
+        &self,
+        tool: &Tool,
+        principal: &Principal,
+        arguments: Option<Value>,
+        arguments_seen: &Value,
+    ) -> Result<Value, ToolFailure> {
+        let request = transcode::to_message(&tool.method.input(), arguments)
+            .map_err(|e| ToolFailure::new("INVALID_ARGUMENT", &e.message, false))?;
+        let Some(approvals) = self.routes.get(ithaca_proto::service_names::APPROVALS) else {
+            return Err(ToolFailure::new(
+                "SERVICE_UNAVAILABLE",
+                &format!(
+                    "{} needs a person's approval, and no approvals service is configured",
+                    tool.name
+                ),
+                true,
+            ));
+        };
+        let mut client = ApprovalsServiceClient::new(approvals.channel());
+        let mut call = Request::new(apb::RequestApprovalRequest {
+            tool: tool.name.clone(),
+            service: tool.method.parent_service().full_name().to_owned(),
+            method: tool.method.name().to_owned(),
+            arguments: Some(json::to_struct(arguments_seen.clone())),
+            request: request.encode_to_vec(),
+            destructive: tool.options.destructive,
+            open_world: tool.options.open_world,
+        });
+        // The approvals service checks with the owning service first.
+        call.set_timeout(tool.deadline().unwrap_or_default().max(APPROVAL_DEADLINE));
+        self.key.sign(&mut call, principal);
+        let filed = client
+            .request_approval(call)
+            .await
+            .map_err(|s| status_failure(&s))?
+            .into_inner();
+        let approval = filed.approval.unwrap_or_default();
+        match approval.status.as_str() {
+            "pending" => {
+                let body = json!({
+                    "status": "pending_approval",
+                    "approval_id": approval.approval_id,
+                    "tool": tool.name,
+                    "message": "A person must approve this call before it runs. Poll get_approval \
+                                with this approval_id; do not call the tool again.",
+                });
+                Ok(json!({
+                    "content": [{"type": "text", "text": body.to_string()}],
+                    "structuredContent": body,
+                    "isError": false,
+                }))
+            }
+            "executed" => {
+                let response =
+                    DynamicMessage::decode(tool.method.output(), filed.response.as_slice())
+                        .map_err(|e| {
+                            ToolFailure::new(
+                                "INTERNAL",
+                                &format!("decoding the response: {e}"),
+                                false,
+                            )
+                        })?;
+                Ok(render_tool_result(&response))
+            }
+            _ => {
+                let result = approval
+                    .result
+                    .map(json::from_struct)
+                    .unwrap_or(Value::Null);
+                Err(ToolFailure::new(
+                    result["error"].as_str().unwrap_or("INTERNAL"),
+                    result["message"]
+                        .as_str()
+                        .unwrap_or("the approved call failed"),
+                    false,
+                ))
+            }
+        }
+    }
+
     async fn current_session(
         &self,
         session: &Backend,
         caller: &Principal,
-    ) -> Result<String, ToolFailure> {
+    ) -> Result<Gate, ToolFailure> {
         let mut client = SessionServiceClient::new(session.channel());
         let mut request = Request::new(spb::GetCurrentSessionRequest {});
         request.set_timeout(session.timeout());
         self.key.sign(&mut request, caller);
         match client.get_current_session(request).await {
-            Ok(reply) => Ok(reply.into_inner().session_id),
+            Ok(reply) => {
+                let reply = reply.into_inner();
+                let subject = match (reply.subject_kind, reply.subject_id) {
+                    (Some(kind), Some(id)) => Some(Subject::new(kind, id)),
+                    _ => None,
+                };
+                Ok(Gate {
+                    session_id: reply.session_id,
+                    subject,
+                })
+            }
             Err(status) if domain_code(&status) == Some("NO_ACTIVE_SESSION") => Err(no_session()),
             Err(status) => Err(status_failure(&status)),
         }
@@ -328,6 +638,32 @@ impl Core {
         }
         Ok(result)
     }
+}
+
+/// What the session gate found: the caller's open session and its subject.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Gate {
+    pub session_id: String,
+    pub subject: Option<Subject>,
+}
+
+impl Gate {
+    /// `caller` acting inside this session.
+    pub fn apply(&self, caller: &Principal) -> Principal {
+        caller
+            .clone()
+            .in_session(Some(self.session_id.clone()))
+            .on_subject(self.subject.clone())
+    }
+}
+
+/// Whether `caller`'s session subject fits `tool`: tools not scoped to a
+/// subject always do; a scoped one needs a session on its kind of object.
+fn subject_fits(caller: &Principal, tool: &Tool) -> bool {
+    let kind = &tool.options.subject_kind;
+    kind.is_empty()
+        || caller.actor() == Actor::System
+        || caller.subject().is_some_and(|s| &s.kind == kind)
 }
 
 fn internal(status: &Status) -> RpcError {

@@ -227,9 +227,16 @@ impl ServerHandler for Gateway {
     ) -> Result<ListToolsResult, ErrorData> {
         let caller = self.caller(&ctx)?;
         let structured = has_structured_output(ctx.protocol_version().as_ref());
+        // Subject-scoped write tools depend on the caller's current session.
+        let principal = self.core.with_current_session(&caller.principal).await;
+        let ttl = if self.core.lists_depend_on_session(&caller.principal) {
+            0
+        } else {
+            LIST_TTL_MS
+        };
         let tools: Vec<Value> = self
             .core
-            .tools_for(&caller.principal)
+            .tools_for(&principal)
             .map(|t| t.to_json())
             .map(|t| {
                 if structured {
@@ -239,8 +246,8 @@ impl ServerHandler for Gateway {
                 }
             })
             .collect();
-        // The list depends on the caller's scopes and actor.
-        self.result(json!({"tools": tools}), LIST_TTL_MS, "private")
+        // The list depends on the caller's scopes, actor and session.
+        self.result(json!({"tools": tools}), ttl, "private")
     }
 
     async fn call_tool(

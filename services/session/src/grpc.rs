@@ -27,6 +27,8 @@ impl Grpc {
             title: row.title,
             created_at: clock::rfc3339(row.created_at_ms),
             status: row.status.as_str().to_owned(),
+            subject_kind: row.subject_kind,
+            subject_id: row.subject_id,
         }
     }
 }
@@ -55,11 +57,15 @@ impl Rpc for Grpc {
         let req = request.get_ref();
         let row = self
             .service
-            .session_context(
+            .open(
                 &caller,
-                &req.prompt,
-                req.title.as_deref(),
-                req.session_id.as_deref(),
+                &crate::service::OpenRequest {
+                    prompt: &req.prompt,
+                    title: req.title.as_deref(),
+                    session_id: req.session_id.as_deref(),
+                    subject_kind: req.subject_kind.as_deref(),
+                    subject_id: req.subject_id.as_deref(),
+                },
             )
             .await?;
         Ok(Response::new(self.descriptor(row)))

@@ -9,7 +9,7 @@ use crate::tail::Notifier;
 use ithaca_kit::clock;
 use ithaca_kit::error::ServiceError;
 use ithaca_kit::id::{SessionId, TenantId};
-use ithaca_kit::principal::Principal;
+use ithaca_kit::principal::{Actor, Principal};
 use ithaca_kit::propagation;
 use ithaca_proto::session::v1::EventType;
 use serde_json::json;
@@ -92,9 +92,41 @@ impl SessionService {
         title: Option<&str>,
         session_id: Option<&str>,
     ) -> Result<SessionRow, ServiceError> {
+        let request = OpenRequest {
+            prompt,
+            title,
+            session_id,
+            ..OpenRequest::default()
+        };
+        self.open(caller, &request).await
+    }
+
+    /// [`SessionService::session_context`] with every option. Only a person
+    /// (or the system) opens a session on a subject; an agent that resumes
+    /// it works inside that subject.
+    pub async fn open(
+        &self,
+        caller: &Principal,
+        request: &OpenRequest<'_>,
+    ) -> Result<SessionRow, ServiceError> {
+        let OpenRequest {
+            prompt,
+            title,
+            session_id,
+            subject_kind,
+            subject_id,
+        } = *request;
         let tenant_id = TenantId::of(caller)?;
         let agent_id = agent(caller)?;
         model::check_prompt(prompt)?;
+        let subject = model::check_subject(subject_kind, subject_id)?;
+        if subject.is_some() && caller.actor() == Actor::Agent {
+            return Err(ServiceError::denied(
+                "subject_kind: only a person opens a session on a subject (a human key, or the \
+                 console); an agent joins that session with its session_id",
+            )
+            .with_domain("HUMAN_REQUIRED"));
+        }
         let now = clock::now_ms();
         let trace_id = propagation::current_trace_id();
         let reasoning = NewEvent {
@@ -105,6 +137,11 @@ impl SessionService {
 
         if let Some(session_id) = session_id.filter(|s| !s.trim().is_empty()) {
             let session_id = SessionId::parse(session_id)?;
+            if subject.is_some() {
+                return Err(ServiceError::invalid(
+                    "subject_kind: a subject is set when a session is opened, not when it is resumed",
+                ));
+            }
             let scope = AppendScope {
                 tenant_id: &tenant_id,
                 session_id: &session_id,
@@ -132,12 +169,17 @@ impl SessionService {
             closed_at_ms: None,
             last_seq: 0,
             prompt_count: 1,
+            subject_kind: subject.as_ref().map(|s| s.0.clone()),
+            subject_id: subject.as_ref().map(|s| s.1.clone()),
         };
+        let mut open_payload =
+            json!({"title": row.title, "agent_id": agent_id, "actor": caller.actor().as_str()});
+        if let Some((kind, id)) = &subject {
+            open_payload["subject"] = json!({"kind": kind, "id": id});
+        }
         let open = NewEvent {
             event_type: "session_open",
-            payload:
-                json!({"title": row.title, "agent_id": agent_id, "actor": caller.actor().as_str()})
-                    .to_string(),
+            payload: open_payload.to_string(),
             trace_id,
         };
         let events = self.store.create(&row, prompt, &[open, reasoning]).await?;
@@ -204,7 +246,7 @@ impl SessionService {
         self.store.clear_current(&tenant_id, &session_id).await?;
         if closed {
             // Watchers learn the session ended; their streams end after it.
-            let by = if caller.actor() == ithaca_kit::principal::Actor::Human {
+            let by = if caller.actor() == Actor::Human {
                 "person"
             } else {
                 "agent"
@@ -429,6 +471,16 @@ impl SessionService {
             self.notifier.publish(&last.session_id, last.seq);
         }
     }
+}
+
+/// What `session_context` was asked.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OpenRequest<'a> {
+    pub prompt: &'a str,
+    pub title: Option<&'a str>,
+    pub session_id: Option<&'a str>,
+    pub subject_kind: Option<&'a str>,
+    pub subject_id: Option<&'a str>,
 }
 
 /// What the session list is filtered by.

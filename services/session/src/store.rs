@@ -37,10 +37,13 @@ pub struct SessionRow {
     pub closed_at_ms: Option<i64>,
     pub last_seq: i64,
     pub prompt_count: i64,
+    /// The object the session was opened on, set by a person (both or neither).
+    pub subject_kind: Option<String>,
+    pub subject_id: Option<String>,
 }
 
 const SESSION_COLUMNS: &str = "session_id, tenant_id, agent_id, title, status, created_at_ms, \
-     updated_at_ms, closed_at_ms, last_seq, prompt_count";
+     updated_at_ms, closed_at_ms, last_seq, prompt_count, subject_kind, subject_id";
 
 /// A prompt row.
 #[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
@@ -189,7 +192,7 @@ impl Store {
             closed_since_ms: None,
         };
         let insert_session = format!(
-            "INSERT INTO sessions ({SESSION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0, 1)"
+            "INSERT INTO sessions ({SESSION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0, 1, $9, $10)"
         );
         let seqs = with_pool!(self.db, pool => {
             let mut tx = pool.begin().await?;
@@ -202,6 +205,8 @@ impl Store {
                 .bind(row.created_at_ms)
                 .bind(row.updated_at_ms)
                 .bind(row.closed_at_ms)
+                .bind(row.subject_kind.as_deref())
+                .bind(row.subject_id.as_deref())
                 .execute(&mut *tx)
                 .await?;
             sqlx::query("INSERT INTO prompts (session_id, position, text, created_at_ms) VALUES ($1, 1, $2, $3)")
