@@ -55,7 +55,20 @@ doomberg:// resources show data, runs and policy.
 3. Read data and run analyses; cite the run or resource you used.
 4. Anything that writes, trades or costs money may be refused by policy or wait for a person's \
 approval; report a pending approval instead of retrying it.
-5. Close the session with session_close when the work is done.";
+5. Close the session with session_close when the work is done.
+Broker filters (astronomy alerts) have four rules the schemas cannot show:
+- The stream bounds what a filter sees: a cut on a field the filter's stream does not carry passes \
+nothing; such cuts come back as warnings, so read them.
+- Call get_alert_schema before writing a pipeline: every path must exist in the survey's schema \
+(nullable fields end in ?, arrays in []); a misspelt path is refused with the nearest real one.
+- Activation is gated: activate_broker_filter_version needs a passing verdict \
+(post_broker_filter_version returns it) and a preview of that exact pipeline with \
+run_broker_filter in this session; an agent's activation then waits for a person's approval.
+- Start from get_counterpart_search_defaults (a copy of the standard ZTF quality cuts and time \
+window, with sort_order Ascending to keep the alerts nearest the trigger) rather than writing cuts \
+from nothing.
+Write tools for a filter or a GCN event are offered only in a session a person opened on that \
+object; join it with session_context and its session_id.";
 
 /// The request-scoped data the HTTP layer hands to the handler.
 #[derive(Clone, Debug)]

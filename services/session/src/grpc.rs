@@ -104,6 +104,42 @@ impl Rpc for Grpc {
         Ok(Response::new(self.descriptor(row)))
     }
 
+    async fn get_session_record(
+        &self,
+        request: Request<pb::GetSessionRecordRequest>,
+    ) -> Result<Response<pb::SessionRecord>, Status> {
+        let caller = principal::of(&request)?;
+        let (row, record) = self
+            .service
+            .record(&caller, &request.get_ref().session_id)
+            .await?;
+        let list = |v: serde_json::Value| match json::to_value(v).kind {
+            Some(prost_types::value::Kind::ListValue(l)) => Some(l),
+            _ => None,
+        };
+        Ok(Response::new(pb::SessionRecord {
+            session_id: row.session_id.into(),
+            calls: record
+                .calls
+                .into_iter()
+                .map(|c| pb::RecordedCall {
+                    seq: c.seq,
+                    name: c.name,
+                    arguments: Some(json::to_struct(c.arguments)),
+                    ok: c.ok,
+                    summary: c.summary,
+                })
+                .collect(),
+            proposal: record.proposal.map(|p| pb::Proposal {
+                pipeline: list(p.pipeline),
+                call_seq: p.call_seq,
+                preview_seq: p.preview_seq,
+                filter_id: p.filter_id,
+            }),
+            proposal_withheld: record.proposal_withheld,
+        }))
+    }
+
     async fn list_sessions(
         &self,
         request: Request<pb::ListSessionsRequest>,

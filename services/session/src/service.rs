@@ -413,6 +413,30 @@ impl SessionService {
         Ok(row)
     }
 
+    /// The record of the session's answer, read from its whole trace.
+    pub async fn record(
+        &self,
+        caller: &Principal,
+        session_id: &str,
+    ) -> Result<(SessionRow, crate::record::Record), ServiceError> {
+        let row = self.get(caller, session_id).await?;
+        let mut events = Vec::new();
+        let mut after = 0;
+        loop {
+            let page = self
+                .store
+                .read(&row.session_id, after, MAX_READ_LIMIT)
+                .await?;
+            let full = page.len() as i64 == MAX_READ_LIMIT;
+            after = page.last().map_or(after, |e| e.seq);
+            events.extend(page);
+            if !full {
+                break;
+            }
+        }
+        Ok((row, crate::record::build(&events)))
+    }
+
     /// Events after `after_seq`, and the session's last seq.
     pub async fn read(
         &self,
