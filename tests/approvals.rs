@@ -303,7 +303,7 @@ async fn promotion_needs_policy_and_a_person() {
         (denied.status.as_str(), denied.note.as_str()),
         ("denied", "too risky")
     );
-    let still = skills(&skills_url, in_session)
+    let still = skills(&skills_url, in_session.clone())
         .get_strategy(kpb::GetStrategyRequest {
             strategy_id: second.strategy_id,
         })
@@ -311,6 +311,34 @@ async fn promotion_needs_policy_and_a_person() {
         .expect("strategy")
         .into_inner();
     assert_eq!(still.status, "draft");
+
+    // A person's own call is their decision: it runs at once, and the
+    // response is the owning RPC's.
+    let third = skills(&skills_url, in_session.clone())
+        .propose_strategy(kpb::ProposeStrategyRequest {
+            name: "o".into(),
+            universe: vec!["AAPL".into()],
+            lookback: 63,
+            rebalance: 21,
+            risk: None,
+            cost_bps: None,
+        })
+        .await
+        .expect("propose")
+        .into_inner();
+    let own = h
+        .request_approval(promote(&third.strategy_id))
+        .await
+        .expect("a person's own call")
+        .into_inner();
+    let approval = own.approval.expect("approval");
+    assert_eq!(approval.status, "executed");
+    let strategy: kpb::Strategy =
+        prost::Message::decode(own.response.as_slice()).expect("the RPC's response");
+    assert_eq!(
+        (strategy.strategy_id.as_str(), strategy.status.as_str()),
+        (third.strategy_id.as_str(), "paper")
+    );
 
     // Every step is in the requester's trace, in order.
     let events = sessions
