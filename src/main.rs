@@ -22,6 +22,7 @@ mod ingest_astro;
 mod mcp;
 mod serve;
 mod services;
+mod sessions;
 mod stack;
 mod up;
 
@@ -58,6 +59,9 @@ enum Command {
     /// List and decide approval requests (administrators).
     #[command(subcommand)]
     Approvals(approvals::ApprovalsCommand),
+    /// List, show, close and archive research sessions (operators).
+    #[command(subcommand)]
+    Sessions(sessions::SessionsCommand),
     /// Add provider accounts (credentials are stored encrypted, never shown).
     #[command(subcommand)]
     Accounts(accounts::AccountsCommand),
@@ -99,6 +103,7 @@ fn main() -> ExitCode {
             Command::Brokers(cmd) => brokers::run(&cli.common, cmd).await,
             Command::Policy(cmd) => approvals::policy(&cli.common, cmd).await,
             Command::Approvals(cmd) => approvals::approvals(&cli.common, cmd).await,
+            Command::Sessions(cmd) => sessions::run(&cli.common, cmd).await,
             Command::Mcp(args) => mcp::run(&cli.common, args).await,
         }
     });

@@ -16,7 +16,7 @@ struct Up {
     agent: String,
     human: String,
     _process: common::Process,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 /// `ithaca up` on free ports in a fresh data directory.
@@ -43,7 +43,7 @@ fn up(env: &[(&str, &str)]) -> Up {
         agent: after("agent key"),
         human: after("human key"),
         _process: process,
-        _dir: dir,
+        dir,
     }
 }
 
@@ -516,6 +516,19 @@ async fn every_tool_result_validates_against_its_output_schema() {
         json!({"approval_id": "00000000-0000-4000-8000-000000000000", "decision": "approve"}),
     )
     .await;
+    let narrated = pass
+        .ok(
+            &up,
+            &up.agent,
+            "record_reasoning",
+            json!({"text": "Checking the data first."}),
+        )
+        .await;
+    assert_eq!(narrated["type"], "reasoning");
+    let empty = pass
+        .err(&up, &up.agent, "record_reasoning", json!({"text": "  "}))
+        .await;
+    assert_eq!(empty["error"], "INVALID_ARGUMENT");
     pass.ok(&up, &up.human, "session_close", json!({})).await;
     pass.ok(&up, &up.agent, "session_close", json!({})).await;
 
@@ -780,4 +793,191 @@ async fn the_protocol_answers_a_probe() {
         "{metrics}"
     );
     assert!(!metrics.contains("zzz-made-up"), "{metrics}");
+}
+
+/// The session lifecycle an agent and a person meet (seeds 000 and 002):
+/// a second `session_context` on one key says it took over, a request can
+/// pin its session with `_meta`, agents narrate reasoning, the record of an
+/// answer lists the calls, failures are `error` events, and a person closes
+/// any session without opening one; `ithaca sessions` shows it all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_session_lifecycle_through_the_edge() {
+    let up = up(&[]);
+    let call = |token: String, tool: &'static str, args: Value| {
+        let url = up.url.clone();
+        async move {
+            let reply = http::modern(
+                &url,
+                &token,
+                "tools/call",
+                json!({"name": tool, "arguments": args}),
+            )
+            .await;
+            assert_eq!(reply.status, 200, "{tool}: {}", reply.text());
+            reply.json()["result"].clone()
+        }
+    };
+    let first = call(
+        up.agent.clone(),
+        "session_context",
+        json!({"prompt": "first conversation"}),
+    )
+    .await;
+    let s1 = first["structuredContent"]["session_id"]
+        .as_str()
+        .expect("s1")
+        .to_owned();
+    assert!(
+        first["structuredContent"].get("notice").is_none(),
+        "{first}"
+    );
+    let second = call(
+        up.agent.clone(),
+        "session_context",
+        json!({"prompt": "second conversation"}),
+    )
+    .await;
+    let s2 = second["structuredContent"]["session_id"]
+        .as_str()
+        .expect("s2")
+        .to_owned();
+    assert_ne!(s1, s2);
+    assert_eq!(
+        second["structuredContent"]["previous_session_id"],
+        json!(s1),
+        "{second}"
+    );
+    assert!(
+        second["structuredContent"]["notice"]
+            .as_str()
+            .is_some_and(|n| n.contains("io.ithaca/session_id")),
+        "{second}"
+    );
+
+    // The first conversation pins its calls to its own session.
+    let pinned = |session: &str, tool: &'static str, args: Value| {
+        let url = up.url.clone();
+        let token = up.agent.clone();
+        let session = session.to_owned();
+        async move {
+            let params = json!({"name": tool, "arguments": args, "_meta": {"io.ithaca/session_id": session}});
+            http::modern(&url, &token, "tools/call", params)
+                .await
+                .json()["result"]
+                .clone()
+        }
+    };
+    let narrated = pinned(
+        &s1,
+        "record_reasoning",
+        json!({"text": "Comparing momentum first."}),
+    )
+    .await;
+    assert_eq!(narrated["isError"], false, "{narrated}");
+    assert_eq!(narrated["structuredContent"]["type"], "reasoning");
+    assert_eq!(narrated["structuredContent"]["session_id"], json!(s1));
+    let unpinned = call(
+        up.agent.clone(),
+        "get_strategy",
+        json!({"strategy_id": "00000000-0000-4000-8000-000000000000"}),
+    )
+    .await;
+    assert_eq!(unpinned["isError"], true);
+    // A pin to a session that does not exist is refused, not redirected.
+    let bogus = pinned(
+        "00000000-0000-4000-8000-000000000000",
+        "list_brokers",
+        json!({}),
+    )
+    .await;
+    assert_eq!(
+        common::tool_error(&bogus)["error"],
+        "no_active_session",
+        "{bogus}"
+    );
+
+    // The record of each session holds only its own calls, in order.
+    let record = |session: String| {
+        let url = up.url.clone();
+        let token = up.human.clone();
+        async move {
+            let uri = format!("doomberg://sessions/{session}/record");
+            let reply = http::modern(&url, &token, "resources/read", json!({"uri": uri})).await;
+            let text = reply.json()["result"]["contents"][0]["text"]
+                .as_str()
+                .map(str::to_owned);
+            serde_json::from_str::<Value>(&text.unwrap_or_else(|| panic!("{}", reply.text())))
+                .expect("json")
+        }
+    };
+    let r1 = record(s1.clone()).await;
+    let names1: Vec<&str> = r1["calls"]
+        .as_array()
+        .expect("calls")
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert_eq!(names1, vec!["session_context", "record_reasoning"], "{r1}");
+    let r2 = record(s2.clone()).await;
+    let calls2 = r2["calls"].as_array().expect("calls");
+    let failed = calls2
+        .iter()
+        .find(|c| c["name"] == "get_strategy")
+        .expect("get_strategy recorded");
+    assert_eq!(failed["ok"], false);
+    assert!(
+        failed["summary"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("UNKNOWN_STRATEGY")),
+        "{failed}"
+    );
+
+    // A person closes the first session without a session of their own.
+    let closed = call(up.human.clone(), "session_close", json!({"session_id": s1})).await;
+    assert_eq!(closed["structuredContent"]["status"], "closed", "{closed}");
+    let after = pinned(&s1, "list_brokers", json!({})).await;
+    assert_eq!(
+        common::tool_error(&after)["error"],
+        "no_active_session",
+        "{after}"
+    );
+
+    // The operator's view: the failure is an `error` event after its result.
+    let data_dir = up.dir.path().join("stack");
+    let out = common::ithaca()
+        .args(["sessions", "show", &s2, "--data-dir"])
+        .arg(&data_dir)
+        .output()
+        .expect("ithaca sessions show");
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{shown}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let kinds: Vec<&str> = shown
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .collect();
+    let result_at = kinds
+        .iter()
+        .position(|k| *k == "tool_result")
+        .expect("a result");
+    assert!(kinds[result_at..].contains(&"error"), "{shown}");
+    let out = common::ithaca()
+        .args(["sessions", "list", "--status", "closed", "--data-dir"])
+        .arg(&data_dir)
+        .output()
+        .expect("ithaca sessions list");
+    let listed = String::from_utf8_lossy(&out.stdout);
+    assert!(listed.contains(&s1) && !listed.contains(&s2), "{listed}");
+    let out = common::ithaca()
+        .args(["sessions", "archive", &s1, "--data-dir"])
+        .arg(&data_dir)
+        .output()
+        .expect("ithaca sessions archive");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("archived"));
+    // Archived: the trace left the hot table and is still readable.
+    let r1_again = record(s1).await;
+    assert_eq!(r1_again["calls"], r1["calls"]);
 }

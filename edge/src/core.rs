@@ -23,6 +23,11 @@ use std::collections::HashMap;
 use std::time::Instant;
 use tonic::{Code, Request, Status};
 
+/// The request `_meta` key that pins a call to one session (by id) instead
+/// of the key's current session: for a platform running two conversations
+/// on one key.
+pub const SESSION_PIN_META: &str = "io.ithaca/session_id";
+
 /// The message agents get when they skip `session_context`.
 pub use ithaca_proto::NO_ACTIVE_SESSION_MESSAGE as NO_SESSION_MESSAGE;
 
@@ -171,19 +176,63 @@ impl Core {
             .any(|t| !t.options.subject_kind.is_empty() && self.permitted(caller, t))
     }
 
-    /// `caller` in its current session, with that session's subject, when
-    /// the tool list depends on it; otherwise (or with no open session)
-    /// `caller` unchanged.
-    pub async fn with_current_session(&self, caller: &Principal) -> Principal {
+    /// `caller` in its current session (or the one `pin` names), with that
+    /// session's subject, when the tool list depends on it; otherwise (or
+    /// with no open session) `caller` unchanged.
+    pub async fn with_current_session(&self, caller: &Principal, pin: Option<&str>) -> Principal {
         if caller.session_id().is_some() || !self.lists_depend_on_session(caller) {
             return caller.clone();
         }
         let Some(session) = &self.session else {
             return caller.clone();
         };
-        match self.current_session(session, caller).await {
+        match self.gate(session, caller, pin).await {
             Ok(gate) => gate.apply(caller),
             Err(_) => caller.clone(),
+        }
+    }
+
+    /// The session a call runs in: the one `pin` names (a request's `_meta`
+    /// [`SESSION_PIN_META`], which must be an open session of the caller's
+    /// tenant), or the caller's current one.
+    async fn gate(
+        &self,
+        session: &Backend,
+        caller: &Principal,
+        pin: Option<&str>,
+    ) -> Result<Gate, ToolFailure> {
+        let Some(pin) = pin else {
+            return self.current_session(session, caller).await;
+        };
+        let mut client = SessionServiceClient::new(session.channel());
+        let mut request = Request::new(spb::GetSessionRequest {
+            session_id: pin.to_owned(),
+        });
+        request.set_timeout(session.timeout());
+        self.key.sign(&mut request, caller);
+        match client.get_session(request).await {
+            Ok(reply) => {
+                let reply = reply.into_inner();
+                if reply.status != "open" {
+                    return Err(ToolFailure::new(
+                        "no_active_session",
+                        &format!(
+                            "{SESSION_PIN_META}: session {pin} is {}; open or resume a session with session_context",
+                            reply.status
+                        ),
+                        false,
+                    ));
+                }
+                Ok(Gate::from_descriptor(reply))
+            }
+            Err(status) if matches!(status.code(), Code::NotFound | Code::InvalidArgument) => {
+                Err(ToolFailure::new(
+                    "no_active_session",
+                    &format!("{SESSION_PIN_META}: no open session {pin} in this tenant"),
+                    false,
+                ))
+            }
+            Err(status) => Err(status_failure(&status)),
         }
     }
 
@@ -198,6 +247,7 @@ impl Core {
     pub async fn call_tool(
         &self,
         caller: &Principal,
+        pin: Option<&str>,
         name: &str,
         arguments: Option<Value>,
     ) -> Result<Value, RpcError> {
@@ -222,7 +272,7 @@ impl Core {
         if !tool.options.session_exempt
             && let Some(session) = &self.session
         {
-            match self.current_session(session, caller).await {
+            match self.gate(session, caller, pin).await {
                 Ok(gate) => principal = gate.apply(&principal),
                 Err(failure) => return Ok(failure.to_result()),
             }
@@ -514,17 +564,7 @@ impl Core {
         request.set_timeout(session.timeout());
         self.key.sign(&mut request, caller);
         match client.get_current_session(request).await {
-            Ok(reply) => {
-                let reply = reply.into_inner();
-                let subject = match (reply.subject_kind, reply.subject_id) {
-                    (Some(kind), Some(id)) => Some(Subject::new(kind, id)),
-                    _ => None,
-                };
-                Ok(Gate {
-                    session_id: reply.session_id,
-                    subject,
-                })
-            }
+            Ok(reply) => Ok(Gate::from_descriptor(reply.into_inner())),
             Err(status) if domain_code(&status) == Some("NO_ACTIVE_SESSION") => Err(no_session()),
             Err(status) => Err(status_failure(&status)),
         }
@@ -648,6 +688,17 @@ pub struct Gate {
 }
 
 impl Gate {
+    fn from_descriptor(session: spb::SessionDescriptor) -> Self {
+        let subject = match (session.subject_kind, session.subject_id) {
+            (Some(kind), Some(id)) => Some(Subject::new(kind, id)),
+            _ => None,
+        };
+        Gate {
+            session_id: session.session_id,
+            subject,
+        }
+    }
+
     /// `caller` acting inside this session.
     pub fn apply(&self, caller: &Principal) -> Principal {
         caller

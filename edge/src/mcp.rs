@@ -70,6 +70,25 @@ from nothing.
 Write tools for a filter or a GCN event are offered only in a session a person opened on that \
 object; join it with session_context and its session_id.";
 
+/// The session a request pins itself to with `_meta`
+/// [`crate::core::SESSION_PIN_META`], if it does; anything but a string is
+/// refused.
+fn session_pin(ctx: &RequestContext<RoleServer>) -> Result<Option<String>, ErrorData> {
+    match ctx.meta.get(crate::core::SESSION_PIN_META) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(id)) if !id.trim().is_empty() && id.len() <= 100 => {
+            Ok(Some(id.trim().to_owned()))
+        }
+        Some(_) => Err(ErrorData::invalid_params(
+            format!(
+                "_meta.{}: must be a session id (a string)",
+                crate::core::SESSION_PIN_META
+            ),
+            None,
+        )),
+    }
+}
+
 /// The request-scoped data the HTTP layer hands to the handler.
 #[derive(Clone, Debug)]
 pub struct CallerInfo {
@@ -241,7 +260,11 @@ impl ServerHandler for Gateway {
         let caller = self.caller(&ctx)?;
         let structured = has_structured_output(ctx.protocol_version().as_ref());
         // Subject-scoped write tools depend on the caller's current session.
-        let principal = self.core.with_current_session(&caller.principal).await;
+        let pin = session_pin(&ctx)?;
+        let principal = self
+            .core
+            .with_current_session(&caller.principal, pin.as_deref())
+            .await;
         let ttl = if self.core.lists_depend_on_session(&caller.principal) {
             0
         } else {
@@ -274,7 +297,12 @@ impl ServerHandler for Gateway {
         let name = request.name.to_string();
         let result = self
             .core
-            .call_tool(&caller.principal, &name, arguments)
+            .call_tool(
+                &caller.principal,
+                session_pin(&ctx)?.as_deref(),
+                &name,
+                arguments,
+            )
             .instrument(caller.span.clone())
             .await
             .map_err(rpc_error)?;

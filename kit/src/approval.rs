@@ -26,18 +26,33 @@ pub fn is_check<T>(request: &Request<T>) -> bool {
     request.metadata().get(CHECK_KEY).is_some()
 }
 
+/// A call of an RPC whose types the caller does not know.
+#[derive(Clone, Copy, Debug)]
+pub struct EncodedCall<'a> {
+    /// The fully qualified gRPC service and the method name.
+    pub service: &'a str,
+    pub method: &'a str,
+    /// The encoded request message.
+    pub body: &'a [u8],
+    /// A check ([`CHECK_KEY`]) rather than the real call.
+    pub check: bool,
+}
+
 /// One unary call of `/{service}/{method}` with an already encoded request,
 /// for `principal`, within `timeout`; returns the encoded response.
 pub async fn call_encoded(
     channel: Channel,
-    service: &str,
-    method: &str,
-    body: Vec<u8>,
+    call: EncodedCall<'_>,
     principal: &Principal,
     key: &InternalKey,
     timeout: Duration,
-    check: bool,
 ) -> Result<Vec<u8>, Status> {
+    let EncodedCall {
+        service,
+        method,
+        body,
+        check,
+    } = call;
     let valid = |s: &str| {
         !s.is_empty()
             && s.len() <= 200
@@ -52,7 +67,7 @@ pub async fn call_encoded(
     let path: http::uri::PathAndQuery = format!("/{service}/{method}")
         .parse()
         .map_err(|_| Status::invalid_argument("method: not a gRPC method path"))?;
-    let mut request = Request::new(body);
+    let mut request = Request::new(body.to_vec());
     request.set_timeout(timeout);
     key.sign(&mut request, principal);
     if check {

@@ -13,6 +13,7 @@ use crate::model::{ApprovalStatus, Decision};
 use crate::store::{ApprovalRow, Change, PolicyRow, Store};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
+use ithaca_kit::approval::EncodedCall;
 use ithaca_kit::clock;
 use ithaca_kit::error::{Code, ServiceError};
 use ithaca_kit::id::TenantId;
@@ -234,18 +235,15 @@ impl ApprovalsService {
                 .with_domain("TRADING_DISABLED")
                 .into());
         }
-        ithaca_kit::approval::call_encoded(
-            owner.clone(),
-            &call.service,
-            &call.method,
-            call.request.clone(),
-            caller,
-            &self.key,
-            OWNER_TIMEOUT,
-            true,
-        )
-        .await
-        .map_err(Refused::Owner)?;
+        let check = EncodedCall {
+            service: &call.service,
+            method: &call.method,
+            body: &call.request,
+            check: true,
+        };
+        ithaca_kit::approval::call_encoded(owner.clone(), check, caller, &self.key, OWNER_TIMEOUT)
+            .await
+            .map_err(Refused::Owner)?;
 
         let now = clock::now_ms();
         let approval = ApprovalRow {
@@ -422,13 +420,15 @@ impl ApprovalsService {
             }
             (Ok(owner), Ok(body)) => ithaca_kit::approval::call_encoded(
                 owner,
-                &approval.service,
-                &approval.method,
-                body,
+                EncodedCall {
+                    service: &approval.service,
+                    method: &approval.method,
+                    body: &body,
+                    check: false,
+                },
                 requester,
                 &self.key,
                 OWNER_TIMEOUT,
-                false,
             )
             .await
             .map_err(|status| {

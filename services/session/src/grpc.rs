@@ -29,6 +29,8 @@ impl Grpc {
             status: row.status.as_str().to_owned(),
             subject_kind: row.subject_kind,
             subject_id: row.subject_id,
+            previous_session_id: None,
+            notice: None,
         }
     }
 }
@@ -55,9 +57,9 @@ impl Rpc for Grpc {
     ) -> Result<Response<pb::SessionDescriptor>, Status> {
         let caller = principal::of(&request)?;
         let req = request.get_ref();
-        let row = self
+        let (row, previous) = self
             .service
-            .open(
+            .open_noting_takeover(
                 &caller,
                 &crate::service::OpenRequest {
                     prompt: &req.prompt,
@@ -68,7 +70,30 @@ impl Rpc for Grpc {
                 },
             )
             .await?;
-        Ok(Response::new(self.descriptor(row)))
+        let mut descriptor = self.descriptor(row);
+        if let Some(previous) = previous {
+            descriptor.notice = Some(format!(
+                "This key was working in session {previous}, which is still open. Calls made with \
+                 this key now go to {}: if another conversation still uses {previous}, its calls \
+                 land here unless it pins its requests to its session with _meta \
+                 \"io.ithaca/session_id\".",
+                descriptor.session_id
+            ));
+            descriptor.previous_session_id = Some(previous.into());
+        }
+        Ok(Response::new(descriptor))
+    }
+
+    async fn record_reasoning(
+        &self,
+        request: Request<pb::RecordReasoningRequest>,
+    ) -> Result<Response<pb::TraceEvent>, Status> {
+        let caller = principal::of(&request)?;
+        let row = self
+            .service
+            .record_reasoning(&caller, &request.get_ref().text)
+            .await?;
+        Ok(Response::new(event(row)))
     }
 
     async fn close_session(

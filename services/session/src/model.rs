@@ -11,6 +11,8 @@ pub const MAX_PROMPT_BYTES: usize = 100_000;
 pub const MAX_TITLE_CHARS: usize = 200;
 /// Derived titles are cut to this many characters.
 pub const DERIVED_TITLE_CHARS: usize = 80;
+/// Longest narrated reasoning accepted, in characters.
+pub const MAX_REASONING_CHARS: usize = 20_000;
 /// Largest event payload accepted, as JSON bytes.
 pub const MAX_PAYLOAD_BYTES: usize = 1 << 20;
 

@@ -36,16 +36,42 @@ pub struct Config {
     /// How long after closing a session still accepts the results of calls
     /// that were in flight.
     pub closed_grace: Duration,
+    /// An open session with no activity for this long is closed (reason
+    /// `idle_timeout`). Zero: never.
+    pub idle_timeout: Duration,
+    /// A closed session is archived this long after closing: its trace
+    /// leaves the hot table, its metadata stays. Zero: never.
+    pub archive_after: Duration,
+    /// How often the sweeper looks for idle and archivable sessions.
+    pub sweep_every: Duration,
 }
+
+/// Default idle timeout (seed 002: sessions time out).
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(2 * 60 * 60);
+/// Default retention of a closed session's trace in the hot table.
+pub const DEFAULT_ARCHIVE_AFTER: Duration = Duration::from_secs(30 * 24 * 60 * 60);
 
 impl Default for Config {
     fn default() -> Self {
         Config {
             public_url: "http://127.0.0.1:8080".to_owned(),
             closed_grace: Duration::from_secs(300),
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            archive_after: DEFAULT_ARCHIVE_AFTER,
+            sweep_every: Duration::from_secs(60),
         }
     }
 }
+
+/// What one sweep did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Swept {
+    pub closed: usize,
+    pub archived: usize,
+}
+
+/// Sessions handled per sweep step, so one sweep never holds the writer long.
+const SWEEP_BATCH: i64 = 200;
 
 /// Sessions and their traces.
 #[derive(Clone, Debug)]
@@ -61,12 +87,133 @@ impl SessionService {
     pub fn new(store: Store, config: Config, shutdown: CancellationToken) -> Self {
         let notifier = Notifier::default();
         crate::tail::spawn_listener(store.db(), notifier.clone(), shutdown.clone());
-        SessionService {
+        let service = SessionService {
             store,
             notifier,
             config,
             shutdown,
+        };
+        service.spawn_sweeper();
+        service
+    }
+
+    /// Close idle sessions and archive old closed ones, every
+    /// `sweep_every`, until shutdown. Replicas may sweep at once: every
+    /// step is a guarded transition, so each session is handled once.
+    fn spawn_sweeper(&self) {
+        let idle = !self.config.idle_timeout.is_zero();
+        let archive = !self.config.archive_after.is_zero();
+        if !(idle || archive) || self.config.sweep_every.is_zero() {
+            return;
         }
+        let service = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(service.config.sweep_every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = service.shutdown.cancelled() => return,
+                    _ = tick.tick() => {}
+                }
+                match service.sweep(clock::now_ms()).await {
+                    Ok(done) if done != Swept::default() => {
+                        tracing::info!(
+                            closed = done.closed,
+                            archived = done.archived,
+                            "session sweep"
+                        );
+                    }
+                    Ok(_) => {}
+                    Err(err) => tracing::warn!(error = %err, "session sweep failed"),
+                }
+            }
+        });
+    }
+
+    /// One sweep as of `now_ms`: close sessions idle longer than the idle
+    /// timeout (traced as `session_closed` with reason `idle_timeout`), then
+    /// archive sessions closed longer ago than the retention window.
+    pub async fn sweep(&self, now_ms: i64) -> Result<Swept, ServiceError> {
+        let mut done = Swept::default();
+        let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+        if !self.config.idle_timeout.is_zero() {
+            let cutoff = now_ms.saturating_sub(ms(self.config.idle_timeout));
+            loop {
+                let stale = self.store.stale(Status::Open, cutoff, SWEEP_BATCH).await?;
+                let last_batch = (stale.len() as i64) < SWEEP_BATCH;
+                for (tenant_id, session_id) in stale {
+                    let reason = json!({
+                        "reason": "idle_timeout",
+                        "closed_by": "system",
+                        "idle_timeout_ms": ms(self.config.idle_timeout),
+                    });
+                    if self
+                        .close_as(
+                            &Principal::system(tenant_id.as_str()),
+                            &tenant_id,
+                            &session_id,
+                            reason,
+                            now_ms,
+                        )
+                        .await?
+                    {
+                        done.closed += 1;
+                    }
+                }
+                if last_batch {
+                    break;
+                }
+            }
+        }
+        if !self.config.archive_after.is_zero() {
+            let cutoff = now_ms.saturating_sub(ms(self.config.archive_after));
+            loop {
+                let old = self
+                    .store
+                    .stale(Status::Closed, cutoff, SWEEP_BATCH)
+                    .await?;
+                let last_batch = (old.len() as i64) < SWEEP_BATCH;
+                for (tenant_id, session_id) in old {
+                    if self.store.archive(&tenant_id, &session_id, now_ms).await? {
+                        done.archived += 1;
+                    }
+                }
+                if last_batch {
+                    break;
+                }
+            }
+        }
+        Ok(done)
+    }
+
+    /// Close one session: the transition, the agents' current session
+    /// cleared, and `session_closed` with `payload` for watchers. False when
+    /// it was not open.
+    async fn close_as(
+        &self,
+        caller: &Principal,
+        tenant_id: &TenantId,
+        session_id: &SessionId,
+        payload: serde_json::Value,
+        now_ms: i64,
+    ) -> Result<bool, ServiceError> {
+        let closed = self
+            .store
+            .transition(tenant_id, session_id, Status::Open, Status::Closed, now_ms)
+            .await?;
+        if closed {
+            self.store.clear_current(tenant_id, session_id).await?;
+            // Watchers learn the session ended; their streams end after it.
+            self.append_event(
+                caller,
+                session_id.as_str(),
+                EventType::SessionClosed,
+                payload,
+            )
+            .await?;
+            tracing::info!(%session_id, %tenant_id, "session closed");
+        }
+        Ok(closed)
     }
 
     /// The SSE URL of a session's trace; empty when no HTTP edge serves
@@ -191,6 +338,48 @@ impl SessionService {
         })
     }
 
+    /// [`SessionService::open`], and the open session this agent worked in
+    /// before, when the call moved it to another one (two conversations on
+    /// one key: the earlier one's calls now land in this session).
+    pub async fn open_noting_takeover(
+        &self,
+        caller: &Principal,
+        request: &OpenRequest<'_>,
+    ) -> Result<(SessionRow, Option<SessionId>), ServiceError> {
+        let before = self.current(caller).await.ok();
+        let row = self.open(caller, request).await?;
+        let previous = before
+            .map(|b| b.session_id)
+            .filter(|id| *id != row.session_id);
+        Ok((row, previous))
+    }
+
+    /// Append an agent's narrated reasoning to its session.
+    pub async fn record_reasoning(
+        &self,
+        caller: &Principal,
+        text: &str,
+    ) -> Result<EventRow, ServiceError> {
+        let text = text.trim();
+        if text.is_empty() || text.chars().count() > model::MAX_REASONING_CHARS {
+            return Err(ServiceError::invalid(format!(
+                "text: 1 to {} characters of reasoning",
+                model::MAX_REASONING_CHARS
+            )));
+        }
+        let session_id = match caller.session_id() {
+            Some(id) => id.to_owned(),
+            None => self.current(caller).await?.session_id.as_str().to_owned(),
+        };
+        self.append_event(
+            caller,
+            &session_id,
+            EventType::Reasoning,
+            json!({"source": "agent", "text": text}),
+        )
+        .await
+    }
+
     /// The caller's current open session, or NO_ACTIVE_SESSION.
     pub async fn current(&self, caller: &Principal) -> Result<SessionRow, ServiceError> {
         let tenant_id = TenantId::of(caller)?;
@@ -214,7 +403,9 @@ impl SessionService {
             .ok_or_else(|| not_found(&session_id))
     }
 
-    /// Close a session (the current one when `session_id` is absent).
+    /// Close a session (the current one when `session_id` is absent). A
+    /// person may close any session of the tenant, without a session of
+    /// their own; an agent only one it opened or is working in.
     pub async fn close(
         &self,
         caller: &Principal,
@@ -225,15 +416,25 @@ impl SessionService {
             Some(id) => SessionId::parse(id)?,
             None => self.current(caller).await?.session_id,
         };
+        let row = self.get(caller, &session_id).await?;
+        if caller.actor() == Actor::Agent && row.agent_id != caller.agent() {
+            let current = self.store.current(&tenant_id, caller.agent()).await?;
+            if current.is_none_or(|c| c.session_id != session_id) {
+                return Err(ServiceError::denied(format!(
+                    "session_id: an agent closes only a session it opened or joined; {session_id} is \
+                     another agent's (a person can close it)"
+                ))
+                .with_domain("HUMAN_REQUIRED"));
+            }
+        }
+        let by = match caller.actor() {
+            Actor::Human => "person",
+            Actor::Agent => "agent",
+            Actor::System => "system",
+        };
+        let payload = json!({"reason": "closed", "closed_by": by, "agent_id": caller.agent()});
         let closed = self
-            .store
-            .transition(
-                &tenant_id,
-                &session_id,
-                Status::Open,
-                Status::Closed,
-                clock::now_ms(),
-            )
+            .close_as(caller, &tenant_id, &session_id, payload, clock::now_ms())
             .await?;
         let row = self.get(caller, &session_id).await?;
         if !closed && row.status != Status::Closed {
@@ -243,28 +444,6 @@ impl SessionService {
             ))
             .with_domain("SESSION_NOT_OPEN"));
         }
-        self.store.clear_current(&tenant_id, &session_id).await?;
-        if closed {
-            // Watchers learn the session ended; their streams end after it.
-            let by = if caller.actor() == Actor::Human {
-                "person"
-            } else {
-                "agent"
-            };
-            let payload = serde_json::json!({
-                "reason": "closed",
-                "closed_by": by,
-                "agent_id": caller.agent(),
-            });
-            self.append_event(
-                caller,
-                session_id.as_str(),
-                EventType::SessionClosed,
-                payload,
-            )
-            .await?;
-        }
-        tracing::info!(%session_id, %tenant_id, "session closed");
         Ok(row)
     }
 
@@ -278,13 +457,7 @@ impl SessionService {
         let session_id = SessionId::parse(session_id)?;
         let changed = self
             .store
-            .transition(
-                &tenant_id,
-                &session_id,
-                Status::Closed,
-                Status::Archived,
-                clock::now_ms(),
-            )
+            .archive(&tenant_id, &session_id, clock::now_ms())
             .await?;
         let row = self.get(caller, &session_id).await?;
         if !changed && row.status != Status::Archived {

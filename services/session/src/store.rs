@@ -440,14 +440,107 @@ impl Store {
         after_seq: i64,
         limit: i64,
     ) -> Result<Vec<EventRow>, sqlx::Error> {
-        let sql = "SELECT session_id, seq, event_type, payload, created_at_ms, trace_id \
-                   FROM trace_events WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3";
-        with_pool!(self.db, pool => sqlx::query_as::<_, EventRow>(sql)
+        let hot = self
+            .read_from("trace_events", session_id, after_seq, limit)
+            .await?;
+        if !hot.is_empty() {
+            return Ok(hot);
+        }
+        // An archived session's events moved out of the hot table.
+        self.read_from("trace_events_archive", session_id, after_seq, limit)
+            .await
+    }
+
+    async fn read_from(
+        &self,
+        table: &str,
+        session_id: &SessionId,
+        after_seq: i64,
+        limit: i64,
+    ) -> Result<Vec<EventRow>, sqlx::Error> {
+        let sql = format!(
+            "SELECT session_id, seq, event_type, payload, created_at_ms, trace_id \
+             FROM {table} WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3"
+        );
+        with_pool!(self.db, pool => sqlx::query_as::<_, EventRow>(&sql)
             .bind(session_id.as_str())
             .bind(after_seq)
             .bind(limit)
             .fetch_all(pool)
             .await)
+    }
+
+    /// Sessions in `status` whose last change (for open ones) or close (for
+    /// closed ones) is older than `before_ms`, at most `limit`.
+    pub async fn stale(
+        &self,
+        status: Status,
+        before_ms: i64,
+        limit: i64,
+    ) -> Result<Vec<(TenantId, SessionId)>, sqlx::Error> {
+        let column = if status == Status::Closed {
+            "closed_at_ms"
+        } else {
+            "updated_at_ms"
+        };
+        let sql = format!(
+            "SELECT tenant_id, session_id FROM sessions WHERE status = $1 AND {column} < $2 \
+             ORDER BY {column} LIMIT $3"
+        );
+        let rows: Vec<(String, String)> = with_pool!(self.db, pool => sqlx::query_as(&sql)
+            .bind(status.as_str())
+            .bind(before_ms)
+            .bind(limit)
+            .fetch_all(pool)
+            .await)?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|(t, s)| Some((TenantId::parse(&t).ok()?, SessionId::parse(&s).ok()?)))
+            .collect())
+    }
+
+    /// Archive a closed session: its events move to the archive table and
+    /// its status becomes `archived`, in one transaction. False when it was
+    /// not closed.
+    pub async fn archive(
+        &self,
+        tenant_id: &TenantId,
+        session_id: &SessionId,
+        now_ms: i64,
+    ) -> Result<bool, sqlx::Error> {
+        let _gate = self.db.write_gate().await;
+        with_pool!(self.db, pool => {
+            let mut tx = pool.begin().await?;
+            let changed = sqlx::query(
+                "UPDATE sessions SET status = $3, updated_at_ms = $4 \
+                 WHERE session_id = $1 AND tenant_id = $2 AND status = $5",
+            )
+            .bind(session_id.as_str())
+            .bind(tenant_id.as_str())
+            .bind(Status::Archived.as_str())
+            .bind(now_ms)
+            .bind(Status::Closed.as_str())
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if changed == 0 {
+                return Ok(false);
+            }
+            sqlx::query(
+                "INSERT INTO trace_events_archive (session_id, seq, event_type, payload, created_at_ms, trace_id) \
+                 SELECT session_id, seq, event_type, payload, created_at_ms, trace_id \
+                 FROM trace_events WHERE session_id = $1",
+            )
+            .bind(session_id.as_str())
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query("DELETE FROM trace_events WHERE session_id = $1")
+                .bind(session_id.as_str())
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok(true)
+        })
     }
 }
 
