@@ -192,6 +192,38 @@ impl Core {
         }
     }
 
+    /// The session gate and the `tool_call` append in one call of the
+    /// session service: the session (with its subject) and the call's seq.
+    async fn begin(
+        &self,
+        session: &Backend,
+        caller: &Principal,
+        pin: Option<&str>,
+        tool: &Tool,
+        arguments: &Value,
+    ) -> Result<(Gate, i64), Status> {
+        let mut client = SessionServiceClient::new(session.channel());
+        let mut request = Request::new(spb::BeginCallRequest {
+            session_id: pin.map(str::to_owned),
+            tool: tool.name.clone(),
+            arguments: Some(json::to_struct(arguments.clone())),
+            subject_kind: tool.options.subject_kind.clone(),
+        });
+        request.set_timeout(session.timeout());
+        self.key.sign(&mut request, caller);
+        let begun = tokio::time::timeout(session.timeout(), client.begin_call(request))
+            .await
+            .map_err(|_| {
+                Status::deadline_exceeded(format!(
+                    "the session service did not answer within {} ms",
+                    session.timeout().as_millis()
+                ))
+            })??
+            .into_inner();
+        let descriptor = begun.session.unwrap_or_default();
+        Ok((Gate::from_descriptor(descriptor), begun.seq))
+    }
+
     /// The session a call runs in: the one `pin` names (a request's `_meta`
     /// [`SESSION_PIN_META`], which must be an open session of the caller's
     /// tenant), or the caller's current one.
@@ -267,56 +299,43 @@ impl Core {
         let mut principal = caller.clone();
         let arguments_seen = arguments.clone().unwrap_or(json!({}));
 
-        // 2. The session gate: every tool but session_context runs inside
-        //    the caller's open session, and with that session's subject.
+        // 2. The session gate and the durable `tool_call`, in one round
+        //    trip: every tool but session_context runs inside the caller's
+        //    open session (or the one the request pins), with that session's
+        //    subject; a subject-scoped write tool outside a session on its
+        //    kind of object is refused (and traced as a denial there).
+        let mut call_seq = None;
         if !tool.options.session_exempt
             && let Some(session) = &self.session
         {
-            match self.gate(session, caller, pin).await {
-                Ok(gate) => principal = gate.apply(&principal),
-                Err(failure) => return Ok(failure.to_result()),
-            }
-        }
-
-        // 3. Subject-scoped write tools only inside a session on their kind
-        //    of object; a refusal is traced as a denial.
-        if !subject_fits(&principal, tool) {
-            if let Some(session_id) = principal.session_id().map(str::to_owned) {
-                let payload = json!({
-                    "tool": name,
-                    "arguments": arguments_seen,
-                    "error": "SUBJECT_REQUIRED",
-                    "message": format!(
-                        "{name} writes to a {kind} and is offered only in a session a person opened on one",
-                        kind = tool.options.subject_kind
-                    ),
-                });
-                if let Err(status) = self
-                    .append(&principal, &session_id, spb::EventType::Denial, payload)
-                    .await
-                {
-                    tracing::warn!(error = %status.message(), tool = name, "recording a denial failed");
-                }
-            }
-            return Err(unknown());
-        }
-
-        // 4. The call is durable in the trace before the tool runs. A result
-        //    an earlier call could not record is reported first.
-        let mut call_seq = None;
-        if let Some(session_id) = principal.session_id().map(str::to_owned) {
-            self.report_orphans(&session_id).await;
-            let payload = json!({"name": name, "arguments": arguments_seen});
             match self
-                .append(&principal, &session_id, spb::EventType::ToolCall, payload)
+                .begin(session, caller, pin, tool, &arguments_seen)
                 .await
             {
-                Ok(event) => call_seq = Some(event.seq),
-                Err(status) if domain_code(&status) == Some("SESSION_NOT_OPEN") => {
-                    return Ok(no_session().to_result());
+                Ok((gate, seq)) => {
+                    principal = gate.apply(&principal);
+                    call_seq = Some(seq);
                 }
+                Err(status) if domain_code(&status) == Some("SUBJECT_REQUIRED") => {
+                    return Err(unknown());
+                }
+                // A person may close an agent's session without one of
+                // their own; the call is then recorded in no session.
+                Err(status)
+                    if domain_code(&status) == Some("NO_ACTIVE_SESSION")
+                        && tool.options.human_session_exempt
+                        && caller.actor() == Actor::Human
+                        && pin.is_none() => {}
                 Err(status) => return Ok(status_failure(&status).to_result()),
             }
+        }
+        // Without a session service (a protocol fixture) nothing is scoped.
+        if self.session.is_none() && !subject_fits(&principal, tool) {
+            return Err(unknown());
+        }
+        // A result an earlier call could not record is reported now.
+        if let Some(session_id) = principal.session_id().map(str::to_owned) {
+            self.report_orphans(&session_id).await;
         }
 
         // 5. Run it: through a person's approval when the tool needs one.
@@ -789,6 +808,10 @@ pub fn error_code(status: &Status) -> String {
 }
 
 fn status_failure(status: &Status) -> ToolFailure {
+    // The session service's refusal reads as the gate's, whichever said it.
+    if domain_code(status) == Some("NO_ACTIVE_SESSION") {
+        return no_session();
+    }
     let retryable = matches!(
         status.code(),
         Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::ResourceExhausted

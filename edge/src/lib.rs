@@ -128,6 +128,7 @@ pub async fn build_core(backends: &Backends, key: InternalKey) -> Result<core::C
     for tool in &mut catalog.tools {
         if tool.method.parent_service().full_name() != ithaca_proto::service_names::SESSION {
             tool.options.session_exempt = false;
+            tool.options.human_session_exempt = false;
         }
     }
     let has_gate = routes.contains_key(ithaca_proto::service_names::SESSION);

@@ -84,6 +84,31 @@ impl Rpc for Grpc {
         Ok(Response::new(descriptor))
     }
 
+    async fn begin_call(
+        &self,
+        request: Request<pb::BeginCallRequest>,
+    ) -> Result<Response<pb::CallBegun>, Status> {
+        let caller = principal::of(&request)?;
+        let req = request.into_inner();
+        let arguments = req
+            .arguments
+            .map_or(serde_json::json!({}), json::from_struct);
+        let (session, event) = self
+            .service
+            .begin_call(
+                &caller,
+                req.session_id.as_deref(),
+                &req.tool,
+                arguments,
+                &req.subject_kind,
+            )
+            .await?;
+        Ok(Response::new(pb::CallBegun {
+            session: Some(self.descriptor(session)),
+            seq: event.seq,
+        }))
+    }
+
     async fn record_reasoning(
         &self,
         request: Request<pb::RecordReasoningRequest>,

@@ -354,6 +354,71 @@ impl SessionService {
         Ok((row, previous))
     }
 
+    /// The gate and the `tool_call` append of one tool call: the pinned or
+    /// current open session, the subject check (a misfit is traced as a
+    /// `denial` and refused with SUBJECT_REQUIRED), then the event.
+    pub async fn begin_call(
+        &self,
+        caller: &Principal,
+        pin: Option<&str>,
+        tool: &str,
+        arguments: serde_json::Value,
+        subject_kind: &str,
+    ) -> Result<(SessionRow, EventRow), ServiceError> {
+        let session = match pin.map(str::trim).filter(|p| !p.is_empty()) {
+            Some(pin) => {
+                let row = self.get(caller, pin).await.map_err(|_| {
+                    ServiceError::precondition(format!(
+                        "session_id: no open session {pin} in this tenant"
+                    ))
+                    .with_domain(NO_ACTIVE_SESSION)
+                })?;
+                if row.status != Status::Open {
+                    return Err(ServiceError::precondition(format!(
+                        "session_id: session {pin} is {}; open or resume a session with session_context",
+                        row.status
+                    ))
+                    .with_domain(NO_ACTIVE_SESSION));
+                }
+                row
+            }
+            None => self.current(caller).await?,
+        };
+        let fits = subject_kind.is_empty()
+            || caller.actor() == Actor::System
+            || session.subject_kind.as_deref() == Some(subject_kind);
+        if !fits {
+            let payload = json!({
+                "tool": tool,
+                "arguments": arguments,
+                "error": "SUBJECT_REQUIRED",
+                "message": format!(
+                    "{tool} writes to a {subject_kind} and is offered only in a session a person opened on one"
+                ),
+            });
+            self.append_event(
+                caller,
+                session.session_id.as_str(),
+                EventType::Denial,
+                payload,
+            )
+            .await?;
+            return Err(ServiceError::precondition(format!(
+                "{tool} is not offered in this session: it writes to a {subject_kind}"
+            ))
+            .with_domain("SUBJECT_REQUIRED"));
+        }
+        let event = self
+            .append_event(
+                caller,
+                session.session_id.as_str(),
+                EventType::ToolCall,
+                json!({"name": tool, "arguments": arguments}),
+            )
+            .await?;
+        Ok((session, event))
+    }
+
     /// Append an agent's narrated reasoning to its session.
     pub async fn record_reasoning(
         &self,

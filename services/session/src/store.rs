@@ -11,6 +11,8 @@ use ithaca_kit::db::{Db, Migrations};
 use ithaca_kit::id::{SessionId, TenantId};
 use ithaca_kit::with_pool;
 use sqlx::migrate::Migrator;
+use std::sync::{Arc, OnceLock};
+use tokio::sync::{mpsc, oneshot};
 
 static SQLITE: Migrator = sqlx::migrate!("./migrations/sqlite");
 static POSTGRES: Migrator = sqlx::migrate!("./migrations/postgres");
@@ -165,11 +167,60 @@ pub struct ListQuery<'a> {
 #[derive(Clone, Debug)]
 pub struct Store {
     db: Db,
+    /// The group-commit queue of appends, started on first use.
+    appends: Arc<OnceLock<mpsc::Sender<AppendJob>>>,
+}
+
+/// Appends committed together in one transaction, at most.
+const MAX_BATCH: usize = 256;
+
+/// One queued append and where its outcome goes.
+struct AppendJob {
+    tenant_id: TenantId,
+    session_id: SessionId,
+    now_ms: i64,
+    closed_since_ms: Option<i64>,
+    event: NewEvent,
+    /// The seq it was given (None: the session does not take it), sent only
+    /// after the transaction holding it committed.
+    reply: oneshot::Sender<Result<Option<i64>, String>>,
+}
+
+impl AppendJob {
+    fn scope(&self) -> AppendScope<'_> {
+        AppendScope {
+            tenant_id: &self.tenant_id,
+            session_id: &self.session_id,
+            now_ms: self.now_ms,
+            closed_since_ms: self.closed_since_ms,
+        }
+    }
 }
 
 impl Store {
     pub fn new(db: Db) -> Self {
-        Store { db }
+        Store {
+            db,
+            appends: Arc::new(OnceLock::new()),
+        }
+    }
+
+    /// The append queue, with its committers started on first use: one on
+    /// SQLite (it has one writer), a few on PostgreSQL (each batch locks the
+    /// session rows it touches in session order, so committers never
+    /// deadlock, and each session's appends keep their order).
+    fn append_queue(&self) -> mpsc::Sender<AppendJob> {
+        self.appends
+            .get_or_init(|| {
+                let (tx, rx) = mpsc::channel::<AppendJob>(4 * MAX_BATCH);
+                let rx = Arc::new(tokio::sync::Mutex::new(rx));
+                let committers = if self.db.is_postgres() { 4 } else { 1 };
+                for _ in 0..committers {
+                    tokio::spawn(commit_appends(self.db.clone(), rx.clone()));
+                }
+                tx
+            })
+            .clone()
     }
 
     pub fn db(&self) -> &Db {
@@ -284,23 +335,32 @@ impl Store {
 
     /// Append one event. `Err(Refusal)` when the session is missing or does
     /// not accept events.
+    /// Append one event. Appends waiting at the same time commit together
+    /// in one transaction (group commit), each session's in the order they
+    /// were submitted; the caller hears back only after that commit.
     pub async fn append(
         &self,
         scope: &AppendScope<'_>,
         event: &NewEvent,
     ) -> Result<Result<EventRow, Refusal>, sqlx::Error> {
-        let seq = {
-            let _gate = self.db.write_gate().await;
-            with_pool!(self.db, pool => {
-                let mut tx = pool.begin().await?;
-                let seq = append_in_tx!(tx, scope, event)?;
-                if let Some(seq) = seq {
-                    notify_in_tx(&self.db, &mut tx, scope.session_id, seq).await?;
-                    tx.commit().await?;
-                }
-                seq
-            })
+        let (reply, outcome) = oneshot::channel();
+        let job = AppendJob {
+            tenant_id: scope.tenant_id.clone(),
+            session_id: scope.session_id.clone(),
+            now_ms: scope.now_ms,
+            closed_since_ms: scope.closed_since_ms,
+            event: event.clone(),
+            reply,
         };
+        let unavailable = |why: String| sqlx::Error::Io(std::io::Error::other(why));
+        self.append_queue()
+            .send(job)
+            .await
+            .map_err(|_| unavailable("the append queue stopped".to_owned()))?;
+        let seq = outcome
+            .await
+            .map_err(|_| unavailable("the append committer stopped".to_owned()))?
+            .map_err(unavailable)?;
         match seq {
             Some(seq) => Ok(Ok(event_row(scope, event, seq))),
             None => Ok(Err(self.refusal(scope.tenant_id, scope.session_id).await?)),
@@ -542,6 +602,71 @@ impl Store {
             Ok(true)
         })
     }
+}
+
+/// A committer: take the waiting appends (up to [`MAX_BATCH`]), commit them
+/// in one transaction, then tell each caller its seq. When the transaction
+/// fails, nothing of the batch was written and every caller hears so.
+async fn commit_appends(db: Db, queue: Arc<tokio::sync::Mutex<mpsc::Receiver<AppendJob>>>) {
+    loop {
+        let mut jobs = {
+            let mut queue = queue.lock().await;
+            let Some(first) = queue.recv().await else {
+                return;
+            };
+            let mut jobs = vec![first];
+            while jobs.len() < MAX_BATCH {
+                match queue.try_recv() {
+                    Ok(job) => jobs.push(job),
+                    Err(_) => break,
+                }
+            }
+            jobs
+        };
+        // Lock session rows in one order across committers; a stable sort
+        // keeps each session's appends in submission order.
+        jobs.sort_by(|a, b| a.session_id.as_str().cmp(b.session_id.as_str()));
+        match commit_batch(&db, &jobs).await {
+            Ok(seqs) => {
+                for (job, seq) in jobs.into_iter().zip(seqs) {
+                    let _ = job.reply.send(Ok(seq));
+                }
+            }
+            Err(err) => {
+                tracing::error!(error = %err, appends = jobs.len(), "committing trace appends failed");
+                for job in jobs {
+                    let _ = job.reply.send(Err(format!("database: {err}")));
+                }
+            }
+        }
+    }
+}
+
+async fn commit_batch(db: &Db, jobs: &[AppendJob]) -> Result<Vec<Option<i64>>, sqlx::Error> {
+    let _gate = db.write_gate().await;
+    with_pool!(db, pool => {
+        let mut tx = pool.begin().await?;
+        let mut seqs = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            seqs.push(append_in_tx!(tx, &job.scope(), &job.event)?);
+        }
+        // One notification per session: its last seq in this batch.
+        let mut i = 0;
+        while i < jobs.len() {
+            let mut last = None;
+            let mut j = i;
+            while j < jobs.len() && jobs[j].session_id == jobs[i].session_id {
+                last = seqs[j].or(last);
+                j += 1;
+            }
+            if let Some(seq) = last {
+                notify_in_tx(db, &mut tx, &jobs[i].session_id, seq).await?;
+            }
+            i = j;
+        }
+        tx.commit().await?;
+        Ok(seqs)
+    })
 }
 
 /// On PostgreSQL, announce the new last seq to every replica; delivered at
