@@ -43,7 +43,12 @@ struct Cli {
     /// two-core machine one thread measured 30–40 % more tool calls per
     /// second than two: hand-offs between threads cost more than the work,
     /// and the other core is left to SQLite's and the kernel's threads.
-    #[arg(long, env = "ITHACA_WORKER_THREADS", default_value_t = 0, global = true)]
+    #[arg(
+        long,
+        env = "ITHACA_WORKER_THREADS",
+        default_value_t = 0,
+        global = true
+    )]
     worker_threads: usize,
     #[command(subcommand)]
     command: Command,

@@ -103,7 +103,7 @@ pub async fn run(common: &CommonArgs, cmd: SessionsCommand) -> anyhow::Result<()
                     status,
                     agent_id: agent,
                     limit,
-                    page_token: String::new(),
+                    ..Default::default()
                 })
                 .await?
                 .into_inner();

@@ -688,6 +688,19 @@ mod session {
         assert_eq!(current.subject_kind.as_deref(), Some("filter"));
         assert_eq!(current.subject_id.as_deref(), Some("flt_1"));
 
+        // The sessions opened on one object (the console's filter page).
+        open(&svc).await;
+        let on = |id: &'static str| ithaca_session::service::ListFilter {
+            subject_kind: Some("filter"),
+            subject_id: Some(id),
+            ..Default::default()
+        };
+        let (listed, _) = svc.list(&person, &on("flt_1")).await.expect("list");
+        let ids: Vec<_> = listed.iter().map(|r| r.session_id.clone()).collect();
+        assert_eq!(ids, vec![opened.session_id.clone()]);
+        let (none, _) = svc.list(&person, &on("flt_2")).await.expect("list");
+        assert!(none.is_empty());
+
         // Bad subjects name the field; a subject cannot be added on resume.
         for (kind, id, field) in [
             (Some("strategy"), Some("x"), "subject_kind"),

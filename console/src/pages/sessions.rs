@@ -83,6 +83,7 @@ pub async fn list(
             agent_id: some(&query.agent),
             limit: crate::PAGE_SIZE as i32,
             page_token: query.page.clone(),
+            ..Default::default()
         },
     );
     let reply = match client.list_sessions(request).await {

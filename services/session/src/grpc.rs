@@ -199,6 +199,8 @@ impl Rpc for Grpc {
         let filter = crate::service::ListFilter {
             status: req.status.as_deref(),
             agent_id: req.agent_id.as_deref(),
+            subject_kind: req.subject_kind.as_deref(),
+            subject_id: req.subject_id.as_deref(),
             limit: req.limit,
             page_token: &req.page_token,
         };

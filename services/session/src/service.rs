@@ -565,6 +565,15 @@ impl SessionService {
             tenant_id: tenant_id.as_str(),
             status,
             agent_id: filter.agent_id.map(str::trim).filter(|s| !s.is_empty()),
+            subject: match (filter.subject_kind, filter.subject_id) {
+                (Some(kind), Some(id)) if !kind.trim().is_empty() => Some((kind.trim(), id.trim())),
+                (Some(kind), _) if !kind.trim().is_empty() => {
+                    return Err(ServiceError::invalid(
+                        "subject_id: required with subject_kind",
+                    ));
+                }
+                _ => None,
+            },
             before: before.as_ref().map(|(ms, id)| (*ms, id.as_str())),
             // One more than asked tells whether another page follows.
             limit: limit + 1,
@@ -750,6 +759,9 @@ pub struct OpenRequest<'a> {
 pub struct ListFilter<'a> {
     pub status: Option<&'a str>,
     pub agent_id: Option<&'a str>,
+    /// Only sessions opened on this subject.
+    pub subject_kind: Option<&'a str>,
+    pub subject_id: Option<&'a str>,
     pub limit: i32,
     pub page_token: &'a str,
 }

@@ -158,6 +158,8 @@ pub struct ListQuery<'a> {
     pub tenant_id: &'a str,
     pub status: Option<&'a str>,
     pub agent_id: Option<&'a str>,
+    /// Only sessions opened on this subject (kind, id).
+    pub subject: Option<(&'a str, &'a str)>,
     /// Only sessions before this `(created_at_ms, session_id)` cursor.
     pub before: Option<(i64, &'a str)>,
     pub limit: i64,
@@ -469,8 +471,10 @@ impl Store {
             "SELECT {SESSION_COLUMNS} FROM sessions WHERE tenant_id = $1 \
              AND ($2 = '' OR status = $2) AND ($3 = '' OR agent_id = $3) \
              AND (created_at_ms < $4 OR (created_at_ms = $4 AND session_id < $5)) \
+             AND ($7 = '' OR (subject_kind = $7 AND subject_id = $8)) \
              ORDER BY created_at_ms DESC, session_id DESC LIMIT $6"
         );
+        let (subject_kind, subject_id) = query.subject.unwrap_or(("", ""));
         with_pool!(self.db, pool => sqlx::query_as::<_, SessionRow>(&sql)
             .bind(query.tenant_id)
             .bind(query.status.unwrap_or(""))
@@ -478,6 +482,8 @@ impl Store {
             .bind(before_ms)
             .bind(before_id)
             .bind(query.limit)
+            .bind(subject_kind)
+            .bind(subject_id)
             .fetch_all(pool)
             .await)
     }
