@@ -7,12 +7,15 @@
 -- One row per event. `dateobs` is the canonical trigger time
 -- (`2026-04-21T04:13:21.170Z`, milliseconds only when not zero), the key
 -- every other table and every tool uses; it never changes once created.
--- `dateobs_from` says where that time came from.
+-- `dateobs_from` says where that time came from; `time_exact` is 1 when it
+-- is known to the second (a notice, a mission elapsed time, a stated trigger
+-- time), 0 for a date or a submission time. Only exact times group triggers.
 CREATE TABLE gcn_events (
     dateobs        TEXT PRIMARY KEY,
     dateobs_ms     BIGINT NOT NULL,
     kind           TEXT NOT NULL,
     dateobs_from   TEXT NOT NULL,
+    time_exact     BIGINT NOT NULL,
     created_at_ms  BIGINT NOT NULL
 );
 

@@ -158,12 +158,25 @@ pub fn circular_names(c: &Circular) -> CircularNames {
             (Some(m), None) => m,
             (None, None) => mission_before(&c.body, whole, number),
         };
+        // MASTER sometimes writes GBM's burst number as the trigger
+        // (`GRB230812.79 (trigger No 230812790`): nine digits that read as
+        // the burst's own date are that, not a mission elapsed time.
+        let burst_number = number.len() == 9
+            && name_time(&grb).is_some_and(|(day, _)| name_date(number).is_some_and(|(d, _)| d == day));
         body.push(Mention {
             name: grb,
             creates: Some(EventKind::Grb),
             alias: true,
         });
-        body.push(trigger(mission, number));
+        if burst_number {
+            body.push(Mention {
+                name: Name::new(format!("bn{number}")),
+                creates: None,
+                alias: true,
+            });
+        } else {
+            body.push(trigger(mission, number));
+        }
         if let Some(bn) = bn {
             body.push(Mention {
                 name: Name::new(format!("bn{bn}")),
@@ -342,7 +355,22 @@ fn subject_names(text: &str, out: &mut Vec<Mention>) {
             );
         }
         for n in numbers {
-            let mut m = trigger(mission, &n);
+            // Nine digits that read as a date and are below any GBM mission
+            // elapsed time (GBM's first trigger was at ~2.37e8 s) are a
+            // burst number, whatever the subject calls them.
+            let mut m = if mission == "Fermi"
+                && n.len() == 9
+                && name_date(&n).is_some()
+                && n.parse::<i64>().is_ok_and(|v| v < 237_000_000)
+            {
+                Mention {
+                    name: Name::new(format!("bn{n}")),
+                    creates: None,
+                    alias: true,
+                }
+            } else {
+                trigger(mission, &n)
+            };
             m.alias = !listed;
             out.push(m);
         }
@@ -391,8 +419,9 @@ pub fn name_date(digits: &str) -> Option<(DateObs, Option<f64>)> {
     Some((midnight, None))
 }
 
-/// The date and fraction of day of a normalized name, if it encodes them.
-pub fn name_time(name: &Name) -> Option<(DateObs, Option<f64>)> {
+/// The date and fraction of day of a normalized name, if it encodes them,
+/// with the fraction's precision (one unit of its last digit, in days).
+pub fn name_time(name: &Name) -> Option<(DateObs, Option<(f64, f64)>)> {
     let s = name.as_str();
     let digits = s
         .strip_prefix("GRB ")
@@ -402,15 +431,16 @@ pub fn name_time(name: &Name) -> Option<(DateObs, Option<f64>)> {
         .or_else(|| s.strip_prefix('S'))
         .or_else(|| s.rsplit(' ').next().and_then(|t| t.strip_prefix('S')))?;
     let (date, _) = name_date(digits)?;
-    let fraction = if let Some(bn) = s.strip_prefix("bn") {
+    let digits_of_fraction = if let Some(bn) = s.strip_prefix("bn") {
         bn.get(6..9)
-            .and_then(|f| f.parse::<f64>().ok())
-            .map(|f| f / 1000.0)
     } else {
-        digits
-            .split_once('.')
-            .and_then(|(_, f)| format!("0.{f}").parse::<f64>().ok())
+        digits.split_once('.').map(|(_, f)| f)
     };
+    let fraction = digits_of_fraction.and_then(|f| {
+        let value = format!("0.{f}").parse::<f64>().ok()?;
+        let unit = 10f64.powi(-i32::try_from(f.len()).ok()?);
+        Some((value, unit))
+    });
     Some((date, fraction))
 }
 
@@ -476,7 +506,12 @@ fn millis(frac: Option<regex::Match<'_>>) -> i64 {
 /// The trigger time a circular's body states, on `date` when the name
 /// encodes one (else within `window` of milliseconds before `before_ms`):
 /// the first time in a sentence about a trigger or a detection.
-pub fn body_time(body: &str, date: Option<DateObs>, window: (i64, i64)) -> Option<DateObs> {
+pub fn body_time(
+    body: &str,
+    date: Option<DateObs>,
+    near: Option<(i64, i64)>,
+    window: (i64, i64),
+) -> Option<DateObs> {
     let mut found: Vec<(usize, DateObs)> = Vec::new();
     let n = |m: Option<regex::Match<'_>>| m.and_then(|m| m.as_str().parse::<i64>().ok());
     for cap in ISO_TIME.captures_iter(body) {
@@ -544,7 +579,10 @@ pub fn body_time(body: &str, date: Option<DateObs>, window: (i64, i64)) -> Optio
             Some(day) => t.midnight() == day,
             None => (window.0..=window.1).contains(&t.ms()),
         };
-        fits.then_some(t)
+        // A name with a fraction of day (`GRB 230812.79`) says roughly when:
+        // a time far from it is an observation, not the trigger.
+        let agrees = near.is_none_or(|(center, tolerance)| (t.ms() - center).abs() <= tolerance);
+        (fits && agrees).then_some(t)
     })
 }
 
@@ -557,6 +595,10 @@ const UNDATED_WINDOW_MS: i64 = 30 * 86_400_000;
 pub struct Estimate {
     pub dateobs: DateObs,
     pub from: String,
+    /// True for a time known to the second (a mission elapsed time, a
+    /// stated trigger time); false for a date, a fraction of day or a
+    /// submission time. Only exact times group events by time.
+    pub exact: bool,
 }
 
 /// The trigger time of an event created for `primary`, from the circulars
@@ -578,22 +620,32 @@ pub fn estimate(primary: &Mention, cluster: &[(&Circular, &CircularNames)]) -> E
                             "Fermi trigger {met} (mission elapsed time) in GCN Circular {}",
                             c.circular_id
                         ),
+                        exact: true,
                     };
                 }
             }
         }
     }
+    let near = dated.and_then(|(day, fraction)| {
+        fraction.map(|(f, unit)| {
+            (
+                day.ms() + (f * 86_400_000.0).round() as i64,
+                (unit * 86_400_000.0).round() as i64,
+            )
+        })
+    });
     for (c, _) in cluster {
         let window = (c.created_on_ms - UNDATED_WINDOW_MS, c.created_on_ms);
-        if let Some(t) = body_time(&c.body, dated.map(|(d, _)| d), window) {
+        if let Some(t) = body_time(&c.body, dated.map(|(d, _)| d), near, window) {
             return Estimate {
                 dateobs: t,
                 from: format!("trigger time stated in GCN Circular {}", c.circular_id),
+                exact: true,
             };
         }
     }
     if let Some((day, fraction)) = dated {
-        let offset = fraction.map_or(0, |f| (f * 86_400_000.0).round() as i64);
+        let offset = fraction.map_or(0, |(f, _)| (f * 86_400_000.0).round() as i64);
         if let Some(t) = DateObs::from_ms(day.ms() + offset) {
             return Estimate {
                 dateobs: t,
@@ -602,6 +654,7 @@ pub fn estimate(primary: &Mention, cluster: &[(&Circular, &CircularNames)]) -> E
                 } else {
                     format!("the date of the name {} (time of day unknown)", primary.name)
                 },
+                exact: false,
             };
         }
     }
@@ -613,6 +666,7 @@ pub fn estimate(primary: &Mention, cluster: &[(&Circular, &CircularNames)]) -> E
             "the submission time of GCN Circular {} (no trigger time stated)",
             first.map_or(0, |c| c.circular_id)
         ),
+        exact: false,
     }
 }
 
@@ -746,6 +800,7 @@ mod tests {
         let t = body_time(
             "At 18:58:12 UT on 12 Aug 2023, the Fermi GBM triggered",
             day,
+            None,
             (0, 0),
         );
         assert_eq!(t.map(|t| t.to_string()), Some("2023-08-12T18:58:12Z".into()));
@@ -753,23 +808,28 @@ mod tests {
                    real-time processing ... at 2023-08-14 06:19:20.458 UTC (GPS";
         let day = name_date("230814").map(|(d, _)| d);
         assert_eq!(
-            body_time(lvk, day, (0, 0)).map(|t| t.to_string()),
+            body_time(lvk, day, None, (0, 0)).map(|t| t.to_string()),
             Some("2023-08-14T06:19:20.458Z".into())
         );
         let swift = "At 02:50:03 UT, the Swift Burst Alert Telescope (BAT) triggered and located GRB 230728A";
         let day = name_date("230728").map(|(d, _)| d);
         assert_eq!(
-            body_time(swift, day, (0, 0)).map(|t| t.to_string()),
+            body_time(swift, day, None, (0, 0)).map(|t| t.to_string()),
             Some("2023-07-28T02:50:03Z".into())
         );
         // An observation on another day is not the trigger.
         let obs = "The observations started at 2023-08-19 15:32:24.081 UT, 0.67 days after the Fermi GBM trigger.";
         let day = name_date("230818").map(|(d, _)| d);
-        assert_eq!(body_time(obs, day, (0, 0)), None);
+        assert_eq!(body_time(obs, day, None, (0, 0)), None);
+        // MASTER's inspection time is far from the fraction its name gives.
+        let master = "inspect of the Fermi GRB230812.79 (trigger No 230812790) errorbox 10000 sec after trigger time at 2023-08-12 21:56:45 UT";
+        let day = name_date("230812").map(|(d, _)| d);
+        let center = day.map(|d| d.ms() + 68_256_000).expect("dated");
+        assert_eq!(body_time(master, day, Some((center, 864_000)), (0, 0)), None);
         let frac = name_time(&Name::new("GRB 230728.12")).expect("dated");
-        assert_eq!(frac.1, Some(0.12));
+        assert_eq!(frac.1, Some((0.12, 0.01)));
         let bn = name_time(&Name::new("bn230825046")).expect("dated");
-        assert_eq!(bn.1, Some(0.046));
+        assert_eq!(bn.1.map(|f| f.0), Some(0.046));
         assert!(name_time(&Name::new("LIGO/Virgo/KAGRA S230914ak")).is_some());
     }
 }

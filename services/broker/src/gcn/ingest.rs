@@ -71,7 +71,7 @@ pub trait IngestTx: Send {
     fn file_seen(&mut self, checksum: &str) -> impl Future<Output = Res<bool>> + Send;
     fn alias(&mut self, key: &str) -> impl Future<Output = Res<Option<String>>> + Send;
     fn event_exists(&mut self, dateobs: &str) -> impl Future<Output = Res<bool>> + Send;
-    /// `(dateobs, kind)` of events whose time is within `lo..=hi`.
+    /// `(dateobs, ms, kind)` of events whose time is exact and within `lo..=hi`.
     fn events_between(
         &mut self,
         lo: i64,
@@ -168,7 +168,8 @@ macro_rules! ingest_tx {
                 Ok(n > 0)
             }
             async fn events_between(&mut self, lo: i64, hi: i64) -> Res<Vec<(String, i64, String)>> {
-                let sql = "SELECT dateobs, dateobs_ms, kind FROM gcn_events WHERE dateobs_ms BETWEEN $1 AND $2";
+                let sql = "SELECT dateobs, dateobs_ms, kind FROM gcn_events \
+                           WHERE dateobs_ms BETWEEN $1 AND $2 AND time_exact = 1";
                 sqlx::query_as(sql).bind(lo).bind(hi).fetch_all(&mut **self).await
             }
             async fn circles(&mut self, dateobs: &str) -> Res<Vec<(f64, f64, f64)>> {
@@ -200,12 +201,13 @@ macro_rules! ingest_tx {
                 Ok(n > 0)
             }
             async fn insert_event(&mut self, row: &EventRow) -> Res<()> {
-                let sql = format!("INSERT INTO gcn_events ({EVENT_COLUMNS}) VALUES ($1, $2, $3, $4, $5)");
+                let sql = format!("INSERT INTO gcn_events ({EVENT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6)");
                 sqlx::query(&sql)
                     .bind(&row.dateobs)
                     .bind(row.dateobs_ms)
                     .bind(&row.kind)
                     .bind(&row.dateobs_from)
+                    .bind(row.time_exact)
                     .bind(row.created_at_ms)
                     .execute(&mut **self)
                     .await
@@ -401,6 +403,7 @@ async fn create_event<T: IngestTx>(
     at: DateObs,
     kind: EventKind,
     from: &str,
+    exact: bool,
     now: i64,
 ) -> Result<String, ServiceError> {
     let t = free_dateobs(tx, at).await?;
@@ -410,6 +413,7 @@ async fn create_event<T: IngestTx>(
         dateobs_ms: t.ms(),
         kind: kind.as_str().to_owned(),
         dateobs_from: from.to_owned(),
+        time_exact: i64::from(exact),
         created_at_ms: now,
     })
     .await?;
@@ -481,6 +485,62 @@ async fn add_aliases<'a, T: IngestTx>(
     Ok(added)
 }
 
+/// Circulars of one file that share a name (one that would become an
+/// alias): whichever is read first decides the event, the others follow,
+/// so MASTER's report on "Fermi trigger No 712927418" and GBM's on GRB
+/// 230805B meet whatever their order.
+struct Clusters {
+    parent: Vec<usize>,
+}
+
+impl Clusters {
+    fn new(names: &[CircularNames]) -> Self {
+        let mut c = Clusters {
+            parent: (0..names.len()).collect(),
+        };
+        let mut owner: HashMap<String, usize> = HashMap::new();
+        for (i, n) in names.iter().enumerate() {
+            for m in n.mentions.iter().filter(|m| m.alias) {
+                match owner.get(&m.name.key()) {
+                    Some(&j) => c.union(i, j),
+                    None => {
+                        owner.insert(m.name.key(), i);
+                    }
+                }
+            }
+        }
+        c
+    }
+
+    fn root(&mut self, i: usize) -> usize {
+        let mut r = i;
+        while self.parent[r] != r {
+            r = self.parent[r];
+        }
+        // Path compression keeps later lookups short.
+        let mut j = i;
+        while self.parent[j] != r {
+            let next = self.parent[j];
+            self.parent[j] = r;
+            j = next;
+        }
+        r
+    }
+
+    fn union(&mut self, a: usize, b: usize) {
+        let (ra, rb) = (self.root(a), self.root(b));
+        if ra != rb {
+            // The earlier circular's root stays the root.
+            let (keep, join) = if ra < rb { (ra, rb) } else { (rb, ra) };
+            self.parent[join] = keep;
+        }
+    }
+
+    fn members(&mut self, root: usize) -> Vec<usize> {
+        (0..self.parent.len()).filter(|i| self.root(*i) == root).collect()
+    }
+}
+
 /// Ingest a file of circulars (sorted by number).
 pub async fn circulars<T: IngestTx>(
     tx: &mut T,
@@ -488,14 +548,9 @@ pub async fn circulars<T: IngestTx>(
     now: i64,
 ) -> Result<Outcome, ServiceError> {
     let names: Vec<CircularNames> = items.iter().map(identify::circular_names).collect();
-    // Which circulars name each event-creating name, for the trigger-time
-    // estimate of an event the first of them creates.
-    let mut naming: HashMap<String, Vec<usize>> = HashMap::new();
-    for (i, n) in names.iter().enumerate() {
-        for m in n.mentions.iter().filter(|m| m.creates.is_some() && m.alias) {
-            naming.entry(m.name.key()).or_default().push(i);
-        }
-    }
+    let mut clusters = Clusters::new(&names);
+    // The event each cluster went to in this file.
+    let mut cluster_event: HashMap<usize, String> = HashMap::new();
     let mut out = Outcome {
         items: i64::try_from(items.len()).unwrap_or(i64::MAX),
         ..Outcome::default()
@@ -520,6 +575,7 @@ pub async fn circulars<T: IngestTx>(
             None => {}
         }
         let n = &names[i];
+        let root = clusters.root(i);
         let mut event = None;
         for m in n.lookups() {
             if let Some(d) = tx.alias(&m.name.key()).await? {
@@ -527,19 +583,29 @@ pub async fn circulars<T: IngestTx>(
                 break;
             }
         }
+        if event.is_none() {
+            event = cluster_event.get(&root).cloned();
+        }
         let mut named = event.is_some();
         if event.is_none()
             && let Some(primary) = n.primary()
         {
-            let cluster: Vec<(&Circular, &CircularNames)> = naming
-                .get(&primary.name.key())
-                .map(|ids| ids.iter().map(|j| (&items[*j], &names[*j])).collect())
-                .unwrap_or_else(|| vec![(c, n)]);
+            let members = clusters.members(root);
+            let cluster: Vec<(&Circular, &CircularNames)> =
+                members.iter().map(|j| (&items[*j], &names[*j])).collect();
             let estimate = identify::estimate(primary, &cluster);
             let kind = primary.creates.unwrap_or(EventKind::Other);
-            let d = create_event(tx, estimate.dateobs, kind, &estimate.from, now).await?;
-            out.events_created.push(d.clone());
-            event = Some(d);
+            // A burst already known to the second (another mission's
+            // trigger, a notice) within seconds is this one.
+            if estimate.exact && kind.groups_by_time() {
+                event = nearest_burst(tx, estimate.dateobs).await?;
+            }
+            if event.is_none() {
+                let d = create_event(tx, estimate.dateobs, kind, &estimate.from, estimate.exact, now)
+                    .await?;
+                out.events_created.push(d.clone());
+                event = Some(d);
+            }
             named = true;
         }
         if event.is_none() {
@@ -555,6 +621,7 @@ pub async fn circulars<T: IngestTx>(
             Some(d) => {
                 out.touched(d);
                 if named {
+                    cluster_event.entry(root).or_insert_with(|| d.clone());
                     let from = format!("GCN Circular {}", c.circular_id);
                     out.aliases_added += add_aliases(tx, n.aliases(), d, &from, now).await?;
                 }
@@ -569,6 +636,19 @@ pub async fn circulars<T: IngestTx>(
         out.extractions += store_derived(tx, c, event.as_deref(), now).await?;
     }
     Ok(out)
+}
+
+/// The burst-like event with an exact time nearest `t` within
+/// [`TIME_WINDOW_MS`], if any.
+async fn nearest_burst<T: IngestTx>(tx: &mut T, t: DateObs) -> Result<Option<String>, ServiceError> {
+    let mut near: Vec<(String, i64, String)> = tx
+        .events_between(t.ms() - TIME_WINDOW_MS, t.ms() + TIME_WINDOW_MS)
+        .await?
+        .into_iter()
+        .filter(|(_, _, kind)| EventKind::parse(kind).groups_by_time())
+        .collect();
+    near.sort_by_key(|(d, ms, _)| ((ms - t.ms()).abs(), d.clone()));
+    Ok(near.into_iter().next().map(|(d, _, _)| d))
 }
 
 /// Ingest one notice.
@@ -601,7 +681,7 @@ pub async fn notice<T: IngestTx>(
         Some(d) => d,
         None => {
             let from = format!("{} notice {}", n.notice_type, n.key);
-            let d = create_event(tx, n.time, n.kind, &from, now).await?;
+            let d = create_event(tx, n.time, n.kind, &from, true, now).await?;
             out.events_created.push(d.clone());
             d
         }

@@ -12,6 +12,8 @@ pub struct EventRow {
     pub dateobs_ms: i64,
     pub kind: String,
     pub dateobs_from: String,
+    /// 1 when the time is known to the second, else 0.
+    pub time_exact: i64,
     pub created_at_ms: i64,
 }
 
@@ -97,7 +99,7 @@ pub struct EventFilter {
     pub alias_prefixes: Vec<String>,
 }
 
-pub const EVENT_COLUMNS: &str = "dateobs, dateobs_ms, kind, dateobs_from, created_at_ms";
+pub const EVENT_COLUMNS: &str = "dateobs, dateobs_ms, kind, dateobs_from, time_exact, created_at_ms";
 pub const CIRCULAR_COLUMNS: &str =
     "circular_id, dateobs, subject, submitter, created_on_ms, body, event_id, bibcode";
 pub const NOTICE_COLUMNS: &str = "ivorn, dateobs, format, mission, instrument, notice_type, packet_type, \
