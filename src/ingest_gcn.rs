@@ -20,8 +20,9 @@ use std::path::{Path, PathBuf};
 const CHUNK_BYTES: usize = 1024 * 1024;
 
 /// A GCN client signed as the system.
-type Client =
-    GcnServiceClient<tonic::service::interceptor::InterceptedService<tonic::transport::Channel, Outbound>>;
+type Client = GcnServiceClient<
+    tonic::service::interceptor::InterceptedService<tonic::transport::Channel, Outbound>,
+>;
 
 /// Whether a file looks like GCN data by its name.
 fn is_gcn_file(p: &Path) -> bool {
@@ -91,7 +92,10 @@ async fn send(
         chunks.push(pb::GcnFileChunk::default());
     }
     chunks[0].source = source.to_owned();
-    Ok(gcn.ingest_gcn(tokio_stream::iter(chunks)).await?.into_inner())
+    Ok(gcn
+        .ingest_gcn(tokio_stream::iter(chunks))
+        .await?
+        .into_inner())
 }
 
 /// What the files added up to.

@@ -202,7 +202,8 @@ fn dms(sign: &str, d: f64, m: f64, s: f64) -> f64 {
 fn positions(text: &str, id: i64, out: &mut Vec<Extraction>) {
     // (start, end, ra, dec, radius stated with the position)
     let mut found: Vec<(usize, usize, f64, f64, Option<f64>)> = Vec::new();
-    let f = |c: &regex::Captures<'_>, i: usize| c.get(i).and_then(|m| m.as_str().parse::<f64>().ok());
+    let f =
+        |c: &regex::Captures<'_>, i: usize| c.get(i).and_then(|m| m.as_str().parse::<f64>().ok());
     for cap in POS_PAIR.captures_iter(text) {
         let m = cap.get(0).expect("group 0 exists");
         if let (Some(ra), Some(dec)) = (f(&cap, 1), f(&cap, 2)) {
@@ -218,9 +219,14 @@ fn positions(text: &str, id: i64, out: &mut Vec<Extraction>) {
     }
     for cap in POS_SEX.captures_iter(text) {
         let m = cap.get(0).expect("group 0 exists");
-        if let (Some(h), Some(mi), Some(s), Some(d), Some(dm), Some(ds)) =
-            (f(&cap, 1), f(&cap, 2), f(&cap, 3), f(&cap, 5), f(&cap, 6), f(&cap, 7))
-        {
+        if let (Some(h), Some(mi), Some(s), Some(d), Some(dm), Some(ds)) = (
+            f(&cap, 1),
+            f(&cap, 2),
+            f(&cap, 3),
+            f(&cap, 5),
+            f(&cap, 6),
+            f(&cap, 7),
+        ) {
             if h >= 24.0 || mi >= 60.0 || s >= 60.0 || dm >= 60.0 || ds >= 60.0 {
                 continue;
             }
@@ -259,19 +265,19 @@ fn positions(text: &str, id: i64, out: &mut Vec<Extraction>) {
         let next = kept.get(i + 1).map_or(text.len(), |n| n.0);
         let window_end = text.floor_char_boundary(next.min(end + 400));
         let radius = stated.or_else(|| {
-            ERROR
-                .captures(&text[end..window_end])
-                .and_then(|cap| {
-                    let v = cap[1].parse::<f64>().ok()?;
-                    let unit = cap[2].to_ascii_lowercase();
-                    Some(if unit.starts_with("arcmin") || unit == "'" || unit == "′" {
+            ERROR.captures(&text[end..window_end]).and_then(|cap| {
+                let v = cap[1].parse::<f64>().ok()?;
+                let unit = cap[2].to_ascii_lowercase();
+                Some(
+                    if unit.starts_with("arcmin") || unit == "'" || unit == "′" {
                         v / 60.0
                     } else if unit.starts_with("deg") {
                         v
                     } else {
                         v / 3600.0
-                    })
-                })
+                    },
+                )
+            })
         });
         if check_circle(ra, dec, radius.unwrap_or(1.0)).is_err() {
             continue;
@@ -377,11 +383,17 @@ mod tests {
 
     #[test]
     fn redshifts() {
-        let z = of("redshift", "we measure a redshift of z = 0.36 from Ca II; the host has z=0.429 +/- 0.01, and the z-band gives z = 19.5 +/- 0.1 mag.");
+        let z = of(
+            "redshift",
+            "we measure a redshift of z = 0.36 from Ca II; the host has z=0.429 +/- 0.01, and the z-band gives z = 19.5 +/- 0.1 mag.",
+        );
         let values: Vec<f64> = z.iter().filter_map(|p| p["z"].as_f64()).collect();
         assert_eq!(values, [0.36, 0.429]);
         assert_eq!(z[1]["z_err"], 0.01);
-        let photo = of("redshift", "consistent with the photometric redshift of 0.484");
+        let photo = of(
+            "redshift",
+            "consistent with the photometric redshift of 0.484",
+        );
         assert_eq!(photo[0]["photometric"], true);
         assert!(of("redshift", "z = 42.0").is_empty());
     }
@@ -403,7 +415,10 @@ mod tests {
             "RA = 250.1, Dec = 46.2 (J2000 degrees, equivalent to J2000 16h 40m, 46d 12'), with a statistical uncertainty of 1.0 degrees.",
         );
         assert_eq!(gbm[0]["error_radius_deg"], 1.0);
-        let master = of("position", "Fermi GRB230727.40 (trigger No 712143685,08h 45m 55.92s , +67d 25m 58.8s, R=35.95) errorbox");
+        let master = of(
+            "position",
+            "Fermi GRB230727.40 (trigger No 712143685,08h 45m 55.92s , +67d 25m 58.8s, R=35.95) errorbox",
+        );
         assert_eq!(master[0]["error_radius_deg"], 35.95);
         let neg = of("position", "R.A.= 19h 03m 33.11s, DEC.=-40d 53m 48.5s");
         assert!(neg[0]["dec"].as_f64().expect("dec") < -40.0);
@@ -412,7 +427,10 @@ mod tests {
 
     #[test]
     fn magnitudes_and_limits() {
-        let m = of("magnitude", "r = 20.1 +/- 0.1, r > 21.5 mag, g = 19.27 +/- 0.16 mag, F115W(AB) ~ 25.48 +/- 0.20, R=0.05, z = 0.36");
+        let m = of(
+            "magnitude",
+            "r = 20.1 +/- 0.1, r > 21.5 mag, g = 19.27 +/- 0.16 mag, F115W(AB) ~ 25.48 +/- 0.20, R=0.05, z = 0.36",
+        );
         let got: Vec<(String, f64, bool)> = m
             .iter()
             .map(|p| {
@@ -436,8 +454,14 @@ mod tests {
 
     #[test]
     fn instruments_once_each() {
-        let i = of("instrument", "Swift/XRT and Swift-XRT saw it; Fermi GBM, the Zwicky Transient Facility and SVOM/ECLAIRs too.");
+        let i = of(
+            "instrument",
+            "Swift/XRT and Swift-XRT saw it; Fermi GBM, the Zwicky Transient Facility and SVOM/ECLAIRs too.",
+        );
         let names: Vec<&str> = i.iter().filter_map(|p| p["name"].as_str()).collect();
-        assert_eq!(names, ["ZTF", "Swift/XRT", "Fermi/GBM", "SVOM/ECLAIRs", "SVOM"]);
+        assert_eq!(
+            names,
+            ["ZTF", "Swift/XRT", "Fermi/GBM", "SVOM/ECLAIRs", "SVOM"]
+        );
     }
 }

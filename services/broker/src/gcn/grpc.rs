@@ -115,11 +115,7 @@ fn event(d: EventDetail, bodies: bool) -> pb::GcnEvent {
     let by_notice: HashMap<String, (LocalisationRow, bool)> = d
         .localisations
         .iter()
-        .filter_map(|l| {
-            l.ivorn
-                .clone()
-                .map(|iv| (iv, (l.clone(), is_best(l))))
-        })
+        .filter_map(|l| l.ivorn.clone().map(|iv| (iv, (l.clone(), is_best(l)))))
         .collect();
     let s = d.summary;
     pb::GcnEvent {
@@ -130,8 +126,16 @@ fn event(d: EventDetail, bodies: bool) -> pb::GcnEvent {
         dateobs_from: s.row.dateobs_from,
         circular_count: n(d.circulars.len() as i64),
         notice_count: n(d.notices.len() as i64),
-        circulars: d.circulars.into_iter().map(|c| circular(c, bodies)).collect(),
-        notices: d.notices.into_iter().map(|r| notice(r, &by_notice)).collect(),
+        circulars: d
+            .circulars
+            .into_iter()
+            .map(|c| circular(c, bodies))
+            .collect(),
+        notices: d
+            .notices
+            .into_iter()
+            .map(|r| notice(r, &by_notice))
+            .collect(),
         best_localisation: s.best.map(|l| localisation(l, true)),
         localisations: d
             .localisations
@@ -230,7 +234,10 @@ impl Rpc for GcnGrpc {
         let caller = principal::of(&request)?;
         let r = request.into_inner();
         let detail = self.service.event(&caller, &r.dateobs).await?;
-        Ok(Response::new(event(detail, r.include_bodies.unwrap_or(true))))
+        Ok(Response::new(event(
+            detail,
+            r.include_bodies.unwrap_or(true),
+        )))
     }
 
     async fn get_gcn_event_extractions(

@@ -162,7 +162,8 @@ pub fn circular_names(c: &Circular) -> CircularNames {
         // (`GRB230812.79 (trigger No 230812790`): nine digits that read as
         // the burst's own date are that, not a mission elapsed time.
         let burst_number = number.len() == 9
-            && name_time(&grb).is_some_and(|(day, _)| name_date(number).is_some_and(|(d, _)| d == day));
+            && name_time(&grb)
+                .is_some_and(|(day, _)| name_date(number).is_some_and(|(d, _)| d == day));
         body.push(Mention {
             name: grb,
             creates: Some(EventKind::Grb),
@@ -555,8 +556,9 @@ pub fn body_time(
                 && h < 24
                 && mi < 60
                 && s < 61
-                && let Some(t) =
-                    DateObs::from_ms(day.ms() + ((h * 60 + mi) * 60 + s) * 1000 + millis(cap.get(4)))
+                && let Some(t) = DateObs::from_ms(
+                    day.ms() + ((h * 60 + mi) * 60 + s) * 1000 + millis(cap.get(4)),
+                )
             {
                 found.push((start, t));
             }
@@ -652,7 +654,10 @@ pub fn estimate(primary: &Mention, cluster: &[(&Circular, &CircularNames)]) -> E
                 from: if fraction.is_some() {
                     format!("the date and fraction of day of the name {}", primary.name)
                 } else {
-                    format!("the date of the name {} (time of day unknown)", primary.name)
+                    format!(
+                        "the date of the name {} (time of day unknown)",
+                        primary.name
+                    )
                 },
                 exact: false,
             };
@@ -661,7 +666,8 @@ pub fn estimate(primary: &Mention, cluster: &[(&Circular, &CircularNames)]) -> E
     let first = cluster.first().map(|(c, _)| *c);
     let ms = first.map_or(0, |c| c.created_on_ms);
     Estimate {
-        dateobs: DateObs::from_ms(ms).unwrap_or(DateObs::from_ms(0).expect("the epoch is in range")),
+        dateobs: DateObs::from_ms(ms)
+            .unwrap_or(DateObs::from_ms(0).expect("the epoch is in range")),
         from: format!(
             "the submission time of GCN Circular {} (no trigger time stated)",
             first.map_or(0, |c| c.circular_id)
@@ -706,7 +712,11 @@ mod tests {
             ("GRB 230812: UVOT", None),
             ("GRB 231332A", None),
         ] {
-            assert_eq!(grb_name(text).map(|n| n.to_string()), want.map(str::to_owned), "{text}");
+            assert_eq!(
+                grb_name(text).map(|n| n.to_string()),
+                want.map(str::to_owned),
+                "{text}"
+            );
         }
     }
 
@@ -740,10 +750,18 @@ mod tests {
             ],
             "a trigger is no name of a GW candidate"
         );
-        let retraction = circular(34502, "Swift Triggers 1186280 and 1186291 are not GRBs", "", None);
+        let retraction = circular(
+            34502,
+            "Swift Triggers 1186280 and 1186291 are not GRBs",
+            "",
+            None,
+        );
         assert_eq!(
             names(&retraction),
-            [("Swift 1186280".into(), false), ("Swift 1186291".into(), false)]
+            [
+                ("Swift 1186280".into(), false),
+                ("Swift 1186291".into(), false)
+            ]
         );
         let master = circular(
             34277,
@@ -759,7 +777,9 @@ mod tests {
             ]
         );
         assert_eq!(
-            circular_names(&master).primary().map(|m| m.name.to_string()),
+            circular_names(&master)
+                .primary()
+                .map(|m| m.name.to_string()),
             Some("GRB 230727.40".into())
         );
         let gbm = circular(
@@ -778,10 +798,18 @@ mod tests {
             ]
         );
         assert_eq!(n.citations, [34386, 34390]);
-        let reversed = circular(1, "Fermi Gamma-ray Burst Monitor trigger 230925241/717313591 is not a GRB", "", None);
+        let reversed = circular(
+            1,
+            "Fermi Gamma-ray Burst Monitor trigger 230925241/717313591 is not a GRB",
+            "",
+            None,
+        );
         assert_eq!(
             names(&reversed),
-            [("Fermi 717313591".into(), true), ("bn230925241".into(), true)]
+            [
+                ("Fermi 717313591".into(), true),
+                ("bn230925241".into(), true)
+            ]
         );
     }
 
@@ -803,7 +831,10 @@ mod tests {
             None,
             (0, 0),
         );
-        assert_eq!(t.map(|t| t.to_string()), Some("2023-08-12T18:58:12Z".into()));
+        assert_eq!(
+            t.map(|t| t.to_string()),
+            Some("2023-08-12T18:58:12Z".into())
+        );
         let lvk = "We identified the compact binary merger candidate S230814r during \
                    real-time processing ... at 2023-08-14 06:19:20.458 UTC (GPS";
         let day = name_date("230814").map(|(d, _)| d);
@@ -825,7 +856,10 @@ mod tests {
         let master = "inspect of the Fermi GRB230812.79 (trigger No 230812790) errorbox 10000 sec after trigger time at 2023-08-12 21:56:45 UT";
         let day = name_date("230812").map(|(d, _)| d);
         let center = day.map(|d| d.ms() + 68_256_000).expect("dated");
-        assert_eq!(body_time(master, day, Some((center, 864_000)), (0, 0)), None);
+        assert_eq!(
+            body_time(master, day, Some((center, 864_000)), (0, 0)),
+            None
+        );
         let frac = name_time(&Name::new("GRB 230728.12")).expect("dated");
         assert_eq!(frac.1, Some((0.12, 0.01)));
         let bn = name_time(&Name::new("bn230825046")).expect("dated");

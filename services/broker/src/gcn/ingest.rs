@@ -78,8 +78,7 @@ pub trait IngestTx: Send {
         hi: i64,
     ) -> impl Future<Output = Res<Vec<(String, i64, String)>>> + Send;
     /// `(ra, dec, radius)` of an event's localisations.
-    fn circles(&mut self, dateobs: &str)
-    -> impl Future<Output = Res<Vec<(f64, f64, f64)>>> + Send;
+    fn circles(&mut self, dateobs: &str) -> impl Future<Output = Res<Vec<(f64, f64, f64)>>> + Send;
     /// `(checksum, dateobs)` of a stored circular.
     fn circular(
         &mut self,
@@ -391,7 +390,8 @@ async fn free_dateobs<T: IngestTx>(tx: &mut T, t: DateObs) -> Result<DateObs, Se
         if !tx.event_exists(&t.to_string()).await? {
             return Ok(t);
         }
-        t = DateObs::from_ms(t.ms() + 1).ok_or_else(|| ServiceError::invalid("dateobs out of range"))?;
+        t = DateObs::from_ms(t.ms() + 1)
+            .ok_or_else(|| ServiceError::invalid("dateobs out of range"))?;
     }
     Err(ServiceError::precondition(format!(
         "no free dateobs near {t}: a thousand events within a second"
@@ -477,7 +477,10 @@ async fn add_aliases<'a, T: IngestTx>(
     let mut added = 0;
     for name in names {
         let key = name.key();
-        if tx.insert_alias(&key, name.as_str(), dateobs, from, now).await? {
+        if tx
+            .insert_alias(&key, name.as_str(), dateobs, from, now)
+            .await?
+        {
             added += 1;
             tx.attach_mentioning(&key, dateobs).await?;
         }
@@ -537,7 +540,9 @@ impl Clusters {
     }
 
     fn members(&mut self, root: usize) -> Vec<usize> {
-        (0..self.parent.len()).filter(|i| self.root(*i) == root).collect()
+        (0..self.parent.len())
+            .filter(|i| self.root(*i) == root)
+            .collect()
     }
 }
 
@@ -601,8 +606,15 @@ pub async fn circulars<T: IngestTx>(
                 event = nearest_burst(tx, estimate.dateobs).await?;
             }
             if event.is_none() {
-                let d = create_event(tx, estimate.dateobs, kind, &estimate.from, estimate.exact, now)
-                    .await?;
+                let d = create_event(
+                    tx,
+                    estimate.dateobs,
+                    kind,
+                    &estimate.from,
+                    estimate.exact,
+                    now,
+                )
+                .await?;
                 out.events_created.push(d.clone());
                 event = Some(d);
             }
@@ -640,7 +652,10 @@ pub async fn circulars<T: IngestTx>(
 
 /// The burst-like event with an exact time nearest `t` within
 /// [`TIME_WINDOW_MS`], if any.
-async fn nearest_burst<T: IngestTx>(tx: &mut T, t: DateObs) -> Result<Option<String>, ServiceError> {
+async fn nearest_burst<T: IngestTx>(
+    tx: &mut T,
+    t: DateObs,
+) -> Result<Option<String>, ServiceError> {
     let mut near: Vec<(String, i64, String)> = tx
         .events_between(t.ms() - TIME_WINDOW_MS, t.ms() + TIME_WINDOW_MS)
         .await?

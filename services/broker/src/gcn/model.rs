@@ -313,7 +313,9 @@ mod tests {
         let whole = DateObs::parse("2023-08-12T18:58:12Z").expect("parses");
         assert_eq!(whole.to_string(), "2023-08-12T18:58:12Z");
         assert_eq!(
-            DateObs::parse("2023-08-12T18:58").expect("no seconds").to_string(),
+            DateObs::parse("2023-08-12T18:58")
+                .expect("no seconds")
+                .to_string(),
             "2023-08-12T18:58:00Z"
         );
         assert_eq!(whole.midnight().to_string(), "2023-08-12T00:00:00Z");
@@ -336,7 +338,10 @@ mod tests {
 
     #[test]
     fn names_compare_case_and_space_insensitively() {
-        assert_eq!(Name::new("GRB  230805B").key(), Name::new("grb 230805b").key());
+        assert_eq!(
+            Name::new("GRB  230805B").key(),
+            Name::new("grb 230805b").key()
+        );
         assert_eq!(Name::new(" S230814r ").as_str(), "S230814r");
     }
 

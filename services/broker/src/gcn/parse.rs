@@ -278,7 +278,9 @@ fn voevent(text: &str) -> Result<Notice, String> {
             }
         }
     };
-    let packet_type = params.get("Packet_Type").and_then(|p| p.parse::<i64>().ok());
+    let packet_type = params
+        .get("Packet_Type")
+        .and_then(|p| p.parse::<i64>().ok());
     let mission = voevent_mission(packet_type, &ivorn);
     let instrument = params
         .get("Instrument")
@@ -287,7 +289,11 @@ fn voevent(text: &str) -> Result<Notice, String> {
     let notice_type = packet_name(packet_type)
         .map(str::to_owned)
         .unwrap_or_else(|| match (&instrument, packet_type) {
-            (Some(i), Some(p)) => format!("{}_{} (packet type {p})", mission.to_uppercase(), i.to_uppercase()),
+            (Some(i), Some(p)) => format!(
+                "{}_{} (packet type {p})",
+                mission.to_uppercase(),
+                i.to_uppercase()
+            ),
             (Some(i), None) => format!("{}_{}", mission.to_uppercase(), i.to_uppercase()),
             (None, Some(p)) => format!("{} packet type {p}", mission.to_uppercase()),
             (None, None) => format!("{} notice", mission.to_uppercase()),
@@ -343,7 +349,10 @@ fn child<'a, 'i>(node: roxmltree::Node<'a, 'i>, name: &str) -> Option<roxmltree:
         .find(|n| n.is_element() && n.tag_name().name() == name)
 }
 
-fn descendant<'a, 'i>(node: roxmltree::Node<'a, 'i>, name: &str) -> Option<roxmltree::Node<'a, 'i>> {
+fn descendant<'a, 'i>(
+    node: roxmltree::Node<'a, 'i>,
+    name: &str,
+) -> Option<roxmltree::Node<'a, 'i>> {
     node.descendants()
         .find(|n| n.is_element() && n.tag_name().name() == name)
 }
@@ -358,7 +367,10 @@ fn text_of(node: Option<roxmltree::Node<'_, '_>>) -> Option<String> {
 /// `bn` and nine digits anywhere in `s`.
 fn bn_number(s: &str) -> Option<String> {
     let i = s.find("bn")?;
-    let digits: String = s[i + 2..].chars().take_while(char::is_ascii_digit).collect();
+    let digits: String = s[i + 2..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
     (digits.len() == 9).then(|| format!("bn{digits}"))
 }
 
@@ -542,7 +554,9 @@ fn json_notice(v: &Json, text: &str) -> Result<Notice, String> {
         } else {
             mission_kind(&mission)
         },
-        trigger_id: superevent.map(str::to_owned).or_else(|| ids.first().cloned()),
+        trigger_id: superevent
+            .map(str::to_owned)
+            .or_else(|| ids.first().cloned()),
         mission,
         instrument,
         notice_type: path,

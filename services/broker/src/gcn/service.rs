@@ -474,15 +474,16 @@ impl GcnService {
                 "payload: at most {MAX_PAYLOAD_BYTES} bytes of JSON"
             )));
         }
-        let text_field = |v: &Option<String>, field: &str| -> Result<Option<String>, ServiceError> {
-            match v.as_deref().map(str::trim) {
-                None | Some("") => Ok(None),
-                Some(s) if s.chars().count() <= 200 => Ok(Some(s.to_owned())),
-                Some(_) => Err(ServiceError::invalid(format!(
-                    "{field}: at most 200 characters"
-                ))),
-            }
-        };
+        let text_field =
+            |v: &Option<String>, field: &str| -> Result<Option<String>, ServiceError> {
+                match v.as_deref().map(str::trim) {
+                    None | Some("") => Ok(None),
+                    Some(s) if s.chars().count() <= 200 => Ok(Some(s.to_owned())),
+                    Some(_) => Err(ServiceError::invalid(format!(
+                        "{field}: at most 200 characters"
+                    ))),
+                }
+            };
         let kind = text_field(&new.kind, "kind")?;
         let key = text_field(&new.key, "key")?;
         let row = self.resolve(&new.dateobs).await?;

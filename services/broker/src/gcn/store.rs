@@ -99,7 +99,8 @@ pub struct EventFilter {
     pub alias_prefixes: Vec<String>,
 }
 
-pub const EVENT_COLUMNS: &str = "dateobs, dateobs_ms, kind, dateobs_from, time_exact, created_at_ms";
+pub const EVENT_COLUMNS: &str =
+    "dateobs, dateobs_ms, kind, dateobs_from, time_exact, created_at_ms";
 pub const CIRCULAR_COLUMNS: &str =
     "circular_id, dateobs, subject, submitter, created_on_ms, body, event_id, bibcode";
 pub const NOTICE_COLUMNS: &str = "ivorn, dateobs, format, mission, instrument, notice_type, packet_type, \
