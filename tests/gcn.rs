@@ -125,6 +125,22 @@ async fn real_data_events(db: Db) {
     );
     assert!(reports[1..].iter().all(|r| r.outcome.stored == 1));
     let reader = reader("tenant-a");
+    // Every circular is in exactly one event or counted as naming none.
+    let mut in_events = 0;
+    let mut offset = 0;
+    loop {
+        let page = svc
+            .events(&reader, None, Some(100), Some(offset))
+            .await
+            .expect("page");
+        in_events += page.events.iter().map(|e| e.circulars).sum::<i64>();
+        offset += 100;
+        if i64::from(offset) >= page.total {
+            break;
+        }
+    }
+    assert_eq!(in_events + circulars.outcome.unattached, 500);
+    assert!(in_events > 450, "{in_events} circulars attached");
 
     // GRB 230812B: every circular GCN files under that event, and the UVOT
     // one whose subject says only "GRB 230812" (attached by its citations).

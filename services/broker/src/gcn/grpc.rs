@@ -205,6 +205,7 @@ fn report(r: IngestReport) -> pb::GcnIngestReport {
         updated: n(o.updated),
         unchanged: n(o.unchanged),
         unattached: n(o.unattached),
+        attached: n(o.attached),
         events_created: o.events_created,
         events: o.events,
         aliases_added: n(o.aliases_added),

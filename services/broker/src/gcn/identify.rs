@@ -267,6 +267,9 @@ fn trigger(mission: &str, number: &str) -> Mention {
     }
 }
 
+/// A name pattern, the kind it creates, and how its capture is written.
+type NamePattern = (&'static LazyLock<Regex>, EventKind, fn(&str) -> String);
+
 /// The names in a subject line (or an `eventId`), in order.
 fn subject_names(text: &str, out: &mut Vec<Mention>) {
     let mut found: Vec<(usize, Mention)> = Vec::new();
@@ -295,7 +298,7 @@ fn subject_names(text: &str, out: &mut Vec<Mention>) {
             },
         ));
     }
-    let simple: [(&Regex, EventKind, fn(&str) -> String); 5] = [
+    let simple: [NamePattern; 5] = [
         (&SUPEREVENT, EventKind::Gw, |s| s.to_owned()),
         (&ICECUBE, EventKind::Neutrino, |s| format!("IceCube-{s}")),
         (&EP, EventKind::XRay, |s| format!("EP{s}")),
@@ -304,7 +307,7 @@ fn subject_names(text: &str, out: &mut Vec<Mention>) {
     ];
     for (re, kind, display) in simple {
         let mut first = true;
-        for cap in re.captures_iter(text) {
+        for cap in LazyLock::force(re).captures_iter(text) {
             let text = &cap[1];
             if matches!(kind, EventKind::Gw | EventKind::Neutrino | EventKind::XRay)
                 && name_date(text.trim_start_matches(|c: char| c.is_ascii_alphabetic())).is_none()

@@ -40,9 +40,12 @@ pub struct Outcome {
     pub updated: i64,
     /// Already stored, identical.
     pub unchanged: i64,
-    /// Circulars that name no known event (kept, and attached when one takes
-    /// a name they mention).
+    /// Circulars of this file that name no known event after it (kept, and
+    /// attached when an event takes a name they mention).
     pub unattached: i64,
+    /// Circulars stored unattached (by this file or an earlier one) that
+    /// joined an event because it took a name they mention.
+    pub attached: i64,
     /// Events created, canonical dateobs.
     pub events_created: Vec<String>,
     /// Every event the file added to, canonical dateobs, in order.
@@ -467,25 +470,27 @@ async fn store_derived<T: IngestTx>(
 }
 
 /// Add `names` to `dateobs`; a name another event owns stays that event's.
+/// Circulars that were waiting for one of the new names join the event.
 async fn add_aliases<'a, T: IngestTx>(
     tx: &mut T,
     names: impl Iterator<Item = &'a super::model::Name>,
     dateobs: &str,
     from: &str,
+    out: &mut Outcome,
     now: i64,
-) -> Result<i64, ServiceError> {
-    let mut added = 0;
+) -> Result<(), ServiceError> {
     for name in names {
         let key = name.key();
         if tx
             .insert_alias(&key, name.as_str(), dateobs, from, now)
             .await?
         {
-            added += 1;
-            tx.attach_mentioning(&key, dateobs).await?;
+            out.aliases_added += 1;
+            let joined = tx.attach_mentioning(&key, dateobs).await?;
+            out.attached += i64::try_from(joined).unwrap_or(i64::MAX);
         }
     }
-    Ok(added)
+    Ok(())
 }
 
 /// Circulars of one file that share a name (one that would become an
@@ -556,6 +561,8 @@ pub async fn circulars<T: IngestTx>(
     let mut clusters = Clusters::new(&names);
     // The event each cluster went to in this file.
     let mut cluster_event: HashMap<usize, String> = HashMap::new();
+    // Circulars of this file stored without an event.
+    let mut waiting: Vec<i64> = Vec::new();
     let mut out = Outcome {
         items: i64::try_from(items.len()).unwrap_or(i64::MAX),
         ..Outcome::default()
@@ -635,11 +642,11 @@ pub async fn circulars<T: IngestTx>(
                 if named {
                     cluster_event.entry(root).or_insert_with(|| d.clone());
                     let from = format!("GCN Circular {}", c.circular_id);
-                    out.aliases_added += add_aliases(tx, n.aliases(), d, &from, now).await?;
+                    add_aliases(tx, n.aliases(), d, &from, &mut out, now).await?;
                 }
             }
             None => {
-                out.unattached += 1;
+                waiting.push(c.circular_id);
                 for m in &n.mentions {
                     tx.insert_mention(&m.name.key(), c.circular_id).await?;
                 }
@@ -647,6 +654,15 @@ pub async fn circulars<T: IngestTx>(
         }
         out.extractions += store_derived(tx, c, event.as_deref(), now).await?;
     }
+    // Those of this file that later circulars' names attached are not
+    // unattached any more.
+    let mut still = 0;
+    for id in waiting {
+        if tx.circular(id).await?.is_some_and(|(_, d)| d.is_none()) {
+            still += 1;
+        }
+    }
+    out.unattached = still;
     Ok(out)
 }
 
@@ -702,7 +718,7 @@ pub async fn notice<T: IngestTx>(
         }
     };
     let from = format!("{} notice {}", n.notice_type, n.key);
-    out.aliases_added += add_aliases(tx, n.names.iter(), &dateobs, &from, now).await?;
+    add_aliases(tx, n.names.iter(), &dateobs, &from, &mut out, now).await?;
     tx.insert_notice(n, &dateobs, source, checksum, now).await?;
     if let Some((ra, dec, r)) = n.position {
         let instrument = n
