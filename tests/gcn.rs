@@ -307,6 +307,11 @@ async fn reingest_and_bad_files(db: Db) {
     // The same files again: nothing changes.
     let again = gcn::ingest_all(&svc).await;
     assert!(again.iter().all(|r| r.already_present), "every file known");
+    assert_eq!(
+        again[0].outcome.items, 500,
+        "a known file still says what it holds"
+    );
+    assert_eq!(again[0].outcome.stored, 0);
     assert_eq!(svc.store().totals().await.expect("totals"), before);
 
     // The same circulars in another file (a JSON array): each is known.
@@ -1126,4 +1131,8 @@ fn ingest_gcn_from_the_command_line() {
         "{stdout}"
     );
     assert!(stdout.contains("0 newly stored"), "{stdout}");
+    assert!(
+        stdout.contains(&format!("{} circulars and notices read", 500 + files - 1)),
+        "a known file still says what it holds: {stdout}"
+    );
 }

@@ -181,7 +181,11 @@ impl GcnService {
             let mut tx = pool.begin().await?;
             tx.lock().await?;
             if tx.file_seen(&checksum).await? {
-                (true, Outcome::default())
+                let items = match &parsed {
+                    ParsedFile::Circulars(c) => i64::try_from(c.len()).unwrap_or(i64::MAX),
+                    ParsedFile::Notice(_) => 1,
+                };
+                (true, Outcome { items, unchanged: items, ..Outcome::default() })
             } else {
                 let outcome = run(&mut tx, &parsed, &source, &checksum, now).await?;
                 tx.insert_file(&checksum, &source, kind, outcome.items, now).await?;
