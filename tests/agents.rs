@@ -502,7 +502,7 @@ async fn every_tool_result_validates_against_its_output_schema() {
     // GCN events: the Fermi/SVOM burst loaded with `ithaca ingest gcn`
     // into this stack, its URI read back. (post_gcn_event_comment is
     // subject-scoped, so the edge does not list it in these sessions.)
-    let stack_dir = up._dir.path().join("stack");
+    let stack_dir = up.dir.path().join("stack");
     let ingest = common::ithaca()
         .args(["ingest", "gcn"])
         .arg(common::gcn::fermi_svom_dir())
