@@ -137,6 +137,23 @@ impl SchemaPass {
         result
     }
 
+    /// Also check tools listed later (those offered only in a session on a
+    /// subject), which must then be exercised too.
+    fn learn(&mut self, tools: &[Value]) {
+        for tool in tools {
+            let name = tool["name"].as_str().expect("tool name").to_owned();
+            if self.tools.contains_key(&name) {
+                continue;
+            }
+            if let Some(schema) = tool.get("outputSchema") {
+                let validator = jsonschema::validator_for(schema)
+                    .unwrap_or_else(|e| panic!("{name}: the output schema is no JSON Schema: {e}"));
+                self.validators.insert(name.clone(), validator);
+            }
+            self.tools.insert(name, tool.clone());
+        }
+    }
+
     fn check(&mut self, tool: &str, result: &Value) {
         self.called.insert(tool.to_owned());
         self.results += 1;
@@ -579,6 +596,156 @@ async fn every_tool_result_validates_against_its_output_schema() {
         json!({"dateobs": dateobs}),
     )
     .await;
+
+    // The write tool of a GCN event is offered only where its subject is:
+    // a person opens a session on the event, the agent joins it.
+    let comment_tool = "post_gcn_event_comment";
+    assert!(
+        !tools_of(&up, &up.agent)
+            .await
+            .iter()
+            .any(|t| t["name"] == comment_tool),
+        "no subject, no write tool"
+    );
+    let outside = modern(
+        &up,
+        &up.agent,
+        "tools/call",
+        json!({"name": comment_tool, "arguments": {"dateobs": dateobs, "text": "x"}}),
+    )
+    .await;
+    assert_eq!(
+        outside.json()["error"]["code"],
+        -32602,
+        "{}",
+        outside.text()
+    );
+    let err = pass
+        .err(
+            &up,
+            &up.agent,
+            "session_context",
+            json!({"prompt": "mine", "subject_kind": "gcn_event", "subject_id": dateobs}),
+        )
+        .await;
+    assert_eq!(
+        err["error"], "HUMAN_REQUIRED",
+        "agents cannot set a subject"
+    );
+    let on_event = pass
+        .ok(
+            &up,
+            &up.human,
+            "session_context",
+            json!({"prompt": "Reply on the SVOM burst", "subject_kind": "gcn_event", "subject_id": dateobs}),
+        )
+        .await;
+    assert_eq!(on_event["subject_id"], dateobs.as_str());
+    let scoped_session = on_event["session_id"].as_str().expect("id").to_owned();
+    pass.ok(
+        &up,
+        &up.agent,
+        "session_context",
+        json!({"prompt": "joining", "session_id": scoped_session}),
+    )
+    .await;
+    let scoped_tools = tools_of(&up, &up.agent).await;
+    assert!(
+        scoped_tools.iter().any(|t| t["name"] == comment_tool),
+        "offered in the session"
+    );
+    pass.learn(&scoped_tools);
+    let posted = pass
+        .ok(
+            &up,
+            &up.agent,
+            comment_tool,
+            json!({"dateobs": dateobs, "text": "Swift/XRT follow-up planned."}),
+        )
+        .await;
+    assert!(posted.is_object(), "{posted}");
+    // A circular's text cannot steer it to another event: refused by the
+    // broker itself, and traced as a denial.
+    let more = common::ithaca()
+        .args(["ingest", "gcn"])
+        .arg(common::gcn::notices_dir())
+        .arg("--data-dir")
+        .arg(&stack_dir)
+        .output()
+        .expect("run ithaca ingest gcn");
+    assert!(
+        more.status.success(),
+        "{}",
+        String::from_utf8_lossy(&more.stderr)
+    );
+    let all = pass
+        .ok(&up, &up.agent, "get_gcn_events", json!({"limit": 50}))
+        .await;
+    let other = all["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter_map(|e| e["dateobs"].as_str())
+        .find(|d| *d != dateobs)
+        .expect("another event")
+        .to_owned();
+    let steered = pass
+        .err(
+            &up,
+            &up.agent,
+            comment_tool,
+            json!({"dateobs": other, "text": "injected"}),
+        )
+        .await;
+    assert_eq!(steered["error"], "SUBJECT_MISMATCH", "{steered}");
+    pass.err(
+        &up,
+        &up.agent,
+        comment_tool,
+        json!({"dateobs": dateobs, "text": ""}),
+    )
+    .await;
+    let shown = common::ithaca()
+        .args(["sessions", "show", &scoped_session, "--data-dir"])
+        .arg(&stack_dir)
+        .output()
+        .expect("ithaca sessions show");
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        shown
+            .lines()
+            .any(|l| l.contains(" denial ") && l.contains("SUBJECT_MISMATCH")),
+        "{shown}"
+    );
+    let comments = pass
+        .ok(
+            &up,
+            &up.agent,
+            "get_gcn_event_comments",
+            json!({"dateobs": dateobs}),
+        )
+        .await;
+    assert!(
+        comments
+            .to_string()
+            .contains("Swift/XRT follow-up planned."),
+        "{comments}"
+    );
+    assert!(!comments.to_string().contains("injected"));
+    // Back in a session of its own, the tool is gone again.
+    pass.ok(
+        &up,
+        &up.agent,
+        "session_context",
+        json!({"prompt": "elsewhere"}),
+    )
+    .await;
+    assert!(
+        !tools_of(&up, &up.agent)
+            .await
+            .iter()
+            .any(|t| t["name"] == comment_tool)
+    );
     pass.err(
         &up,
         &up.agent,
