@@ -443,6 +443,33 @@ impl Edge {
     }
 }
 
+/// Why a request body could not be read: too slow (the listener's body
+/// timeout, 408, and the connection is closed), too large (413), or broken
+/// off (400).
+fn body_refused(error: &axum::Error, limit: usize) -> Response {
+    if crate::listener::is_body_timeout(error) {
+        let mut response = plain(StatusCode::REQUEST_TIMEOUT, error.to_string());
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        return response;
+    }
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = cause {
+        if e.is::<http_body_util::LengthLimitError>() {
+            return plain(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("request body larger than {limit} bytes"),
+            );
+        }
+        cause = e.source();
+    }
+    plain(
+        StatusCode::BAD_REQUEST,
+        format!("the request body could not be read: {error}"),
+    )
+}
+
 fn plain(status: StatusCode, text: impl Into<String>) -> Response {
     let mut text = text.into();
     text.push('\n');
@@ -752,23 +779,27 @@ async fn mcp_request(
 
     let bytes = match axum::body::to_bytes(body, edge.options.body_limit).await {
         Ok(b) => b,
-        Err(_) => {
-            return plain(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!("request body larger than {} bytes", edge.options.body_limit),
-            );
-        }
+        Err(error) => return body_refused(&error, edge.options.body_limit),
     };
     // serde_json refuses nesting deeper than 128 levels, so deeply nested
     // input is a parse error, not a deep recursion.
     let message: Value = match serde_json::from_slice(&bytes) {
         Ok(v) => v,
-        Err(_) => {
+        Err(error) => {
+            let text = if error.to_string().starts_with("recursion limit exceeded") {
+                format!(
+                    "Parse error: the body nests deeper than 128 levels, more than this server \
+                     reads (tool arguments may nest at most {} levels)",
+                    crate::transcode::MAX_NESTING
+                )
+            } else {
+                "Parse error: the body is not valid JSON".to_owned()
+            };
             return jsonrpc_error(
                 StatusCode::BAD_REQUEST,
                 Value::Null,
                 codes::PARSE_ERROR,
-                "Parse error: the body is not valid JSON",
+                &text,
             );
         }
     };
@@ -820,6 +851,11 @@ async fn mcp_request(
         Ok(Ok(response)) => response.map(Body::new),
         Ok(Err(never)) => match never {},
         Err(_) => {
+            tracing::warn!(
+                method = %method,
+                timeout_ms = timeout.as_millis() as u64,
+                "request timed out before its answer was ready"
+            );
             let id = message.get("id").cloned().unwrap_or(Value::Null);
             jsonrpc_error(
                 StatusCode::GATEWAY_TIMEOUT,
@@ -943,6 +979,9 @@ async fn trace_stream(
         after_seq,
     });
     edge.core.sign(&mut request, &principal);
+    // A stalled session service must not hold the request open: the stream
+    // starts within the request timeout or not at all.
+    request.set_timeout(edge.options.request_timeout);
     let stream = match client.tail_events(request).await {
         Ok(r) => r.into_inner(),
         Err(status)
@@ -984,22 +1023,40 @@ async fn trace_stream(
                     .data(data.to_string()),
             ))
         });
-    // A console sign-in is checked again while its stream is open, so a
-    // revoked key (or a signed-out cookie's key) stops the trace within the
-    // key cache window instead of at the next page load.
-    let browser = edge.browser.clone().filter(|_| signed_in);
-    let revoked = async move {
-        let Some(browser) = browser else {
-            return std::future::pending().await;
-        };
-        loop {
-            tokio::time::sleep(crate::auth::MAX_CACHE_TTL).await;
-            if browser.principal(&headers).await.is_none() {
-                return;
-            }
-        }
-    };
+    // The caller is checked again while the stream is open, as often as a
+    // verified key may be cached, so a revoked key (or a signed-out
+    // cookie's key) ends the stream within the cache window plus one check
+    // instead of never. A check that cannot be made (auth unreachable)
+    // ends it too: the client reconnects from its last `seq` once the key
+    // verifies again.
+    let revoked = still_allowed(edge.clone(), signed_in, headers);
     Sse::new(events.take_until(revoked))
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
         .into_response()
+}
+
+/// Resolves once the caller of a trace stream is no longer allowed in:
+/// its bearer key (or, when `signed_in`, its console sign-in) no longer
+/// verifies. Never resolves for a local caller (authentication off).
+async fn still_allowed(edge: Arc<Edge>, signed_in: bool, headers: HeaderMap) {
+    let every = match (&edge.callers, signed_in) {
+        (_, true) => crate::auth::MAX_CACHE_TTL,
+        (Callers::Keys(auth), false) => auth.recheck_interval(),
+        (Callers::Local(_), false) => return std::future::pending().await,
+    };
+    loop {
+        tokio::time::sleep(every).await;
+        let allowed = if signed_in {
+            match &edge.browser {
+                Some(browser) => browser.principal(&headers).await.is_some(),
+                None => false,
+            }
+        } else {
+            edge.authenticate(&headers).await.is_ok()
+        };
+        if !allowed {
+            tracing::info!("trace stream ended: its caller no longer verifies");
+            return;
+        }
+    }
 }
