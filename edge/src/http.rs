@@ -14,6 +14,7 @@
 #![allow(clippy::result_large_err)]
 
 use crate::auth::{AuthFailure, Authenticator};
+use crate::catalog::Catalog;
 use crate::core::Core;
 use crate::mcp::{CallerInfo, Gateway};
 use crate::metrics::Metrics;
@@ -416,31 +417,95 @@ impl Edge {
         h.append(header::VARY, HeaderValue::from_static("Origin"));
         response
     }
+}
 
-    /// The scopes one JSON-RPC message needs (seed 000's table plus each
-    /// tool's and resource's own scope).
-    fn required_scopes(&self, message: &Value) -> Vec<String> {
-        let params = &message["params"];
-        let scopes: Vec<&str> = match message["method"].as_str().unwrap_or("") {
-            "tools/call" => match params["name"]
-                .as_str()
-                .and_then(|n| self.core.catalog.tool(n))
-            {
-                Some(tool) => tool.scopes(),
-                None => vec![crate::catalog::BASE_SCOPE],
-            },
-            "resources/read" => match params["uri"]
-                .as_str()
-                .and_then(|u| self.core.catalog.resource(u))
-            {
-                Some((resource, _)) => resource.scopes(),
-                None => vec![crate::catalog::BASE_SCOPE],
-            },
-            "resources/list" | "resources/templates/list" => vec![crate::catalog::BASE_SCOPE],
-            _ => Vec::new(),
-        };
-        scopes.into_iter().map(str::to_owned).collect()
+/// What the request front decided about one POST body, before the
+/// caller's scopes are compared with what it needs.
+pub enum Screened {
+    /// A finished refusal: not JSON, not one well-formed JSON-RPC message,
+    /// an unsupported protocol version, a method unknown in its era, or
+    /// params without what the method needs.
+    Refused(Response),
+    /// A batch: refused (no served revision allows one), after the caller
+    /// is found to hold the union of its members' scopes.
+    Batch { scopes: Vec<String> },
+    /// One message to serve.
+    Message {
+        message: Value,
+        /// The scopes it needs.
+        scopes: Vec<String>,
+        /// Its `method` label in the metrics (a known method or `other`).
+        method: String,
+    },
+}
+
+/// The request front's checks that need nothing but the request and the
+/// catalog, in the order the edge applies them. Pure, so the
+/// `request_front` fuzz target drives it with arbitrary bodies and headers.
+pub fn screen(catalog: &Catalog, headers: &HeaderMap, body: &[u8]) -> Screened {
+    // serde_json refuses nesting deeper than 128 levels, so deeply nested
+    // input is a parse error, not a deep recursion.
+    let message: Value = match serde_json::from_slice(body) {
+        Ok(v) => v,
+        Err(error) => {
+            let text = if error.to_string().starts_with("recursion limit exceeded") {
+                format!(
+                    "Parse error: the body nests deeper than 128 levels, more than this server \
+                     reads (tool arguments may nest at most {} levels)",
+                    crate::transcode::MAX_NESTING
+                )
+            } else {
+                "Parse error: the body is not valid JSON".to_owned()
+            };
+            return Screened::Refused(jsonrpc_error(
+                StatusCode::BAD_REQUEST,
+                Value::Null,
+                codes::PARSE_ERROR,
+                &text,
+            ));
+        }
+    };
+    if let Value::Array(members) = &message {
+        let mut scopes: Vec<String> = Vec::new();
+        for member in members {
+            for scope in required_scopes(catalog, member) {
+                if !scopes.contains(&scope) {
+                    scopes.push(scope);
+                }
+            }
+        }
+        return Screened::Batch { scopes };
     }
+    if let Err(refused) = check_envelope(&message) {
+        return Screened::Refused(refused);
+    }
+    if let Err(refused) = check_request(&message, headers) {
+        return Screened::Refused(refused);
+    }
+    Screened::Message {
+        scopes: required_scopes(catalog, &message),
+        method: metric_method(&message),
+        message,
+    }
+}
+
+/// The scopes one JSON-RPC message needs (seed 000's table plus each
+/// tool's and resource's own scope).
+fn required_scopes(catalog: &Catalog, message: &Value) -> Vec<String> {
+    let params = &message["params"];
+    let scopes: Vec<&str> = match message["method"].as_str().unwrap_or("") {
+        "tools/call" => match params["name"].as_str().and_then(|n| catalog.tool(n)) {
+            Some(tool) => tool.scopes(),
+            None => vec![crate::catalog::BASE_SCOPE],
+        },
+        "resources/read" => match params["uri"].as_str().and_then(|u| catalog.resource(u)) {
+            Some((resource, _)) => resource.scopes(),
+            None => vec![crate::catalog::BASE_SCOPE],
+        },
+        "resources/list" | "resources/templates/list" => vec![crate::catalog::BASE_SCOPE],
+        _ => Vec::new(),
+    };
+    scopes.into_iter().map(str::to_owned).collect()
 }
 
 /// Why a request body could not be read: too slow (the listener's body
@@ -781,63 +846,30 @@ async fn mcp_request(
         Ok(b) => b,
         Err(error) => return body_refused(&error, edge.options.body_limit),
     };
-    // serde_json refuses nesting deeper than 128 levels, so deeply nested
-    // input is a parse error, not a deep recursion.
-    let message: Value = match serde_json::from_slice(&bytes) {
-        Ok(v) => v,
-        Err(error) => {
-            let text = if error.to_string().starts_with("recursion limit exceeded") {
-                format!(
-                    "Parse error: the body nests deeper than 128 levels, more than this server \
-                     reads (tool arguments may nest at most {} levels)",
-                    crate::transcode::MAX_NESTING
-                )
-            } else {
-                "Parse error: the body is not valid JSON".to_owned()
-            };
+    let scoped = matches!(edge.callers, Callers::Keys(_));
+    let (message, scopes, method) = match screen(&edge.core.catalog, &parts.headers, &bytes) {
+        Screened::Refused(refused) => return refused,
+        Screened::Batch { scopes } => {
+            if scoped && let Some(missing) = scopes.iter().find(|s| !principal.has_scope(s)) {
+                return edge.missing_scope(missing);
+            }
             return jsonrpc_error(
                 StatusCode::BAD_REQUEST,
                 Value::Null,
-                codes::PARSE_ERROR,
-                &text,
+                codes::INVALID_REQUEST,
+                "Invalid Request: batch requests are not supported",
             );
         }
+        Screened::Message {
+            message,
+            scopes,
+            method,
+        } => (message, scopes, method),
     };
-    let scoped = matches!(edge.callers, Callers::Keys(_));
-    if let Value::Array(members) = &message {
-        // A batch needs the union of its members' scopes, and is then
-        // refused: no served revision allows batches.
-        if scoped {
-            for member in members {
-                for scope in edge.required_scopes(member) {
-                    if !principal.has_scope(&scope) {
-                        return edge.missing_scope(&scope);
-                    }
-                }
-            }
-        }
-        return jsonrpc_error(
-            StatusCode::BAD_REQUEST,
-            Value::Null,
-            codes::INVALID_REQUEST,
-            "Invalid Request: batch requests are not supported",
-        );
-    }
-    if let Err(refused) = check_envelope(&message) {
-        return refused;
-    }
-    if let Err(refused) = check_request(&message, &parts.headers) {
-        return refused;
-    }
-    if scoped {
-        for scope in edge.required_scopes(&message) {
-            if !principal.has_scope(&scope) {
-                return edge.missing_scope(&scope);
-            }
-        }
+    if scoped && let Some(missing) = scopes.iter().find(|s| !principal.has_scope(s)) {
+        return edge.missing_scope(missing);
     }
 
-    let method = metric_method(&message);
     edge.count_handshake(&message);
     let span = request_span(&message, &parts.headers);
     parts.extensions.insert(CallerInfo {
