@@ -113,6 +113,12 @@ pub async fn start(spec: Spec) -> anyhow::Result<JoinHandle<anyhow::Result<()>>>
             let db = ithaca_broker::open_db(&database_url, &schema)
                 .await
                 .with_context(|| format!("opening the {service} database"))?;
+            // Account configs written before they were sealed are sealed
+            // now, before anything is served.
+            ithaca_broker::service(db.clone(), &key)
+                .seal_account_configs()
+                .await
+                .context("sealing provider account configs")?;
             ithaca_broker::serve_options(db, key)
         }
         Service::Skills => {

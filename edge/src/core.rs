@@ -14,6 +14,7 @@ use ithaca_proto::approvals::v1 as apb;
 use ithaca_proto::approvals::v1::approvals_service_client::ApprovalsServiceClient;
 use ithaca_proto::mcp::v1 as mcp;
 use ithaca_proto::mcp::v1::content::Kind as ContentKind;
+use ithaca_proto::service_names::SESSION;
 use ithaca_proto::session::v1 as spb;
 use ithaca_proto::session::v1::session_service_client::SessionServiceClient;
 use prost::Message;
@@ -297,7 +298,7 @@ impl Core {
         };
         let started = Instant::now();
         let mut principal = caller.clone();
-        let arguments_seen = arguments.clone().unwrap_or(json!({}));
+        let arguments_seen = transcode::traceable(arguments.clone().unwrap_or(json!({})));
 
         // 2. The session gate and the durable `tool_call`, in one round
         //    trip: every tool but session_context runs inside the caller's
@@ -585,7 +586,7 @@ impl Core {
         match client.get_current_session(request).await {
             Ok(reply) => Ok(Gate::from_descriptor(reply.into_inner())),
             Err(status) if domain_code(&status) == Some("NO_ACTIVE_SESSION") => Err(no_session()),
-            Err(status) => Err(status_failure(&status)),
+            Err(status) => Err(status_failure(&session.explain(SESSION, status))),
         }
     }
 
@@ -612,6 +613,7 @@ impl Core {
             .append_event(request)
             .await
             .map(tonic::Response::into_inner)
+            .map_err(|status| session.explain(SESSION, status))
     }
 
     /// A client of the session service (the SSE stream uses it); sign each
@@ -737,6 +739,7 @@ fn subject_fits(caller: &Principal, tool: &Tool) -> bool {
 }
 
 fn internal(status: &Status) -> RpcError {
+    tracing::warn!(code = ?status.code(), error = %status.message(), "backend call failed");
     RpcError {
         code: RpcError::INTERNAL,
         message: status.message().to_owned(),
@@ -816,14 +819,15 @@ fn status_failure(status: &Status) -> ToolFailure {
         status.code(),
         Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::ResourceExhausted
     );
+    let code = error_code(status);
+    if code == "INTERNAL" {
+        tracing::warn!(code = ?status.code(), error = %status.message(), "backend failed");
+    }
     let message = match status.code() {
-        Code::Internal | Code::Unknown => {
-            tracing::warn!(code = ?status.code(), error = %status.message(), "backend failed");
-            "the service failed; see the server logs"
-        }
+        Code::Internal | Code::Unknown => "the service failed; see the server logs",
         _ => status.message(),
     };
-    ToolFailure::new(&error_code(status), message, retryable)
+    ToolFailure::new(&code, message, retryable)
 }
 
 fn no_session() -> ToolFailure {
