@@ -212,15 +212,14 @@ impl Core {
         });
         request.set_timeout(session.timeout());
         self.key.sign(&mut request, caller);
-        let begun = tokio::time::timeout(session.timeout(), client.begin_call(request))
-            .await
-            .map_err(|_| {
-                Status::deadline_exceeded(format!(
-                    "the session service did not answer within {} ms",
-                    session.timeout().as_millis()
-                ))
-            })??
-            .into_inner();
+        let begun = match tokio::time::timeout(session.timeout(), client.begin_call(request)).await
+        {
+            Ok(answer) => answer.map_err(|status| session.explain(SESSION, status))?,
+            Err(_) => {
+                return Err(session.explain(SESSION, Status::deadline_exceeded("timed out")));
+            }
+        }
+        .into_inner();
         let descriptor = begun.session.unwrap_or_default();
         Ok((Gate::from_descriptor(descriptor), begun.seq))
     }
