@@ -440,7 +440,11 @@ mod tests {
         assert!(!scoped.may_write("filter", "f2"));
         assert!(!scoped.may_write("gcn_event", "f1"));
         // A new session drops the old subject.
-        assert!(!scoped.in_session(Some("s2".into())).may_write("filter", "f1"));
+        assert!(
+            !scoped
+                .in_session(Some("s2".into()))
+                .may_write("filter", "f1")
+        );
         assert!(Principal::system("t1").may_write("filter", "anything"));
     }
 

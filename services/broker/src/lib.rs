@@ -26,6 +26,7 @@ pub mod alerts;
 pub mod astrotime;
 pub mod catalogs;
 pub mod csv;
+pub mod filters;
 pub mod grpc;
 mod grpc_astro;
 pub mod model;

@@ -103,6 +103,11 @@ impl AlertStore {
         AlertStore { db }
     }
 
+    /// The database, for the filter preview's streaming scans.
+    pub fn db(&self) -> &Db {
+        &self.db
+    }
+
     pub async fn insert_broker(&self, b: &BrokerRow) -> Result<u64, sqlx::Error> {
         let _gate = self.db.write_gate().await;
         let sql = "INSERT INTO brokers (broker_id, name, survey, operations, altdata, credential, created_at_ms) \
