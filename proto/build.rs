@@ -12,6 +12,7 @@ const PROTOS: &[&str] = &[
     "ithaca/skills/v1/skills.proto",
     "ithaca/broker/v1/alerts.proto",
     "ithaca/broker/v1/catalogs.proto",
+    "ithaca/broker/v1/filters.proto",
     "ithaca/broker/v1/broker.proto",
     "ithaca/approvals/v1/approvals.proto",
 ];

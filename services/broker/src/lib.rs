@@ -1,8 +1,8 @@
 //! The broker service: market data (daily bars and the dataset snapshots
 //! they came from), provider accounts, and the astronomy half: alert
 //! brokers, the ZTF alert archive, light curves, reference catalogs and
-//! their crossmatch, time conversion and the alert schema. Filters and GCN
-//! events arrive with their own issues.
+//! their crossmatch, time conversion and the alert schema, and broker
+//! filters. GCN events arrive with their own issue.
 //!
 //! - [`csv`]: the daily-bar file format, parsed and checked with line numbers.
 //! - [`model`]: symbols, dates, fields and bar sanity rules.
@@ -14,6 +14,10 @@
 //! - [`catalogs`]: Hipparcos-2 and OpenNGC, and the crossmatch.
 //! - [`sky`]: the HEALPix index (CDS `cdshealpix`) alerts and catalogs share.
 //! - [`astrotime`]: ISO 8601, JD and MJD on the UTC scale.
+//! - [`filters`]: broker filters: groups, streams, filters and their
+//!   versions, the pipeline language, the preview, activation, and the
+//!   live path that runs active versions on every newly stored alert
+//!   (`ithaca.broker.v1.FilterService`, served beside the broker's own).
 //! - [`grpc`]: the `ithaca.broker.v1.BrokerService` adapter.
 //!
 //! Bars, alerts and catalogs are reference data shared by every tenant.
@@ -39,6 +43,7 @@ use ithaca_kit::db::{Db, DbError};
 use ithaca_kit::principal::{InternalKey, Verifier};
 use ithaca_kit::server::ServeOptions;
 use ithaca_proto::broker::v1::broker_service_server::BrokerServiceServer;
+use ithaca_proto::broker::v1::filter_service_server::FilterServiceServer;
 use tonic::service::Routes;
 
 /// The PostgreSQL schema this service owns.
@@ -83,15 +88,24 @@ pub fn serve_options(db: Db, key: InternalKey) -> ServeOptions {
 /// [`serve_options`] with an explicit alerts configuration.
 pub fn serve_options_with(db: Db, key: InternalKey, config: alerts::AlertsConfig) -> ServeOptions {
     let (alerts, catalogs) = astro(db.clone(), &key, config);
+    let filters = filters::attach(db.clone(), &alerts);
     let grpc = grpc::Grpc {
         service: service(db, &key),
         alerts,
         catalogs,
     };
     let server = BrokerServiceServer::new(grpc).max_decoding_message_size(MAX_MESSAGE);
-    let server = tonic::service::interceptor::InterceptedService::new(server, Verifier::new(key));
+    let verifier = Verifier::new(key);
+    let server = tonic::service::interceptor::InterceptedService::new(server, verifier.clone());
+    let filters = tonic::service::interceptor::InterceptedService::new(
+        FilterServiceServer::new(filters::grpc::Grpc { service: filters }),
+        verifier,
+    );
     ServeOptions::new(
-        vec![ithaca_proto::service_names::BROKER],
-        Routes::new(server),
+        vec![
+            ithaca_proto::service_names::BROKER,
+            ithaca_proto::service_names::FILTERS,
+        ],
+        Routes::new(server).add_service(filters),
     )
 }
