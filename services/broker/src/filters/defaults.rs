@@ -94,10 +94,7 @@ pub fn defaults(trigger_jd: Option<f64>) -> Result<Defaults, ServiceError> {
         .and_then(|s| s.get_mut("$match"))
         .and_then(Json::as_object_mut)
     {
-        m.insert(
-            "candidate.jdstarthist".to_owned(),
-            json!({"$gte": trigger}),
-        );
+        m.insert("candidate.jdstarthist".to_owned(), json!({"$gte": trigger}));
     }
     Ok(Defaults {
         pipeline,

@@ -76,7 +76,9 @@ fn exact_ids(value: Json) -> Json {
             },
         },
         Json::Array(items) => Json::Array(items.into_iter().map(exact_ids).collect()),
-        Json::Object(map) => Json::Object(map.into_iter().map(|(k, v)| (k, exact_ids(v))).collect()),
+        Json::Object(map) => {
+            Json::Object(map.into_iter().map(|(k, v)| (k, exact_ids(v))).collect())
+        }
         other => other,
     }
 }

@@ -119,12 +119,11 @@ impl LiveFilters {
         }
         let streams = self.inner.store.streams().await?;
         let (_, versions) = self.inner.alerts.schema_versions().await?;
-        let schema: Vec<_> = crate::alerts::schema::union(
-            versions.iter().map(|(v, f)| (v.as_str(), f.as_slice())),
-        )
-        .into_iter()
-        .map(|(f, _)| f)
-        .collect();
+        let schema: Vec<_> =
+            crate::alerts::schema::union(versions.iter().map(|(v, f)| (v.as_str(), f.as_slice())))
+                .into_iter()
+                .map(|(f, _)| f)
+                .collect();
         let mut out = Vec::with_capacity(rows.len());
         for row in rows {
             let Some(stream) = streams.iter().find(|s| s.stream_id == row.stream_id) else {
@@ -321,7 +320,12 @@ impl Reading {
                 Json::Object(object_subset(&r.candidate, keys).map_err(|e| e.to_string())?)
             }
         };
-        Ok(alert_document(&r.object_id, r.candid, &r.schemavsn, candidate))
+        Ok(alert_document(
+            &r.object_id,
+            r.candid,
+            &r.schemavsn,
+            candidate,
+        ))
     }
 }
 

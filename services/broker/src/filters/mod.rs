@@ -43,7 +43,9 @@ pub fn attach(db: Db, alerts: &AlertService) -> FilterService {
         .set_ingest_hook(Arc::new(service.live().clone()))
         .is_err()
     {
-        tracing::warn!("the alert service already runs filters; this filter service's live path is not attached");
+        tracing::warn!(
+            "the alert service already runs filters; this filter service's live path is not attached"
+        );
     }
     service
 }

@@ -4,7 +4,7 @@
 //! ran is recorded against the caller's session (the evidence activation
 //! asks for).
 
-use super::model::{self, Finding, FilterId, SortOrder, codes};
+use super::model::{self, FilterId, Finding, SortOrder, codes};
 use super::preview::{self, PreviewQuery, Region};
 use super::service::{FilterService, tenant_of};
 use super::store::StreamRow;
@@ -25,11 +25,7 @@ pub trait EventRegions: Send + Sync {
     /// The region of the event `dateobs` (or an alias), and a line saying
     /// what it is. `UNKNOWN_EVENT` when there is no such event,
     /// `NO_LOCALISATION` when it has no position.
-    async fn region(
-        &self,
-        caller: &Principal,
-        dateobs: &str,
-    ) -> Result<EventRegion, ServiceError>;
+    async fn region(&self, caller: &Principal, dateobs: &str) -> Result<EventRegion, ServiceError>;
 }
 
 /// A GCN event's localisation as a preview region.

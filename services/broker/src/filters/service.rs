@@ -280,7 +280,10 @@ impl FilterService {
         let group_id = GroupId::parse(group_id)?;
         let stream_id = StreamId::parse(stream_id)?;
         let groups = self.groups(tenant).await?;
-        let Some(group) = groups.into_iter().find(|g| g.row.group_id == group_id.as_str()) else {
+        let Some(group) = groups
+            .into_iter()
+            .find(|g| g.row.group_id == group_id.as_str())
+        else {
             return Err(ServiceError::not_found(format!(
                 "group_id: no group {group_id}; get_filter_targets lists yours"
             ))
@@ -446,19 +449,22 @@ impl FilterService {
     /// checked against.
     pub(super) async fn schema(&self) -> Result<Vec<FlatField>, ServiceError> {
         let (_, versions) = self.alerts.schema_versions().await?;
-        Ok(crate::alerts::schema::union(
-            versions.iter().map(|(v, f)| (v.as_str(), f.as_slice())),
+        Ok(
+            crate::alerts::schema::union(versions.iter().map(|(v, f)| (v.as_str(), f.as_slice())))
+                .into_iter()
+                .map(|(f, _)| f)
+                .collect(),
         )
-        .into_iter()
-        .map(|(f, _)| f)
-        .collect())
     }
 }
 
 /// Whether `broker` can run filters on one of `streams`: it answers
 /// `alerts` and carries the stream's survey.
 fn can_filter(broker: &BrokerRow, streams: &[StreamRow]) -> bool {
-    broker.operations.split_whitespace().any(|op| op == "alerts")
+    broker
+        .operations
+        .split_whitespace()
+        .any(|op| op == "alerts")
         && streams
             .iter()
             .any(|s| s.survey.eq_ignore_ascii_case(&broker.survey))

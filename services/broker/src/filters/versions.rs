@@ -10,7 +10,7 @@
 //! 3. that exact pipeline (SHA-256 of its canonical JSON) was previewed on
 //!    the filter's stream in the caller's session (`NOT_PREVIEWED`).
 
-use super::model::{self, Finding, FilterId, codes};
+use super::model::{self, FilterId, Finding, codes};
 use super::pipeline::{self, Checked, StreamBounds};
 use super::service::{FilterService, require_subject, require_write_scope, tenant_of};
 use super::store::{StreamRow, Verdict};
