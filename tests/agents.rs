@@ -499,6 +499,123 @@ async fn every_tool_result_validates_against_its_output_schema() {
     )
     .await;
 
+    // Broker filters. The subject-scoped writes (versions, validation,
+    // activation) are offered only in a session opened on a filter, which
+    // no session here is: they are not listed (tests/filters.rs has them).
+    for scoped in [
+        "post_broker_filter_version",
+        "validate_broker_filter_version",
+        "activate_broker_filter_version",
+    ] {
+        assert!(
+            !pass.tools.contains_key(scoped),
+            "{scoped} is listed without a subject"
+        );
+    }
+    let targets = pass
+        .ok(&up, &up.agent, "get_filter_targets", json!({}))
+        .await;
+    let group = targets["groups"][0]["group_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a default group: {targets}"))
+        .to_owned();
+    assert!(
+        !targets.to_string().contains("altdata"),
+        "no broker connection details: {targets}"
+    );
+    let defaults = pass
+        .ok(
+            &up,
+            &up.agent,
+            "get_counterpart_search_defaults",
+            json!({"trigger_jd": 2460229.5}),
+        )
+        .await;
+    assert_eq!(defaults["sort_order"], "Ascending");
+    pass.err(
+        &up,
+        &up.agent,
+        "get_counterpart_search_defaults",
+        json!({"trigger_jd": 1}),
+    )
+    .await;
+    let filter = pass
+        .ok(
+            &up,
+            &up.agent,
+            "post_filter",
+            json!({"name": "schema pass", "group_id": group, "stream_id": "ztf-public"}),
+        )
+        .await;
+    pass.err(
+        &up,
+        &up.agent,
+        "post_filter",
+        json!({"name": "", "group_id": group, "stream_id": "ztf-public"}),
+    )
+    .await;
+    let filter_id = filter["filter_id"].as_str().expect("filter id").to_owned();
+    let filter_uri = filter["uri"].as_str().expect("filter uri");
+    let read = modern(&up, &up.agent, "resources/read", json!({"uri": filter_uri})).await;
+    assert_eq!(read.status, 200, "{}", read.text());
+    assert_eq!(
+        read.json()["result"]["contents"][0]["uri"],
+        filter_uri,
+        "{}",
+        read.text()
+    );
+    let preview = pass
+        .ok(
+            &up,
+            &up.agent,
+            "run_broker_filter",
+            json!({
+                "pipeline": defaults["pipeline"],
+                "filter_id": filter_id,
+                "jd_start": defaults["jd_start"],
+                "jd_end": defaults["jd_end"],
+                "sort_by": defaults["sort_by"],
+                "sort_order": defaults["sort_order"],
+            }),
+        )
+        .await;
+    assert!(preview["evaluated"].is_i64(), "{preview}");
+    let misspelt = pass
+        .err(
+            &up,
+            &up.agent,
+            "run_broker_filter",
+            json!({"pipeline": [{"$match": {"candidate.magpfs": {"$lt": 18}}}], "filter_id": filter_id}),
+        )
+        .await;
+    assert!(
+        misspelt["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("candidate.magpfs")),
+        "{misspelt}"
+    );
+    pass.ok(
+        &up,
+        &up.agent,
+        "get_broker_filter",
+        json!({"filter_id": filter_id}),
+    )
+    .await;
+    pass.err(
+        &up,
+        &up.agent,
+        "get_broker_filter",
+        json!({"filter_id": "00000000-0000-4000-8000-000000000000"}),
+    )
+    .await;
+    pass.err(
+        &up,
+        &up.agent,
+        "diff_broker_filter_versions",
+        json!({"filter_id": filter_id, "from_version": 1, "to_version": 2}),
+    )
+    .await;
+
     // People's tools, called by a person.
     let human_session = pass
         .ok(
