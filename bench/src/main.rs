@@ -16,6 +16,7 @@ mod backend;
 mod bare;
 mod driver;
 mod fastmcp;
+mod filters;
 mod mcp;
 mod procs;
 mod report;
@@ -67,6 +68,10 @@ enum Command {
     /// The alerts phase: a large archive of cloned ZTF packets ingested into
     /// SQLite and PostgreSQL, 5″/30-day cone searches and crossmatches.
     Alerts(alerts::AlertsArgs),
+    /// The filters phase: a counterpart-search pipeline previewed over a
+    /// million-alert archive (SQLite; PostgreSQL smaller), alerts evaluated
+    /// per second in total and per core, and what bounds it.
+    Filters(filters::FiltersArgs),
     /// Serve the bare limit: a plain axum handler returning a fixed body;
     /// started by the benchmark.
     #[command(hide = true)]
@@ -167,6 +172,9 @@ fn main() -> anyhow::Result<()> {
         }),
         Some(Command::Alerts(args)) => {
             runtime.block_on(async move { alerts::run(args).await.map(|_| ()) })
+        }
+        Some(Command::Filters(args)) => {
+            runtime.block_on(async move { filters::run(args).await.map(|_| ()) })
         }
         None => runtime.block_on(run::run(cli.run)),
     }

@@ -890,7 +890,7 @@ impl Compiler<'_> {
                 self.error(
                     loc,
                     format!("{field} is {}: comparing it with an array matches nothing; to match any of several values use $in", kind.describe()),
-                    Some(format!("{{\"$in\": {operand}}}")),
+                    Some(serde_json::json!({ "$in": operand }).to_string()),
                 );
                 false
             }

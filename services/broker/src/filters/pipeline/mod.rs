@@ -23,7 +23,7 @@ mod ast;
 mod compile;
 mod eval;
 mod paths;
-pub(crate) mod scan;
+pub mod scan;
 #[cfg(test)]
 mod tests;
 
