@@ -1142,7 +1142,10 @@ async fn the_defaults_are_a_deep_copy(broker: &Broker) {
         .into_inner();
     assert!(ran.warnings.is_empty(), "{:?}", ran.warnings);
     assert_eq!(ran.evaluated, 24, "the v4.01 night lies in the window");
-    assert!(ran.matched <= ran.evaluated);
+    // That night's 16 new objects all sit on known asteroids (ssdistnr 0-1″)
+    // and the older ones on PS1 stars or fainter than their reference: a
+    // counterpart search rightly finds nothing there.
+    assert_eq!(ran.matched, 0);
 }
 
 async fn an_active_version_saves_matches_of_newly_ingested_alerts(broker: &Broker) {

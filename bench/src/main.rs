@@ -17,6 +17,7 @@ mod bare;
 mod driver;
 mod fastmcp;
 mod filters;
+mod live;
 mod mcp;
 mod procs;
 mod report;
@@ -72,6 +73,10 @@ enum Command {
     /// million-alert archive (SQLite; PostgreSQL smaller), alerts evaluated
     /// per second in total and per core, and what bounds it.
     Filters(filters::FiltersArgs),
+    /// The live filter path: alerts ingested while active filter versions
+    /// run on every new alert (none, ten on the candidate, one reading the
+    /// history), ingest alerts/s and the filters' own alerts/s.
+    FiltersLive(live::LiveArgs),
     /// Serve the bare limit: a plain axum handler returning a fixed body;
     /// started by the benchmark.
     #[command(hide = true)]
@@ -175,6 +180,9 @@ fn main() -> anyhow::Result<()> {
         }
         Some(Command::Filters(args)) => {
             runtime.block_on(async move { filters::run(args).await.map(|_| ()) })
+        }
+        Some(Command::FiltersLive(args)) => {
+            runtime.block_on(async move { live::run(args).await.map(|_| ()) })
         }
         None => runtime.block_on(run::run(cli.run)),
     }

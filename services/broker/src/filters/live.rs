@@ -230,16 +230,19 @@ impl IngestHook for LiveFilters {
 fn evaluate(set: &[ActiveFilter], picked: &[usize], batch: &StoredBatch) -> Vec<MatchRow> {
     let now = clock::now_ms();
     let read = Reading::of(picked.iter().map(|&i| &set[i]));
-    // The distinct withheld sets, so each alert is stripped once per set.
+    // The distinct withheld sets, the empty one (if any) first: each alert
+    // is stripped once per set, and the last set strips the document
+    // itself rather than a copy.
     let mut views: Vec<&[String]> = Vec::new();
     for &i in picked {
         if !views.contains(&set[i].withheld.as_slice()) {
             views.push(&set[i].withheld);
         }
     }
+    views.sort_by_key(|v| v.len());
     let mut out = Vec::new();
     for alert in &batch.alerts {
-        let doc = match read.document(&batch.schema, alert) {
+        let mut doc = match read.document(&batch.schema, alert) {
             Ok(doc) => doc,
             Err(e) => {
                 tracing::error!(candid = alert.row.candid, error = %e, "stored alert does not decode for filtering");
@@ -250,13 +253,16 @@ fn evaluate(set: &[ActiveFilter], picked: &[usize], batch: &StoredBatch) -> Vec<
             .get("candidate")
             .and_then(|c| c.get("programid"))
             .and_then(Json::as_i64);
-        for view in &views {
-            let stripped;
+        for (k, view) in views.iter().enumerate() {
+            let copy;
             let seen = if view.is_empty() {
                 &doc
+            } else if k + 1 == views.len() {
+                strip(&mut doc, view);
+                &doc
             } else {
-                stripped = without(&doc, view);
-                &stripped
+                copy = without(&doc, view);
+                &copy
             };
             for &i in picked {
                 let f = &set[i];
@@ -349,11 +355,16 @@ pub fn packet(schema: &Schema, datum: &[u8]) -> Result<Json, String> {
 /// `doc` without the `withheld` paths (plain dotted; through arrays too).
 pub fn without(doc: &Json, withheld: &[String]) -> Json {
     let mut out = doc.clone();
+    strip(&mut out, withheld);
+    out
+}
+
+/// Remove the `withheld` paths from `doc`.
+pub fn strip(doc: &mut Json, withheld: &[String]) {
     for path in withheld {
         let segs: Vec<&str> = path.split('.').collect();
-        remove(&mut out, &segs);
+        remove(doc, &segs);
     }
-    out
 }
 
 fn remove(value: &mut Json, segs: &[&str]) {
