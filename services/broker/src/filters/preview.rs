@@ -19,8 +19,9 @@ use crate::sky;
 use apache_avro::Schema;
 use ithaca_kit::error::{Code, ServiceError};
 use ithaca_kit::with_pool;
+use moc::elem::cellcellrange::CellOrCellRange;
+use moc::moc::HasMaxDepth;
 use moc::moc::range::{CellSelection, RangeMOC};
-use moc::moc::{CellOrCellRangeMOCIntoIterator, CellOrCellRangeMOCIterator, RangeMOCIterator};
 use moc::qty::Hpx;
 use serde_json::{Map, Value};
 use std::cmp::Ordering;
@@ -38,6 +39,8 @@ pub const BATCH: usize = 1024;
 /// Most index ranges a preview reads; a finer MOC is read through a coarser
 /// cover and each alert checked against the MOC itself.
 pub const MAX_RANGES: usize = 256;
+/// Longest ASCII MOC accepted, in bytes.
+pub const MAX_ASCII_MOC: usize = 1 << 20;
 /// Index ranges per SQL statement (SQLite caps a compound SELECT at 500).
 const RANGES_PER_STATEMENT: usize = 64;
 
@@ -45,7 +48,7 @@ const RANGES_PER_STATEMENT: usize = 64;
 #[derive(Clone, Debug)]
 pub enum Region {
     /// A localisation: a position and an error radius (degrees), read as
-    /// the MOC of the cells the circle touches (cells about a twentieth of
+    /// the MOC of the cells the circle touches (cells under a fiftieth of
     /// the radius across, so the MOC hugs the circle).
     Cone {
         ra_deg: f64,
@@ -57,16 +60,44 @@ pub enum Region {
 }
 
 impl Region {
-    /// A MOC in the IVOA ASCII serialisation (`"3/1-5 4/10"`).
+    /// A MOC in the IVOA ASCII serialisation (`"3/1-5 4/10"`), cells in
+    /// any order, depth at most 29.
     pub fn from_ascii(text: &str) -> Result<Region, ServiceError> {
+        let bad =
+            |why: String| ServiceError::invalid(format!("region: not an IVOA ASCII MOC ({why})"));
+        if text.len() > MAX_ASCII_MOC {
+            return Err(bad(format!("longer than {MAX_ASCII_MOC} bytes")));
+        }
+        // The parser takes any depth that fits a byte; past 29 its cell
+        // arithmetic overflows, so depths are checked first.
+        for token in text.split_whitespace() {
+            if let Some((depth, _)) = token.split_once('/')
+                && !depth.parse::<u8>().is_ok_and(|d| d <= sky::INDEX_DEPTH)
+            {
+                return Err(bad(format!("{depth:?} is not a depth from 0 to 29")));
+            }
+        }
         let parsed = moc::deser::ascii::from_ascii_ivoa::<u64, Hpx<u64>>(text)
-            .map_err(|e| ServiceError::invalid(format!("region: not an IVOA ASCII MOC ({e})")))?;
-        Ok(Region::Moc(
-            parsed
-                .into_cellcellrange_moc_iter()
-                .ranges()
-                .into_range_moc(),
-        ))
+            .map_err(|e| bad(e.to_string()))?;
+        let depth = parsed.depth_max();
+        let mut ranges = Vec::new();
+        for elem in parsed.elems().0.iter() {
+            let (d, start, end) = match elem {
+                CellOrCellRange::Cell(c) => (c.depth, c.idx, c.idx.saturating_add(1)),
+                CellOrCellRange::CellRange(r) => (r.depth, r.range.start, r.range.end),
+            };
+            let cells = 12u64 << (2 * u32::from(d));
+            if d > sky::INDEX_DEPTH || start >= end || end > cells {
+                return Err(bad(format!("{d}/{start}-{end} is not a range of cells")));
+            }
+            let shift = 2 * u32::from(sky::INDEX_DEPTH - d);
+            ranges.push((start << shift)..(end << shift));
+        }
+        Ok(Region::Moc(SkyMoc::from_maxdepth_ranges(
+            depth,
+            ranges.into_iter(),
+            None,
+        )))
     }
 
     /// The region as a MOC, checked.
@@ -100,11 +131,12 @@ impl Region {
     }
 }
 
-/// The MOC depth for a cone: cells about a twentieth of the radius across,
-/// at most the index depth.
+/// The MOC depth for a cone: six depths below the one where the cone
+/// covers a few cells, so cells are under a fiftieth of the radius across
+/// (at most the index depth).
 fn cone_depth(radius_rad: f64) -> u8 {
     let start = cdshealpix::best_starting_depth(radius_rad);
-    (start + 4).min(sky::INDEX_DEPTH)
+    (start + 6).min(sky::INDEX_DEPTH)
 }
 
 /// A preview request.
