@@ -2,29 +2,45 @@
 //! generates prost messages and tonic clients and servers. The full descriptor
 //! set, imports and source info included, is written next to the generated
 //! code so the crate can embed it for reflection.
+//!
+//! Every `.proto` under `ithaca/` is compiled, found by walking the folder:
+//! a new contract file needs no line here. Several checkouts (git
+//! worktrees) may share one Cargo target directory, where this script's
+//! binary and its output are shared too (Cargo's hash of a path package
+//! does not include its path). So the script lists nothing of its own
+//! checkout, and it reruns when Cargo is started from another folder
+//! (`PWD`), not only when a file it watched changed: otherwise one
+//! checkout would build against the code generated from another's protos.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-const PROTOS: &[&str] = &[
-    "ithaca/mcp/v1/options.proto",
-    "ithaca/auth/v1/auth.proto",
-    "ithaca/session/v1/session.proto",
-    "ithaca/skills/v1/skills.proto",
-    "ithaca/broker/v1/alerts.proto",
-    "ithaca/broker/v1/catalogs.proto",
-    "ithaca/broker/v1/filters.proto",
-    "ithaca/broker/v1/broker.proto",
-    "ithaca/approvals/v1/approvals.proto",
-];
+/// Every `.proto` file under `dir`, relative to `root`, sorted.
+fn protos(root: &Path, dir: &Path, out: &mut Vec<String>) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            protos(root, &path, out)?;
+        } else if path.extension().is_some_and(|e| e == "proto")
+            && let Ok(relative) = path.strip_prefix(root)
+        {
+            out.push(relative.to_string_lossy().replace('\\', "/"));
+        }
+    }
+    Ok(())
+}
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
     let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
     println!("cargo:rerun-if-changed={}", root.join("ithaca").display());
+    println!("cargo:rerun-if-env-changed=PWD");
+    let mut files = Vec::new();
+    protos(&root, &root.join("ithaca"), &mut files)?;
+    files.sort();
 
     let mut compiler = protox::Compiler::new([root.clone()])?;
     compiler.include_source_info(true).include_imports(true);
-    compiler.open_files(PROTOS)?;
+    compiler.open_files(&files)?;
     std::fs::write(
         out_dir.join("ithaca_descriptor.bin"),
         compiler.encode_file_descriptor_set(),

@@ -56,6 +56,17 @@ pub enum IngestCommand {
         #[command(flatten)]
         target: crate::ingest_astro::Target,
     },
+    /// Ingest GCN circulars (JSON Lines or JSON, as GCN's archive serves
+    /// them) and notices (VOEvent 2.0 XML, GCN JSON): files, or folders of
+    /// them (walked for `.json`, `.jsonl` and `.xml`). Bad files are named
+    /// and skipped.
+    Gcn {
+        /// Files or folders.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        #[command(flatten)]
+        target: crate::ingest_astro::Target,
+    },
 }
 
 /// A broker client signed as the system.
@@ -135,6 +146,9 @@ pub async fn run(common: &CommonArgs, cmd: IngestCommand) -> anyhow::Result<()> 
         } => return crate::ingest_astro::ztf(common, paths, broker, target).await,
         IngestCommand::Catalog { file, target } => {
             return crate::ingest_astro::catalog(common, file, target).await;
+        }
+        IngestCommand::Gcn { paths, target } => {
+            return crate::ingest_gcn::gcn(common, paths, target).await;
         }
     };
     let raw = std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;

@@ -62,12 +62,19 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
 
 /// A progress line on stderr: redrawn in place on a terminal, one line per
 /// step otherwise.
-struct Progress {
-    terminal: bool,
+pub(crate) struct Progress {
+    pub(crate) terminal: bool,
 }
 
 impl Progress {
-    fn show(&self, done: usize, total: usize, what: &str) {
+    /// Progress on stderr, redrawn in place when it is a terminal.
+    pub(crate) fn stderr() -> Self {
+        Progress {
+            terminal: std::io::stderr().is_terminal(),
+        }
+    }
+
+    pub(crate) fn show(&self, done: usize, total: usize, what: &str) {
         const WIDTH: usize = 30;
         let filled = done * WIDTH / total.max(1);
         let bar = format!("[{}{}]", "#".repeat(filled), " ".repeat(WIDTH - filled));
@@ -79,7 +86,7 @@ impl Progress {
         }
     }
 
-    fn say(&self, line: &str) {
+    pub(crate) fn say(&self, line: &str) {
         if self.terminal {
             eprint!("\r\x1b[2K");
         }

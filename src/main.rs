@@ -19,6 +19,7 @@ mod brokers;
 mod edge;
 mod ingest;
 mod ingest_astro;
+mod ingest_gcn;
 mod mcp;
 mod serve;
 mod services;
@@ -64,8 +65,8 @@ enum Command {
     /// Configure alert brokers (credentials are stored sealed, never shown).
     #[command(subcommand)]
     Brokers(brokers::BrokersCommand),
-    /// Load data into a running stack (daily bars, ZTF alerts and reference
-    /// catalogs into the broker).
+    /// Load data into a running stack (daily bars, ZTF alerts, reference
+    /// catalogs and GCN circulars and notices into the broker).
     #[command(subcommand)]
     Ingest(ingest::IngestCommand),
     /// Create and list tenants on a running auth service.

@@ -499,6 +499,94 @@ async fn every_tool_result_validates_against_its_output_schema() {
     )
     .await;
 
+    // GCN events: the Fermi/SVOM burst loaded with `ithaca ingest gcn`
+    // into this stack, its URI read back. (post_gcn_event_comment is
+    // subject-scoped, so the edge does not list it in these sessions.)
+    let stack_dir = up._dir.path().join("stack");
+    let ingest = common::ithaca()
+        .args(["ingest", "gcn"])
+        .arg(common::gcn::fermi_svom_dir())
+        .arg("--data-dir")
+        .arg(&stack_dir)
+        .output()
+        .expect("run ithaca ingest gcn");
+    assert!(
+        ingest.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ingest.stderr)
+    );
+    let events = pass
+        .ok(
+            &up,
+            &up.agent,
+            "get_gcn_events",
+            json!({"partialdateobs": "svom sb2604", "limit": 5}),
+        )
+        .await;
+    assert_eq!(events["total"], 1, "{events}");
+    assert!(events["events"][0]["notices"].is_i64(), "{events}");
+    let dateobs = events["events"][0]["dateobs"]
+        .as_str()
+        .expect("dateobs")
+        .to_owned();
+    let uri = events["events"][0]["uri"].as_str().expect("uri").to_owned();
+    pass.ok(&up, &up.agent, "get_gcn_events", json!({})).await;
+    pass.err(&up, &up.agent, "get_gcn_events", json!({"limit": 0}))
+        .await;
+    let event = pass
+        .ok(
+            &up,
+            &up.agent,
+            "get_gcn_event",
+            json!({"dateobs": "Fermi 798437606", "include_bodies": false}),
+        )
+        .await;
+    assert_eq!(event["dateobs"], dateobs.as_str());
+    assert_eq!(event["localisations"][0]["best"], true, "{event}");
+    let read = modern(&up, &up.agent, "resources/read", json!({"uri": uri})).await;
+    assert_eq!(read.status, 200, "{}", read.text());
+    assert_eq!(
+        read.json()["result"]["contents"][0]["uri"],
+        uri.as_str(),
+        "{}",
+        read.text()
+    );
+    pass.err(
+        &up,
+        &up.agent,
+        "get_gcn_event",
+        json!({"dateobs": "GRB 990101A"}),
+    )
+    .await;
+    pass.ok(
+        &up,
+        &up.agent,
+        "get_gcn_event_extractions",
+        json!({"dateobs": dateobs, "origin": "ithaca-circular-parser"}),
+    )
+    .await;
+    pass.err(
+        &up,
+        &up.agent,
+        "get_gcn_event_extractions",
+        json!({"dateobs": ""}),
+    )
+    .await;
+    pass.ok(
+        &up,
+        &up.agent,
+        "get_gcn_event_comments",
+        json!({"dateobs": dateobs}),
+    )
+    .await;
+    pass.err(
+        &up,
+        &up.agent,
+        "get_gcn_event_comments",
+        json!({"dateobs": dateobs, "limit": 5000}),
+    )
+    .await;
+
     // Broker filters. The subject-scoped writes (versions, validation,
     // activation) are offered only in a session opened on a filter, which
     // no session here is: they are not listed (tests/filters.rs has them).
@@ -580,6 +668,16 @@ async fn every_tool_result_validates_against_its_output_schema() {
         )
         .await;
     assert!(preview["evaluated"].is_i64(), "{preview}");
+    // The burst ingested above, as a region: its best localisation.
+    let in_region = pass
+        .ok(
+            &up,
+            &up.agent,
+            "run_broker_filter",
+            json!({"pipeline": defaults["pipeline"], "filter_id": filter_id, "dateobs": "Fermi 798437606"}),
+        )
+        .await;
+    assert!(in_region["region"].is_string(), "{in_region}");
     let misspelt = pass
         .err(
             &up,

@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::astro;
+use common::{astro, gcn};
 use ithaca_kit::client::{self, Outbound};
 use ithaca_kit::error::domain_code;
 use ithaca_kit::principal::{Principal, Subject, VerifiedKey};
@@ -64,6 +64,7 @@ on_both_databases!(
     tenants_never_see_each_others_groups_or_filters,
     the_defaults_are_a_deep_copy,
     an_active_version_saves_matches_of_newly_ingested_alerts,
+    a_gcn_localisation_bounds_the_preview,
 );
 
 /// A broker serving `BrokerService` and `FilterService` on one port, as
@@ -190,6 +191,8 @@ fn unlist(list: ListValue) -> Value {
 struct Row {
     folder: String,
     candid: String,
+    ra: f64,
+    dec: f64,
     magpsf: f64,
 }
 
@@ -204,6 +207,8 @@ fn sources() -> Vec<Row> {
             Some(Row {
                 folder: cells[1].split('/').next().unwrap_or_default().to_owned(),
                 candid: cells[3].to_owned(),
+                ra: cells[6].parse().expect("ra"),
+                dec: cells[7].trim_start_matches('+').parse().expect("dec"),
                 magpsf: cells[8].parse().expect("magpsf"),
             })
         })
@@ -858,7 +863,7 @@ async fn bad_input_gets_a_clear_error_and_writes_nothing(broker: &Broker) {
                 dateobs: Some("2017-08-17T12:41:04".into()),
                 ..run(Some(cut.clone()))
             },
-            Code::FailedPrecondition,
+            Code::NotFound,
             "dateobs",
         ),
         (
@@ -1261,6 +1266,109 @@ async fn an_active_version_saves_matches_of_newly_ingested_alerts(broker: &Broke
     // Every public alert of the three v3.x files (not the Caltech one).
     assert_eq!(v2.len(), 4);
     assert!(v2.iter().all(|m| m.candid != CALTECH_ALERT));
+}
+
+/// Great-circle distance in degrees.
+fn separation_deg(ra1: f64, dec1: f64, ra2: f64, dec2: f64) -> f64 {
+    let (a1, d1, a2, d2) = (
+        ra1.to_radians(),
+        dec1.to_radians(),
+        ra2.to_radians(),
+        dec2.to_radians(),
+    );
+    let h = ((d2 - d1) / 2.0).sin().powi(2) + d1.cos() * d2.cos() * ((a2 - a1) / 2.0).sin().powi(2);
+    (2.0 * h.sqrt().asin()).to_degrees()
+}
+
+async fn a_gcn_localisation_bounds_the_preview(broker: &Broker) {
+    for folder in ["v3.x", "v4.01", "v4.02"] {
+        broker.ingest(folder).await;
+    }
+    let events = gcn::service(broker.db.clone());
+    gcn::ingest_all(&events).await;
+    let judy = person("tenant-j");
+    let targets = default_group(broker, &judy).await;
+    let everything = json!([{"$match": {"candidate.jd": {"$gt": 0}}}]);
+    let run = |dateobs: Option<&str>| pb::RunBrokerFilterRequest {
+        pipeline: Some(list(everything.clone())),
+        group_id: Some(targets.groups[0].group_id.clone()),
+        stream_id: Some("ztf-partnership".into()),
+        dateobs: dateobs.map(str::to_owned),
+        sort_by: Some("candidate.jd".into()),
+        limit: Some(200),
+        ..Default::default()
+    };
+    let mut c = broker.filters(&in_session(&judy, "s"));
+    let all = c
+        .run_broker_filter(run(None))
+        .await
+        .expect("no region")
+        .into_inner();
+    assert_eq!(all.evaluated, 39, "every alert but the Caltech one");
+
+    // Fermi GBM bursts whose error circles (from their circulars) cover
+    // some of the archive: GRB 230825.05 over the v4.02 fields near
+    // (250, -21), GRB 230905A near (155, -1).
+    let mut covered = 0;
+    for name in ["GRB 230825.05", "GRB 230905A", "GRB 230918A"] {
+        let loc = events
+            .best_localisation(name)
+            .await
+            .expect("event")
+            .expect("a localisation");
+        let answer = c
+            .run_broker_filter(run(Some(name)))
+            .await
+            .expect("preview in the region")
+            .into_inner();
+        let region = answer.region.clone().expect("the region is described");
+        assert!(region.starts_with(&loc.dateobs), "{region}");
+        let got: BTreeSet<String> = answer
+            .alerts
+            .iter()
+            .map(|a| {
+                ithaca_kit::json::from_struct(a.clone())["candid"]
+                    .as_str()
+                    .expect("candid")
+                    .to_owned()
+            })
+            .collect();
+        assert_eq!(got.len(), answer.matched as usize);
+        // The region is the MOC of the circle: exact well inside and well
+        // outside; cells straddling the edge may add an alert close to it.
+        let sep = |r: &Row| separation_deg(r.ra, r.dec, loc.ra_deg, loc.dec_deg);
+        let rows: Vec<Row> = sources()
+            .into_iter()
+            .filter(|r| r.candid != CALTECH_ALERT)
+            .collect();
+        for r in &rows {
+            let d = sep(r);
+            if d < 0.95 * loc.error_radius_deg {
+                assert!(
+                    got.contains(&r.candid),
+                    "{name}: {} at {d:.2}° is inside",
+                    r.candid
+                );
+            }
+            if d > 1.05 * loc.error_radius_deg {
+                assert!(
+                    !got.contains(&r.candid),
+                    "{name}: {} at {d:.2}° is outside",
+                    r.candid
+                );
+            }
+        }
+        covered += got.len();
+    }
+    assert!(covered > 0, "the events chosen cover some alerts");
+
+    // Unknown events and events without a position are named.
+    let err = c
+        .run_broker_filter(run(Some("GRB 990101A")))
+        .await
+        .expect_err("unknown event");
+    refused(&err, Code::NotFound, Some("UNKNOWN_GCN_EVENT"));
+    assert!(err.message().starts_with("dateobs"), "{}", err.message());
 }
 
 /// The data is where the tests expect it.

@@ -61,6 +61,8 @@ pub mod service_names {
     pub const BROKER: &str = "ithaca.broker.v1.BrokerService";
     /// Broker filters, served by the broker process beside `BROKER`.
     pub const FILTERS: &str = "ithaca.broker.v1.FilterService";
+    /// GCN events, served by the broker process.
+    pub const GCN: &str = "ithaca.broker.v1.GcnService";
     pub const SKILLS: &str = "ithaca.skills.v1.SkillsService";
     pub const APPROVALS: &str = "ithaca.approvals.v1.ApprovalsService";
 }

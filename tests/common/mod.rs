@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod astro;
+pub mod gcn;
 pub mod http;
 
 use ithaca_kit::client::{self, Outbound};

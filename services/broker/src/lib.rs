@@ -1,8 +1,8 @@
 //! The broker service: market data (daily bars and the dataset snapshots
 //! they came from), provider accounts, and the astronomy half: alert
 //! brokers, the ZTF alert archive, light curves, reference catalogs and
-//! their crossmatch, time conversion and the alert schema, and broker
-//! filters. GCN events arrive with their own issue.
+//! their crossmatch, time conversion, the alert schema, GCN events, and
+//! broker filters.
 //!
 //! - [`csv`]: the daily-bar file format, parsed and checked with line numbers.
 //! - [`model`]: symbols, dates, fields and bar sanity rules.
@@ -12,6 +12,8 @@
 //! - [`alerts`]: brokers, alert ingest (Apache Avro), queries, light curves,
 //!   plots, and the schema flattening filters validate against.
 //! - [`catalogs`]: Hipparcos-2 and OpenNGC, and the crossmatch.
+//! - [`gcn`]: GCN events, circulars, notices, localisations, extractions
+//!   and comments (`ithaca.broker.v1.GcnService`, served alongside).
 //! - [`sky`]: the HEALPix index (CDS `cdshealpix`) alerts and catalogs share.
 //! - [`astrotime`]: ISO 8601, JD and MJD on the UTC scale.
 //! - [`filters`]: broker filters: groups, streams, filters and their
@@ -20,7 +22,8 @@
 //!   (`ithaca.broker.v1.FilterService`, served beside the broker's own).
 //! - [`grpc`]: the `ithaca.broker.v1.BrokerService` adapter.
 //!
-//! Bars, alerts and catalogs are reference data shared by every tenant.
+//! Bars, alerts, catalogs and GCN events are reference data shared by every
+//! tenant.
 //! This crate depends on the kit and the proto crate, never on another
 //! service.
 
@@ -31,6 +34,7 @@ pub mod astrotime;
 pub mod catalogs;
 pub mod csv;
 pub mod filters;
+pub mod gcn;
 pub mod grpc;
 mod grpc_astro;
 pub mod model;
@@ -44,6 +48,7 @@ use ithaca_kit::principal::{InternalKey, Verifier};
 use ithaca_kit::server::ServeOptions;
 use ithaca_proto::broker::v1::broker_service_server::BrokerServiceServer;
 use ithaca_proto::broker::v1::filter_service_server::FilterServiceServer;
+use ithaca_proto::broker::v1::gcn_service_server::GcnServiceServer;
 use tonic::service::Routes;
 
 /// The PostgreSQL schema this service owns.
@@ -79,6 +84,11 @@ pub fn astro(
     (alerts, catalogs)
 }
 
+/// The GCN events over `db`.
+pub fn gcn_service(db: Db) -> gcn::GcnService {
+    gcn::GcnService::new(gcn::store::GcnStore::new(db))
+}
+
 /// The gRPC routes of the broker service, behind the principal verifier.
 /// The alert schema files are found as [`alerts::AlertsConfig::from_env`] says.
 pub fn serve_options(db: Db, key: InternalKey) -> ServeOptions {
@@ -88,7 +98,12 @@ pub fn serve_options(db: Db, key: InternalKey) -> ServeOptions {
 /// [`serve_options`] with an explicit alerts configuration.
 pub fn serve_options_with(db: Db, key: InternalKey, config: alerts::AlertsConfig) -> ServeOptions {
     let (alerts, catalogs) = astro(db.clone(), &key, config);
-    let filters = filters::attach(db.clone(), &alerts);
+    let events = gcn_service(db.clone());
+    let filters =
+        filters::attach(db.clone(), &alerts).with_regions(std::sync::Arc::new(events.clone()));
+    let gcn = GcnServiceServer::new(gcn::grpc::GcnGrpc::new(events))
+        .max_decoding_message_size(MAX_MESSAGE);
+    let gcn = tonic::service::interceptor::InterceptedService::new(gcn, Verifier::new(key.clone()));
     let grpc = grpc::Grpc {
         service: service(db, &key),
         alerts,
@@ -104,8 +119,9 @@ pub fn serve_options_with(db: Db, key: InternalKey, config: alerts::AlertsConfig
     ServeOptions::new(
         vec![
             ithaca_proto::service_names::BROKER,
+            ithaca_proto::service_names::GCN,
             ithaca_proto::service_names::FILTERS,
         ],
-        Routes::new(server).add_service(filters),
+        Routes::new(server).add_service(gcn).add_service(filters),
     )
 }

@@ -15,10 +15,12 @@
 //!   posting, validating and activating versions; [`run`]: the preview
 //!   tool and the seam to GCN regions ([`run::EventRegions`]).
 //! - [`live`]: the active set and the ingest hook that saves matches.
+//! - [`events`]: GCN events ([`crate::gcn::GcnService`]) as preview regions.
 //! - [`defaults`]: the counterpart-search defaults.
 //! - [`grpc`]: the `ithaca.broker.v1.FilterService` adapter.
 
 pub mod defaults;
+pub mod events;
 pub mod grpc;
 pub mod live;
 pub mod model;

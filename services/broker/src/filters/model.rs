@@ -25,8 +25,8 @@ pub mod codes {
     pub const STREAM_NOT_IN_GROUP: &str = "STREAM_NOT_IN_GROUP";
     /// A broker that cannot run filters on the stream's survey.
     pub const BROKER_CANNOT_FILTER: &str = "BROKER_CANNOT_FILTER";
-    /// `dateobs` given, and no GCN event (or no localisation) to take.
-    pub const UNKNOWN_EVENT: &str = "UNKNOWN_EVENT";
+    /// `dateobs` names a GCN event with no position to search around (an
+    /// unknown event is the GCN service's `UNKNOWN_GCN_EVENT`).
     pub const NO_LOCALISATION: &str = "NO_LOCALISATION";
     /// The deployment's broker has no GCN events to take a region from.
     pub const EVENTS_UNAVAILABLE: &str = "EVENTS_UNAVAILABLE";

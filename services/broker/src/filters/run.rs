@@ -23,7 +23,7 @@ pub const MAX_LIMIT: usize = 200;
 #[tonic::async_trait]
 pub trait EventRegions: Send + Sync {
     /// The region of the event `dateobs` (or an alias), and a line saying
-    /// what it is. `UNKNOWN_EVENT` when there is no such event,
+    /// what it is. `UNKNOWN_GCN_EVENT` when there is no such event,
     /// `NO_LOCALISATION` when it has no position.
     async fn region(&self, caller: &Principal, dateobs: &str) -> Result<EventRegion, ServiceError>;
 }

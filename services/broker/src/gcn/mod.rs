@@ -1,0 +1,31 @@
+//! GCN events: triggers announced on NASA's General Coordinates Network,
+//! grouped by trigger time (`dateobs`), with the names they go by, the
+//! circulars and notices about them, the localisations those carry, values
+//! extracted from the circulars, and each tenant's discussion.
+//!
+//! - [`model`]: the canonical `dateobs`, event kinds, names, localisations.
+//! - [`parse`]: circulars (JSON), VOEvent 2.0 notices (XML) and GCN JSON
+//!   notices.
+//! - [`identify`]: which event a circular is about, and when it happened.
+//! - [`extract`]: the built-in parser (`ithaca-circular-parser`).
+//! - [`ingest`]: one file per transaction, written once for both databases.
+//! - [`store`]: the tables' SQL for reading, comments and producers' writes.
+//! - [`service`]: the domain behind `ithaca.broker.v1.GcnService`, and
+//!   [`GcnService::best_localisation`] for filter previews.
+//! - [`grpc`]: the tonic adapter.
+//!
+//! Events, circulars, notices, localisations and the built-in extractions
+//! are reference data shared by every tenant; comments, and extractions a
+//! tenant's own producers add, belong to that tenant.
+
+pub mod extract;
+pub mod grpc;
+pub mod identify;
+pub mod ingest;
+pub mod model;
+pub mod parse;
+pub mod service;
+pub mod store;
+
+pub use model::{DateObs, Localisation};
+pub use service::GcnService;
