@@ -754,6 +754,133 @@ async fn every_tool_result_validates_against_its_output_schema() {
     )
     .await;
 
+    // Broker filters. The subject-scoped writes (versions, validation,
+    // activation) are offered only in a session opened on a filter, which
+    // no session here is: they are not listed (tests/filters.rs has them).
+    for scoped in [
+        "post_broker_filter_version",
+        "validate_broker_filter_version",
+        "activate_broker_filter_version",
+    ] {
+        assert!(
+            !pass.tools.contains_key(scoped),
+            "{scoped} is listed without a subject"
+        );
+    }
+    let targets = pass
+        .ok(&up, &up.agent, "get_filter_targets", json!({}))
+        .await;
+    let group = targets["groups"][0]["group_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a default group: {targets}"))
+        .to_owned();
+    assert!(
+        !targets.to_string().contains("altdata"),
+        "no broker connection details: {targets}"
+    );
+    let defaults = pass
+        .ok(
+            &up,
+            &up.agent,
+            "get_counterpart_search_defaults",
+            json!({"trigger_jd": 2460229.5}),
+        )
+        .await;
+    assert_eq!(defaults["sort_order"], "Ascending");
+    pass.err(
+        &up,
+        &up.agent,
+        "get_counterpart_search_defaults",
+        json!({"trigger_jd": 1}),
+    )
+    .await;
+    let filter = pass
+        .ok(
+            &up,
+            &up.agent,
+            "post_filter",
+            json!({"name": "schema pass", "group_id": group, "stream_id": "ztf-public"}),
+        )
+        .await;
+    pass.err(
+        &up,
+        &up.agent,
+        "post_filter",
+        json!({"name": "", "group_id": group, "stream_id": "ztf-public"}),
+    )
+    .await;
+    let filter_id = filter["filter_id"].as_str().expect("filter id").to_owned();
+    let filter_uri = filter["uri"].as_str().expect("filter uri");
+    let read = modern(&up, &up.agent, "resources/read", json!({"uri": filter_uri})).await;
+    assert_eq!(read.status, 200, "{}", read.text());
+    assert_eq!(
+        read.json()["result"]["contents"][0]["uri"],
+        filter_uri,
+        "{}",
+        read.text()
+    );
+    let preview = pass
+        .ok(
+            &up,
+            &up.agent,
+            "run_broker_filter",
+            json!({
+                "pipeline": defaults["pipeline"],
+                "filter_id": filter_id,
+                "jd_start": defaults["jd_start"],
+                "jd_end": defaults["jd_end"],
+                "sort_by": defaults["sort_by"],
+                "sort_order": defaults["sort_order"],
+            }),
+        )
+        .await;
+    assert!(preview["evaluated"].is_i64(), "{preview}");
+    // The burst ingested above, as a region: its best localisation.
+    let in_region = pass
+        .ok(
+            &up,
+            &up.agent,
+            "run_broker_filter",
+            json!({"pipeline": defaults["pipeline"], "filter_id": filter_id, "dateobs": "Fermi 798437606"}),
+        )
+        .await;
+    assert!(in_region["region"].is_string(), "{in_region}");
+    let misspelt = pass
+        .err(
+            &up,
+            &up.agent,
+            "run_broker_filter",
+            json!({"pipeline": [{"$match": {"candidate.magpfs": {"$lt": 18}}}], "filter_id": filter_id}),
+        )
+        .await;
+    assert!(
+        misspelt["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("candidate.magpfs")),
+        "{misspelt}"
+    );
+    pass.ok(
+        &up,
+        &up.agent,
+        "get_broker_filter",
+        json!({"filter_id": filter_id}),
+    )
+    .await;
+    pass.err(
+        &up,
+        &up.agent,
+        "get_broker_filter",
+        json!({"filter_id": "00000000-0000-4000-8000-000000000000"}),
+    )
+    .await;
+    pass.err(
+        &up,
+        &up.agent,
+        "diff_broker_filter_versions",
+        json!({"filter_id": filter_id, "from_version": 1, "to_version": 2}),
+    )
+    .await;
+
     // People's tools, called by a person.
     let human_session = pass
         .ok(
@@ -1235,4 +1362,277 @@ async fn the_session_lifecycle_through_the_edge() {
     // Archived: the trace left the hot table and is still readable.
     let r1_again = record(s1).await;
     assert_eq!(r1_again["calls"], r1["calls"]);
+}
+
+/// The filter story of seed 003 through the edge, in both protocol eras:
+/// a person opens a session on a filter, the agent joins it, goes defaults
+/// → preview → version → validate → activate, the activation waits for a
+/// person, the person approves, and the active version matches alerts
+/// ingested afterwards. The record of the answer shows the calls and the
+/// previewed proposal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_filter_story_through_the_edge() {
+    let up = up(&[]);
+    let stack_dir = up.dir.path().join("stack");
+    let ingest = |folder: &str| {
+        let out = common::ithaca()
+            .args(["ingest", "ztf"])
+            .arg(common::astro::alerts_dir().join(folder))
+            .arg("--data-dir")
+            .arg(&stack_dir)
+            .output()
+            .expect("ithaca ingest ztf");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    ingest("v4.02");
+    // Calls in the 2026-07-28 era, or in the initialize era (2025-06-18).
+    let call = |token: String, era: &'static str, tool: &'static str, args: Value| {
+        let url = up.url.clone();
+        async move {
+            let reply = if era == "modern" {
+                http::modern(
+                    &url,
+                    &token,
+                    "tools/call",
+                    json!({"name": tool, "arguments": args}),
+                )
+                .await
+            } else {
+                let body = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                                  "params": {"name": tool, "arguments": args}});
+                let auth = format!("Bearer {token}");
+                http::request(
+                    &url,
+                    "POST",
+                    "/mcp",
+                    &[
+                        ("Authorization", auth.as_str()),
+                        ("Content-Type", "application/json"),
+                        ("Accept", "application/json, text/event-stream"),
+                        ("MCP-Protocol-Version", "2025-06-18"),
+                    ],
+                    body.to_string().as_bytes(),
+                )
+                .await
+            };
+            assert_eq!(reply.status, 200, "{tool}: {}", reply.text());
+            let result = reply.json()["result"].clone();
+            assert!(result.is_object(), "{tool}: {}", reply.text());
+            result
+        }
+    };
+    let ok = |r: &Value| -> Value {
+        assert_eq!(r["isError"], false, "{r}");
+        r["structuredContent"].clone()
+    };
+    let mut activated: Vec<String> = Vec::new();
+    for era in ["modern", "legacy"] {
+        // A person creates the filter and opens a session on it.
+        let person = up.human.clone();
+        let agent = up.agent.clone();
+        ok(&call(
+            person.clone(),
+            era,
+            "session_context",
+            json!({"prompt": "set up"}),
+        )
+        .await);
+        let targets = ok(&call(person.clone(), era, "get_filter_targets", json!({})).await);
+        let group = targets["groups"][0]["group_id"]
+            .as_str()
+            .expect("group")
+            .to_owned();
+        let filter = ok(&call(person.clone(), era, "post_filter",
+            json!({"name": format!("bright ({era})"), "group_id": group, "stream_id": "ztf-public"})).await);
+        let filter_id = filter["filter_id"].as_str().expect("filter_id").to_owned();
+        let opened = ok(&call(
+            person.clone(),
+            era,
+            "session_context",
+            json!({
+            "prompt": "Catch bright transients on the public stream",
+            "subject_kind": "filter", "subject_id": filter_id}),
+        )
+        .await);
+        let sid = opened["session_id"].as_str().expect("sid").to_owned();
+
+        // The agent joins and works the filter.
+        ok(&call(
+            agent.clone(),
+            era,
+            "session_context",
+            json!({"prompt": "joining", "session_id": sid}),
+        )
+        .await);
+        let defaults = ok(&call(
+            agent.clone(),
+            era,
+            "get_counterpart_search_defaults",
+            json!({}),
+        )
+        .await);
+        assert!(defaults.to_string().contains("Ascending"), "{defaults}");
+        let pipeline = json!([{"$match": {"candidate.magpsf": {"$lt": 18.5}}}]);
+        let preview = ok(&call(
+            agent.clone(),
+            era,
+            "run_broker_filter",
+            json!({"filter_id": filter_id, "pipeline": pipeline}),
+        )
+        .await);
+        assert!(preview["evaluated"].as_i64().unwrap_or(0) > 0, "{preview}");
+        let verdict = ok(&call(
+            agent.clone(),
+            era,
+            "post_broker_filter_version",
+            json!({"filter_id": filter_id, "pipeline": pipeline}),
+        )
+        .await);
+        assert_eq!(verdict["passed"], true, "{verdict}");
+        let version = verdict["version"].as_i64().expect("version");
+        ok(&call(
+            agent.clone(),
+            era,
+            "validate_broker_filter_version",
+            json!({"filter_id": filter_id, "version": version}),
+        )
+        .await);
+        // Activation by an agent waits for a person.
+        let pending = ok(&call(
+            agent.clone(),
+            era,
+            "activate_broker_filter_version",
+            json!({"filter_id": filter_id, "version": version}),
+        )
+        .await);
+        assert_eq!(pending["status"], "pending_approval", "{pending}");
+        let approval_id = pending["approval_id"]
+            .as_str()
+            .expect("approval_id")
+            .to_owned();
+        let still = ok(&call(
+            agent.clone(),
+            era,
+            "get_broker_filter",
+            json!({"filter_id": filter_id}),
+        )
+        .await);
+        assert!(
+            still.get("active_version").is_none_or(Value::is_null),
+            "not yet active: {still}"
+        );
+
+        // The person approves; the call runs as the agent, in its session.
+        let decided = ok(&call(
+            person.clone(),
+            era,
+            "decide_approval",
+            json!({"approval_id": approval_id, "decision": "approve", "note": "looks right"}),
+        )
+        .await);
+        assert_eq!(decided["status"], "executed", "{decided}");
+        let active = ok(&call(
+            agent.clone(),
+            era,
+            "get_broker_filter",
+            json!({"filter_id": filter_id}),
+        )
+        .await);
+        assert_eq!(active["active_version"], version, "{active}");
+
+        // The record of the answer: the calls, and the previewed proposal.
+        let uri = format!("doomberg://sessions/{sid}/record");
+        let reply = http::modern(&up.url, &person, "resources/read", json!({"uri": uri})).await;
+        let record: Value = serde_json::from_str(
+            reply.json()["result"]["contents"][0]["text"]
+                .as_str()
+                .expect("record"),
+        )
+        .expect("json");
+        let names: Vec<&str> = record["calls"]
+            .as_array()
+            .expect("calls")
+            .iter()
+            .filter_map(|c| c["name"].as_str())
+            .collect();
+        for expected in [
+            "run_broker_filter",
+            "post_broker_filter_version",
+            "activate_broker_filter_version",
+        ] {
+            assert!(names.contains(&expected), "{expected} in {names:?}");
+        }
+        assert_eq!(record["proposal"]["pipeline"], pipeline, "{record}");
+        assert_eq!(
+            record["proposal"]["filter_id"],
+            filter_id.as_str(),
+            "{record}"
+        );
+        // Writing to another filter from this session is refused.
+        let other = ok(&call(
+            person.clone(),
+            era,
+            "post_filter",
+            json!({"name": format!("other ({era})"), "group_id": group, "stream_id": "ztf-public"}),
+        )
+        .await);
+        let refused = call(
+            agent.clone(),
+            era,
+            "post_broker_filter_version",
+            json!({"filter_id": other["filter_id"], "pipeline": pipeline}),
+        )
+        .await;
+        assert_eq!(
+            common::tool_error(&refused)["error"],
+            "SUBJECT_MISMATCH",
+            "{refused}"
+        );
+        ok(&call(agent.clone(), era, "session_close", json!({})).await);
+    }
+
+    // Alerts ingested after activation pass through the active versions:
+    // matches appear, and only of the newly ingested night.
+    ingest("v4.01");
+    let later: std::collections::BTreeSet<String> = common::astro::listed()
+        .into_iter()
+        .filter(|l| l.file.starts_with("v4.01/"))
+        .map(|l| l.candid.to_string())
+        .collect();
+    ok(&call(
+        up.human.clone(),
+        "modern",
+        "session_context",
+        json!({"prompt": "check matches"}),
+    )
+    .await);
+    for filter_id in activated {
+        let read = ok(&call(
+            up.human.clone(),
+            "modern",
+            "get_broker_filter",
+            json!({"filter_id": filter_id, "matches_limit": 200}),
+        )
+        .await);
+        let matched: Vec<&str> = read["latest_matches"]
+            .as_array()
+            .expect("matches")
+            .iter()
+            .filter_map(|m| m["candid"].as_str())
+            .collect();
+        assert!(
+            !matched.is_empty(),
+            "the active version matched nothing new: {read}"
+        );
+        for candid in matched {
+            assert!(
+                later.contains(candid),
+                "{candid} was in the archive before activation"
+            );
+        }
+    }
 }

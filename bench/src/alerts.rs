@@ -91,7 +91,7 @@ impl Rng {
 
 /// Where and when one generated alert is, for the queries.
 #[derive(Clone, Copy)]
-struct Placed {
+pub(crate) struct Placed {
     ra: f64,
     dec: f64,
     jd: f64,
@@ -255,7 +255,7 @@ fn percentile(sorted: &[Duration], p: f64) -> f64 {
     sorted[i].as_secs_f64() * 1000.0
 }
 
-struct Generator {
+pub(crate) struct Generator {
     schemas: Vec<Schema>,
     templates: Vec<Template>,
     rng: Rng,
@@ -263,9 +263,25 @@ struct Generator {
 }
 
 impl Generator {
+    /// Clones of the real packets under `dir`, repeatable (a fixed seed);
+    /// the filters phase generates its archive with this too.
+    pub(crate) fn new(dir: &Path) -> anyhow::Result<Generator> {
+        let (schemas, templates) = load_templates(dir)?;
+        Ok(Generator {
+            schemas,
+            templates,
+            rng: Rng(0x1234_5678),
+            next: 0,
+        })
+    }
+
     /// A container of up to `count` clones from templates of one schema,
     /// and where each clone is.
-    fn container(&mut self, count: usize, history: bool) -> anyhow::Result<(Vec<u8>, Vec<Placed>)> {
+    pub(crate) fn container(
+        &mut self,
+        count: usize,
+        history: bool,
+    ) -> anyhow::Result<(Vec<u8>, Vec<Placed>)> {
         let schema_index = (self.next / count.max(1) as u64) as usize % self.schemas.len();
         let schema = &self.schemas[schema_index];
         let of_schema: Vec<&Template> = self

@@ -16,6 +16,8 @@ mod backend;
 mod bare;
 mod driver;
 mod fastmcp;
+mod filters;
+mod live;
 mod mcp;
 mod procs;
 mod report;
@@ -70,6 +72,14 @@ enum Command {
     /// The alerts phase: a large archive of cloned ZTF packets ingested into
     /// SQLite and PostgreSQL, 5″/30-day cone searches and crossmatches.
     Alerts(alerts::AlertsArgs),
+    /// The filters phase: a counterpart-search pipeline previewed over a
+    /// million-alert archive (SQLite; PostgreSQL smaller), alerts evaluated
+    /// per second in total and per core, and what bounds it.
+    Filters(filters::FiltersArgs),
+    /// The live filter path: alerts ingested while active filter versions
+    /// run on every new alert (none, ten on the candidate, one reading the
+    /// history), ingest alerts/s and the filters' own alerts/s.
+    FiltersLive(live::LiveArgs),
     /// Serve the bare limit: a plain axum handler returning a fixed body;
     /// started by the benchmark.
     #[command(hide = true)]
@@ -172,6 +182,12 @@ fn main() -> anyhow::Result<()> {
             runtime.block_on(async move { alerts::run(args).await.map(|_| ()) })
         }
         Some(Command::Appends(args)) => runtime.block_on(run::appends_only(args)),
+        Some(Command::Filters(args)) => {
+            runtime.block_on(async move { filters::run(args).await.map(|_| ()) })
+        }
+        Some(Command::FiltersLive(args)) => {
+            runtime.block_on(async move { live::run(args).await.map(|_| ()) })
+        }
         None => runtime.block_on(run::run(cli.run)),
     }
 }

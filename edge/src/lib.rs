@@ -93,6 +93,7 @@ pub async fn build_core(backends: &Backends, key: InternalKey) -> Result<core::C
         (ithaca_proto::service_names::AUTH, &backends.auth_url),
         (ithaca_proto::service_names::SESSION, &backends.session_url),
         (ithaca_proto::service_names::BROKER, &backends.broker_url),
+        (ithaca_proto::service_names::FILTERS, &backends.broker_url),
         (ithaca_proto::service_names::GCN, &backends.broker_url),
         (
             ithaca_proto::service_names::APPROVALS,

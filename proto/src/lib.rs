@@ -59,6 +59,8 @@ pub mod service_names {
     pub const AUTH: &str = "ithaca.auth.v1.AuthService";
     pub const SESSION: &str = "ithaca.session.v1.SessionService";
     pub const BROKER: &str = "ithaca.broker.v1.BrokerService";
+    /// Broker filters, served by the broker process beside `BROKER`.
+    pub const FILTERS: &str = "ithaca.broker.v1.FilterService";
     /// GCN events, served by the broker process.
     pub const GCN: &str = "ithaca.broker.v1.GcnService";
     pub const SKILLS: &str = "ithaca.skills.v1.SkillsService";

@@ -1,7 +1,8 @@
 //! The broker service: market data (daily bars and the dataset snapshots
 //! they came from), provider accounts, and the astronomy half: alert
 //! brokers, the ZTF alert archive, light curves, reference catalogs and
-//! their crossmatch, time conversion, the alert schema, and GCN events.
+//! their crossmatch, time conversion, the alert schema, GCN events, and
+//! broker filters.
 //!
 //! - [`csv`]: the daily-bar file format, parsed and checked with line numbers.
 //! - [`model`]: symbols, dates, fields and bar sanity rules.
@@ -15,6 +16,10 @@
 //!   and comments (`ithaca.broker.v1.GcnService`, served alongside).
 //! - [`sky`]: the HEALPix index (CDS `cdshealpix`) alerts and catalogs share.
 //! - [`astrotime`]: ISO 8601, JD and MJD on the UTC scale.
+//! - [`filters`]: broker filters: groups, streams, filters and their
+//!   versions, the pipeline language, the preview, activation, and the
+//!   live path that runs active versions on every newly stored alert
+//!   (`ithaca.broker.v1.FilterService`, served beside the broker's own).
 //! - [`grpc`]: the `ithaca.broker.v1.BrokerService` adapter.
 //!
 //! Bars, alerts, catalogs and GCN events are reference data shared by every
@@ -28,6 +33,7 @@ pub mod alerts;
 pub mod astrotime;
 pub mod catalogs;
 pub mod csv;
+pub mod filters;
 pub mod gcn;
 pub mod grpc;
 mod grpc_astro;
@@ -41,6 +47,7 @@ use ithaca_kit::db::{Db, DbError};
 use ithaca_kit::principal::{InternalKey, Verifier};
 use ithaca_kit::server::ServeOptions;
 use ithaca_proto::broker::v1::broker_service_server::BrokerServiceServer;
+use ithaca_proto::broker::v1::filter_service_server::FilterServiceServer;
 use ithaca_proto::broker::v1::gcn_service_server::GcnServiceServer;
 use tonic::service::Routes;
 
@@ -91,7 +98,10 @@ pub fn serve_options(db: Db, key: InternalKey) -> ServeOptions {
 /// [`serve_options`] with an explicit alerts configuration.
 pub fn serve_options_with(db: Db, key: InternalKey, config: alerts::AlertsConfig) -> ServeOptions {
     let (alerts, catalogs) = astro(db.clone(), &key, config);
-    let gcn = GcnServiceServer::new(gcn::grpc::GcnGrpc::new(gcn_service(db.clone())))
+    let events = gcn_service(db.clone());
+    let filters =
+        filters::attach(db.clone(), &alerts).with_regions(std::sync::Arc::new(events.clone()));
+    let gcn = GcnServiceServer::new(gcn::grpc::GcnGrpc::new(events))
         .max_decoding_message_size(MAX_MESSAGE);
     let gcn = tonic::service::interceptor::InterceptedService::new(gcn, Verifier::new(key.clone()));
     let grpc = grpc::Grpc {
@@ -100,12 +110,18 @@ pub fn serve_options_with(db: Db, key: InternalKey, config: alerts::AlertsConfig
         catalogs,
     };
     let server = BrokerServiceServer::new(grpc).max_decoding_message_size(MAX_MESSAGE);
-    let server = tonic::service::interceptor::InterceptedService::new(server, Verifier::new(key));
+    let verifier = Verifier::new(key);
+    let server = tonic::service::interceptor::InterceptedService::new(server, verifier.clone());
+    let filters = tonic::service::interceptor::InterceptedService::new(
+        FilterServiceServer::new(filters::grpc::Grpc { service: filters }),
+        verifier,
+    );
     ServeOptions::new(
         vec![
             ithaca_proto::service_names::BROKER,
             ithaca_proto::service_names::GCN,
+            ithaca_proto::service_names::FILTERS,
         ],
-        Routes::new(server).add_service(gcn),
+        Routes::new(server).add_service(gcn).add_service(filters),
     )
 }

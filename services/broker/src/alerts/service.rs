@@ -16,7 +16,7 @@ use serde_json::Value as Json;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// The broker every deployment has: its own archive (created by migration).
 pub const ARCHIVE_BROKER: &str = "ztf-archive";
@@ -67,6 +67,25 @@ pub struct AlertService {
     /// Parsed writer schemas by id: parsing one takes longer than decoding
     /// a packet with it.
     schemas: Arc<Mutex<HashMap<String, Arc<Schema>>>>,
+    /// Told about newly stored alerts (the broker's filters); set once when
+    /// the broker is wired, shared by every clone.
+    ingest_hook: Arc<OnceLock<Arc<dyn IngestHook>>>,
+}
+
+/// Told about the alerts an ingest newly stored, once they are committed:
+/// the seam through which active filter versions see every new alert.
+#[tonic::async_trait]
+pub trait IngestHook: Send + Sync {
+    /// `batch` holds only alerts that were not stored before. A failure is
+    /// the hook's to report: the alerts are stored either way.
+    async fn stored(&self, batch: StoredBatch);
+}
+
+/// The alerts one ingest newly stored, with their writer schema.
+pub struct StoredBatch {
+    pub broker_id: String,
+    pub schema: Arc<Schema>,
+    pub alerts: Vec<NewAlert>,
 }
 
 impl std::fmt::Debug for AlertService {
@@ -186,7 +205,14 @@ impl AlertService {
             vault,
             config,
             schemas: Arc::new(Mutex::new(HashMap::new())),
+            ingest_hook: Arc::new(OnceLock::new()),
         }
+    }
+
+    /// Run `hook` on the alerts every later ingest newly stores (once; a
+    /// second hook is refused and returned).
+    pub fn set_ingest_hook(&self, hook: Arc<dyn IngestHook>) -> Result<(), Arc<dyn IngestHook>> {
+        self.ingest_hook.set(hook)
     }
 
     pub fn store(&self) -> &AlertStore {
@@ -448,11 +474,13 @@ impl AlertService {
                 packet: a.datum,
             });
         }
-        self.schemas
+        let writer = self
+            .schemas
             .lock()
             .map_err(|_| ServiceError::new(ithaca_kit::error::Code::Internal, "internal error"))?
             .entry(decoded.schema_id.clone())
-            .or_insert_with(|| Arc::new(decoded.schema));
+            .or_insert_with(|| Arc::new(decoded.schema))
+            .clone();
         let file = FileRecord {
             broker_id,
             checksum,
@@ -460,7 +488,21 @@ impl AlertService {
             alerts: alerts.len() as i64,
             ingested_at_ms: now,
         };
-        Ok(self.store.ingest_file(file, &schema_row, &alerts).await? as i64)
+        let stored = self.store.ingest_file(file, &schema_row, &alerts).await?;
+        let count = stored.len() as i64;
+        if let Some(hook) = self.ingest_hook.get()
+            && !stored.is_empty()
+        {
+            let new: std::collections::HashSet<i64> = stored.into_iter().collect();
+            alerts.retain(|a| new.contains(&a.row.candid));
+            hook.stored(StoredBatch {
+                broker_id: broker_id.to_owned(),
+                schema: writer,
+                alerts,
+            })
+            .await;
+        }
+        Ok(count)
     }
 
     /// The parsed writer schema `schema_id`.

@@ -103,6 +103,11 @@ impl AlertStore {
         AlertStore { db }
     }
 
+    /// The database, for the filter preview's streaming scans.
+    pub fn db(&self) -> &Db {
+        &self.db
+    }
+
     pub async fn insert_broker(&self, b: &BrokerRow) -> Result<u64, sqlx::Error> {
         let _gate = self.db.write_gate().await;
         let sql = "INSERT INTO brokers (broker_id, name, survey, operations, altdata, credential, created_at_ms) \
@@ -150,20 +155,20 @@ impl AlertStore {
     }
 
     /// Store one file's alerts in one transaction: its schema (once), the
-    /// alerts not already present, and the file. Returns the alerts newly
-    /// stored.
+    /// alerts not already present, and the file. Returns the candids newly
+    /// stored (what the broker's filters then run on).
     pub async fn ingest_file(
         &self,
         file: FileRecord<'_>,
         schema: &SchemaRow,
         alerts: &[NewAlert],
-    ) -> Result<u64, sqlx::Error> {
+    ) -> Result<Vec<i64>, sqlx::Error> {
         let _gate = self.db.write_gate().await;
         let insert_schema = "INSERT INTO alert_schemas (schema_id, version, schema_json, paths, first_seen_ms) \
                              VALUES ($1, $2, $3, $4, $5) ON CONFLICT (schema_id) DO NOTHING";
         let insert_file = "INSERT INTO alert_files (broker_id, checksum, source, alerts, ingested_at_ms) \
                            VALUES ($1, $2, $3, $4, $5) ON CONFLICT (broker_id, checksum) DO NOTHING";
-        let mut stored = 0;
+        let mut stored = Vec::new();
         with_pool!(self.db, pool => {
             let mut tx = pool.begin().await?;
             sqlx::query(insert_schema)
@@ -196,8 +201,8 @@ impl AlertStore {
                         .push_bind(r.ingested_at_ms)
                         .push_bind(&a.packet);
                 });
-                builder.push(" ON CONFLICT (broker_id, candid) DO NOTHING");
-                stored += builder.build().execute(&mut *tx).await?.rows_affected();
+                builder.push(" ON CONFLICT (broker_id, candid) DO NOTHING RETURNING candid");
+                stored.extend(builder.build_query_scalar::<i64>().fetch_all(&mut *tx).await?);
             }
             sqlx::query(insert_file)
                 .bind(file.broker_id)

@@ -1,0 +1,42 @@
+//! GCN events as preview regions: an event's best localisation (the
+//! smallest error circle among its notices and circulars) becomes the MOC of
+//! that circle, which the preview reads through the `hpx` index.
+
+use super::model::codes;
+use super::preview::Region;
+use super::run::{EventRegion, EventRegions};
+use crate::gcn::GcnService;
+use ithaca_kit::error::ServiceError;
+use ithaca_kit::principal::Principal;
+
+#[tonic::async_trait]
+impl EventRegions for GcnService {
+    async fn region(
+        &self,
+        _caller: &Principal,
+        dateobs: &str,
+    ) -> Result<EventRegion, ServiceError> {
+        // GCN events are reference data shared by every tenant.
+        let Some(loc) = self.best_localisation(dateobs).await? else {
+            return Err(ServiceError::precondition(format!(
+                "dateobs: event {dateobs:?} has no localisation (no notice or circular gave a position with an error), \
+                 so there is no region to search"
+            ))
+            .with_domain(codes::NO_LOCALISATION));
+        };
+        let region = Region::Cone {
+            ra_deg: loc.ra_deg,
+            dec_deg: loc.dec_deg,
+            radius_deg: loc.error_radius_deg,
+        };
+        // The MOC is built and checked here, so a bad circle is named now.
+        region.to_moc()?;
+        Ok(EventRegion {
+            region,
+            label: format!(
+                "{}: {}° around RA {}, Dec {} ({})",
+                loc.dateobs, loc.error_radius_deg, loc.ra_deg, loc.dec_deg, loc.description
+            ),
+        })
+    }
+}

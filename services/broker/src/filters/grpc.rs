@@ -1,0 +1,372 @@
+//! The tonic adapter of `ithaca.broker.v1.FilterService`: protobuf in,
+//! domain call, protobuf out. No logic here beyond the shape of answers.
+
+use super::defaults;
+use super::model::Finding;
+use super::run::RunArgs;
+use super::service::{FilterService, FilterView, GroupView, NewFilter};
+use super::store::{MatchRow, StreamRow, VersionRow};
+use super::versions::VerdictView;
+use crate::grpc_astro::{alert_uri, n};
+use ithaca_kit::error::ServiceError;
+use ithaca_kit::{clock, json, principal};
+use ithaca_proto::broker::v1 as pb;
+use ithaca_proto::broker::v1::filter_service_server::FilterService as Rpc;
+use prost_types::ListValue;
+use serde_json::Value as Json;
+use tonic::{Request, Response, Status};
+
+/// The gRPC face of [`FilterService`].
+#[derive(Clone, Debug)]
+pub struct Grpc {
+    pub service: FilterService,
+}
+
+/// The resource of a filter.
+pub fn filter_uri(filter_id: &str) -> String {
+    format!("doomberg://filters/{filter_id}")
+}
+
+/// A `ListValue` as a JSON array.
+fn from_list(list: ListValue) -> Json {
+    let wrapped = prost_types::Struct {
+        fields: [(
+            "list".to_owned(),
+            prost_types::Value {
+                kind: Some(prost_types::value::Kind::ListValue(list)),
+            },
+        )]
+        .into_iter()
+        .collect(),
+    };
+    json::from_struct(wrapped)
+        .get_mut("list")
+        .map(Json::take)
+        .unwrap_or(Json::Array(Vec::new()))
+}
+
+/// A JSON array as a `ListValue` (anything else as an empty list).
+fn to_list(value: Json) -> ListValue {
+    let s = json::to_struct(serde_json::json!({ "list": value }));
+    match s.fields.into_iter().next().and_then(|(_, v)| v.kind) {
+        Some(prost_types::value::Kind::ListValue(l)) => l,
+        _ => ListValue::default(),
+    }
+}
+
+fn required_pipeline(p: Option<ListValue>) -> Result<Json, Status> {
+    p.map(from_list).ok_or_else(|| {
+        ServiceError::invalid(
+            "pipeline: required, a JSON array of stages (get_counterpart_search_defaults gives one to start from)",
+        )
+        .into()
+    })
+}
+
+/// Integers beyond 2^53 (candids) become strings: a JSON number, and a
+/// protobuf `Value`, would round them.
+fn exact_ids(value: Json) -> Json {
+    const EXACT: u64 = 1 << 53;
+    match value {
+        Json::Number(num) => match num.as_i64() {
+            Some(i) if i.unsigned_abs() > EXACT => Json::String(i.to_string()),
+            _ => match num.as_u64() {
+                Some(u) if u > EXACT => Json::String(u.to_string()),
+                _ => Json::Number(num),
+            },
+        },
+        Json::Array(items) => Json::Array(items.into_iter().map(exact_ids).collect()),
+        Json::Object(map) => {
+            Json::Object(map.into_iter().map(|(k, v)| (k, exact_ids(v))).collect())
+        }
+        other => other,
+    }
+}
+
+fn problem(f: Finding) -> pb::PipelineProblem {
+    pb::PipelineProblem {
+        location: f.location,
+        message: f.message,
+        suggestion: f.suggestion,
+    }
+}
+
+fn findings(text: &str) -> Vec<pb::PipelineProblem> {
+    serde_json::from_str::<Vec<Finding>>(text)
+        .unwrap_or_default()
+        .into_iter()
+        .map(problem)
+        .collect()
+}
+
+fn stream(s: StreamRow) -> pb::FilterStream {
+    pb::FilterStream {
+        programids: s.programids(),
+        withheld_paths: s.withheld(),
+        stream_id: s.stream_id,
+        name: s.name,
+        survey: s.survey,
+        description: s.description,
+    }
+}
+
+fn group(g: GroupView) -> pb::FilterGroup {
+    pb::FilterGroup {
+        group_id: g.row.group_id,
+        name: g.row.name,
+        stream_ids: g.streams,
+        created_at: clock::rfc3339(g.row.created_at_ms),
+    }
+}
+
+fn version(v: VersionRow) -> pb::FilterVersion {
+    let pipeline = serde_json::from_str(&v.pipeline).unwrap_or(Json::Array(Vec::new()));
+    pb::FilterVersion {
+        version: n(v.version),
+        pipeline: Some(to_list(pipeline)),
+        pipeline_hash: v.pipeline_hash,
+        created_at: clock::rfc3339(v.created_at_ms),
+        passed: v.passed,
+        problems: findings(&v.problems),
+        warnings: findings(&v.warnings),
+        validated_at: clock::rfc3339(v.validated_at_ms),
+    }
+}
+
+fn matched(m: MatchRow) -> pb::FilterMatch {
+    pb::FilterMatch {
+        uri: alert_uri(&m.broker_id, m.candid),
+        candid: m.candid.to_string(),
+        object_id: m.object_id,
+        jd: m.jd,
+        version: n(m.version),
+        matched_at: clock::rfc3339(m.matched_at_ms),
+    }
+}
+
+fn filter(view: FilterView) -> pb::Filter {
+    let r = view.row;
+    pb::Filter {
+        uri: filter_uri(&r.filter_id),
+        filter_id: r.filter_id,
+        name: r.name,
+        group_id: r.group_id,
+        stream_id: r.stream_id,
+        broker_id: r.broker_id,
+        active_version: r.active_version.map(n),
+        autosave: Some(pb::AutosaveSettings {
+            enabled: r.autosave,
+            keep: n(r.autosave_keep),
+        }),
+        versions: view.versions.into_iter().map(version).collect(),
+        latest_matches: view.matches.into_iter().map(matched).collect(),
+        matches_saved: n(view.matches_saved),
+        created_at: clock::rfc3339(r.created_at_ms),
+    }
+}
+
+fn verdict(v: VerdictView) -> pb::FilterVersionVerdict {
+    pb::FilterVersionVerdict {
+        uri: filter_uri(&v.filter_id),
+        filter_id: v.filter_id,
+        version: n(v.version),
+        passed: v.passed,
+        problems: v.problems.into_iter().map(problem).collect(),
+        warnings: v.warnings.into_iter().map(problem).collect(),
+        pipeline_hash: v.pipeline_hash,
+    }
+}
+
+#[tonic::async_trait]
+impl Rpc for Grpc {
+    async fn get_filter_targets(
+        &self,
+        request: Request<pb::GetFilterTargetsRequest>,
+    ) -> Result<Response<pb::FilterTargets>, Status> {
+        let caller = principal::of(&request)?;
+        let t = self.service.targets(&caller).await?;
+        Ok(Response::new(pb::FilterTargets {
+            groups: t.groups.into_iter().map(group).collect(),
+            streams: t.streams.into_iter().map(stream).collect(),
+            brokers: t
+                .brokers
+                .into_iter()
+                .map(|b| pb::FilterBroker {
+                    broker_id: b.broker_id,
+                    name: b.name,
+                    survey: b.survey,
+                })
+                .collect(),
+        }))
+    }
+
+    async fn get_counterpart_search_defaults(
+        &self,
+        request: Request<pb::GetCounterpartSearchDefaultsRequest>,
+    ) -> Result<Response<pb::CounterpartSearchDefaults>, Status> {
+        let _caller = principal::of(&request)?;
+        let d = defaults::defaults(request.into_inner().trigger_jd)?;
+        Ok(Response::new(pb::CounterpartSearchDefaults {
+            pipeline: Some(to_list(d.pipeline)),
+            window_start_days: defaults::WINDOW_START_DAYS,
+            window_end_days: defaults::WINDOW_END_DAYS,
+            jd_start: d.jd_start,
+            jd_end: d.jd_end,
+            sort_by: defaults::SORT_BY.to_owned(),
+            sort_order: defaults::SORT_ORDER.to_owned(),
+            notes: defaults::NOTES.iter().map(|s| (*s).to_owned()).collect(),
+        }))
+    }
+
+    async fn post_filter(
+        &self,
+        request: Request<pb::PostFilterRequest>,
+    ) -> Result<Response<pb::Filter>, Status> {
+        let caller = principal::of(&request)?;
+        let r = request.into_inner();
+        let view = self
+            .service
+            .post_filter(
+                &caller,
+                NewFilter {
+                    name: r.name,
+                    group_id: r.group_id,
+                    stream_id: r.stream_id,
+                    broker_id: r.broker_id,
+                    autosave: r.autosave,
+                    autosave_keep: r.autosave_keep,
+                },
+            )
+            .await?;
+        Ok(Response::new(filter(view)))
+    }
+
+    async fn run_broker_filter(
+        &self,
+        request: Request<pb::RunBrokerFilterRequest>,
+    ) -> Result<Response<pb::FilterPreview>, Status> {
+        let caller = principal::of(&request)?;
+        let r = request.into_inner();
+        let args = RunArgs {
+            pipeline: required_pipeline(r.pipeline)?,
+            filter_id: r.filter_id,
+            group_id: r.group_id,
+            stream_id: r.stream_id,
+            broker_id: r.broker_id,
+            dateobs: r.dateobs,
+            jd_start: r.jd_start,
+            jd_end: r.jd_end,
+            sort_by: r.sort_by,
+            sort_order: r.sort_order,
+            limit: r.limit,
+        };
+        let a = self.service.run(&caller, args).await?;
+        Ok(Response::new(pb::FilterPreview {
+            evaluated: i32::try_from(a.evaluated).unwrap_or(i32::MAX),
+            matched: i32::try_from(a.matched).unwrap_or(i32::MAX),
+            alerts: a
+                .alerts
+                .into_iter()
+                .map(|doc| json::to_struct(exact_ids(doc)))
+                .collect(),
+            warnings: a.warnings.into_iter().map(problem).collect(),
+            pipeline_hash: a.pipeline_hash,
+            recorded: a.recorded,
+            broker_id: a.broker_id,
+            stream_id: a.stream_id,
+            region: a.region,
+            pipeline: Some(to_list(a.pipeline)),
+        }))
+    }
+
+    async fn post_broker_filter_version(
+        &self,
+        request: Request<pb::PostBrokerFilterVersionRequest>,
+    ) -> Result<Response<pb::FilterVersionVerdict>, Status> {
+        let caller = principal::of(&request)?;
+        let r = request.into_inner();
+        let pipeline = required_pipeline(r.pipeline)?;
+        let v = self
+            .service
+            .post_version(&caller, &r.filter_id, &pipeline)
+            .await?;
+        Ok(Response::new(verdict(v)))
+    }
+
+    async fn validate_broker_filter_version(
+        &self,
+        request: Request<pb::ValidateBrokerFilterVersionRequest>,
+    ) -> Result<Response<pb::FilterVersionVerdict>, Status> {
+        let caller = principal::of(&request)?;
+        let r = request.into_inner();
+        let v = self
+            .service
+            .validate(&caller, &r.filter_id, r.version)
+            .await?;
+        Ok(Response::new(verdict(v)))
+    }
+
+    async fn activate_broker_filter_version(
+        &self,
+        request: Request<pb::ActivateBrokerFilterVersionRequest>,
+    ) -> Result<Response<pb::FilterActivation>, Status> {
+        let caller = principal::of(&request)?;
+        let check = ithaca_kit::approval::is_check(&request);
+        let r = request.into_inner();
+        let a = self
+            .service
+            .activate(&caller, &r.filter_id, r.version, check)
+            .await?;
+        Ok(Response::new(pb::FilterActivation {
+            uri: filter_uri(&a.filter_id),
+            filter_id: a.filter_id,
+            active_version: n(a.version),
+            previous_version: a.previous.map(n),
+        }))
+    }
+
+    async fn get_broker_filter(
+        &self,
+        request: Request<pb::GetBrokerFilterRequest>,
+    ) -> Result<Response<pb::Filter>, Status> {
+        let caller = principal::of(&request)?;
+        let r = request.into_inner();
+        let view = self
+            .service
+            .filter(&caller, &r.filter_id, r.matches_limit)
+            .await?;
+        Ok(Response::new(filter(view)))
+    }
+
+    async fn diff_broker_filter_versions(
+        &self,
+        request: Request<pb::DiffBrokerFilterVersionsRequest>,
+    ) -> Result<Response<pb::FilterVersionDiff>, Status> {
+        let caller = principal::of(&request)?;
+        let r = request.into_inner();
+        let d = self
+            .service
+            .diff(&caller, &r.filter_id, r.from_version, r.to_version)
+            .await?;
+        Ok(Response::new(pb::FilterVersionDiff {
+            identical: d.diff.is_empty(),
+            filter_id: d.filter_id,
+            from_version: n(d.from),
+            to_version: n(d.to),
+            diff: d.diff,
+        }))
+    }
+
+    async fn add_filter_group(
+        &self,
+        request: Request<pb::AddFilterGroupRequest>,
+    ) -> Result<Response<pb::FilterGroup>, Status> {
+        let caller = principal::of(&request)?;
+        let r = request.into_inner();
+        let g = self
+            .service
+            .add_group(&caller, &r.tenant_id, &r.name, &r.stream_ids)
+            .await?;
+        Ok(Response::new(group(g)))
+    }
+}

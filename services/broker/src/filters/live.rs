@@ -1,0 +1,386 @@
+//! The live path: every alert an ingest newly stores passes through every
+//! active version of every tenant's filters, in memory, and the matches are
+//! saved per each filter's auto-save settings.
+//!
+//! The active set (compiled pipelines) is loaded once and kept: activation
+//! in this process marks it stale, and it is reloaded at most
+//! [`RELOAD_AFTER`] after it was loaded, so an activation on another broker
+//! replica reaches this one within that bound. One ingest is one batch: each
+//! alert is decoded once, every relevant version evaluated on it, and all
+//! the batch's matches saved in one transaction (never a database round
+//! trip per alert or per filter).
+
+use super::model::Autosave;
+use super::pipeline::scan::object_subset;
+use super::pipeline::{self, CandidateNeeds, Pipeline};
+use super::preview::alert_document;
+use super::store::{FilterStore, MatchRow};
+use super::versions::bounds;
+use crate::alerts::AlertService;
+use crate::alerts::service::{IngestHook, StoredBatch};
+use crate::alerts::store::NewAlert;
+use apache_avro::Schema;
+use apache_avro::types::Value;
+use ithaca_kit::clock;
+use ithaca_kit::error::ServiceError;
+use serde_json::Value as Json;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long a loaded active set is trusted before it is read again.
+pub const RELOAD_AFTER: Duration = Duration::from_secs(5);
+
+/// Fields never shown to a filter: the image cutouts (bytes no cut applies
+/// to; skipping them saves most of the decoding work).
+const CUTOUTS: [&str; 3] = ["cutoutScience", "cutoutTemplate", "cutoutDifference"];
+
+/// One active version, compiled.
+pub struct ActiveFilter {
+    pub filter_id: String,
+    pub tenant_id: String,
+    pub broker_id: String,
+    pub version: i64,
+    /// The `candidate.programid`s of the filter's stream.
+    pub programids: Vec<i32>,
+    /// The paths the stream withholds, removed from what the version sees.
+    pub withheld: Vec<String>,
+    pub pipeline: Pipeline,
+    pub autosave: Autosave,
+}
+
+/// The active versions and the ingest hook that runs them. Cheap to clone.
+#[derive(Clone)]
+pub struct LiveFilters {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: FilterStore,
+    alerts: AlertService,
+    /// The loaded set and when it was loaded.
+    loaded: Mutex<Option<(Instant, Arc<Vec<ActiveFilter>>)>>,
+    /// Set by activation here: reload before the next batch.
+    stale: AtomicBool,
+}
+
+/// What one batch did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BatchReport {
+    pub alerts: usize,
+    pub filters: usize,
+    pub matches: usize,
+}
+
+impl LiveFilters {
+    pub fn new(store: FilterStore, alerts: AlertService) -> Self {
+        LiveFilters {
+            inner: Arc::new(Inner {
+                store,
+                alerts,
+                loaded: Mutex::new(None),
+                stale: AtomicBool::new(true),
+            }),
+        }
+    }
+
+    /// Reload the active set before the next batch.
+    pub fn invalidate(&self) {
+        self.inner.stale.store(true, Ordering::SeqCst);
+    }
+
+    /// The active set, reloaded when stale or older than [`RELOAD_AFTER`].
+    pub async fn active(&self) -> Result<Arc<Vec<ActiveFilter>>, ServiceError> {
+        let cached = self
+            .inner
+            .loaded
+            .lock()
+            .ok()
+            .and_then(|l| l.as_ref().map(|(at, set)| (*at, set.clone())));
+        if let Some((at, set)) = cached
+            && !self.inner.stale.load(Ordering::SeqCst)
+            && at.elapsed() < RELOAD_AFTER
+        {
+            return Ok(set);
+        }
+        // Clear the flag first: an activation during the load marks it again.
+        self.inner.stale.store(false, Ordering::SeqCst);
+        let set = Arc::new(self.load().await?);
+        if let Ok(mut l) = self.inner.loaded.lock() {
+            *l = Some((Instant::now(), set.clone()));
+        }
+        Ok(set)
+    }
+
+    async fn load(&self) -> Result<Vec<ActiveFilter>, ServiceError> {
+        let rows = self.inner.store.active().await?;
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        let streams = self.inner.store.streams().await?;
+        let (_, versions) = self.inner.alerts.schema_versions().await?;
+        let schema: Vec<_> =
+            crate::alerts::schema::union(versions.iter().map(|(v, f)| (v.as_str(), f.as_slice())))
+                .into_iter()
+                .map(|(f, _)| f)
+                .collect();
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            let Some(stream) = streams.iter().find(|s| s.stream_id == row.stream_id) else {
+                continue;
+            };
+            let json: Json = match serde_json::from_str(&row.pipeline) {
+                Ok(j) => j,
+                Err(e) => {
+                    tracing::error!(filter_id = %row.filter_id, error = %e, "stored pipeline is not JSON");
+                    continue;
+                }
+            };
+            match pipeline::compile(&json, &schema, &bounds(stream, &schema)) {
+                Ok(checked) => out.push(ActiveFilter {
+                    programids: stream.programids(),
+                    withheld: stream.withheld(),
+                    filter_id: row.filter_id,
+                    tenant_id: row.tenant_id,
+                    broker_id: row.broker_id,
+                    version: row.version,
+                    pipeline: checked.pipeline,
+                    autosave: Autosave {
+                        enabled: row.autosave,
+                        keep: row.autosave_keep,
+                    },
+                }),
+                // The schema changed under an active version: it stops
+                // matching rather than matching wrongly, and says so.
+                Err(problems) => tracing::warn!(
+                    filter_id = %row.filter_id,
+                    version = row.version,
+                    problems = problems.len(),
+                    "active filter version no longer compiles; it does not run"
+                ),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Run the active versions of `batch.broker_id` on the batch and save
+    /// their matches.
+    pub async fn run(&self, batch: StoredBatch) -> Result<BatchReport, ServiceError> {
+        let active = self.active().await?;
+        let relevant: Vec<usize> = active
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| f.broker_id == batch.broker_id && f.autosave.enabled)
+            .map(|(i, _)| i)
+            .collect();
+        let mut report = BatchReport {
+            alerts: batch.alerts.len(),
+            filters: relevant.len(),
+            matches: 0,
+        };
+        if relevant.is_empty() || batch.alerts.is_empty() {
+            return Ok(report);
+        }
+        let set = active.clone();
+        let picked = relevant.clone();
+        // Decoding and evaluation are CPU work: off the async workers.
+        let matches = tokio::task::spawn_blocking(move || evaluate(&set, &picked, &batch))
+            .await
+            .map_err(|e| ServiceError::internal(&e))?;
+        let trims: Vec<(String, i64)> = relevant
+            .iter()
+            .map(|&i| &active[i])
+            .filter(|f| matches.iter().any(|m| m.filter_id == f.filter_id))
+            .map(|f| (f.filter_id.clone(), f.autosave.keep))
+            .collect();
+        report.matches = matches.len();
+        self.inner.store.save_matches(&matches, &trims).await?;
+        Ok(report)
+    }
+}
+
+#[tonic::async_trait]
+impl IngestHook for LiveFilters {
+    async fn stored(&self, batch: StoredBatch) {
+        let broker_id = batch.broker_id.clone();
+        match self.run(batch).await {
+            Ok(report) if report.matches > 0 => tracing::debug!(
+                %broker_id,
+                alerts = report.alerts,
+                filters = report.filters,
+                matches = report.matches,
+                "filters ran on new alerts"
+            ),
+            Ok(_) => {}
+            // The alerts are stored; their matches are what is lost.
+            Err(e) => tracing::error!(
+                %broker_id,
+                error = %e.message,
+                "filters could not run on newly stored alerts"
+            ),
+        }
+    }
+}
+
+/// Every match of the `picked` filters of `set` among the batch's alerts.
+/// Each alert becomes one document, the one the preview builds (the
+/// candidate fields the versions read, or the whole packet when one reads
+/// beyond the candidate); a version on a stream that withholds paths sees
+/// the document without them.
+fn evaluate(set: &[ActiveFilter], picked: &[usize], batch: &StoredBatch) -> Vec<MatchRow> {
+    let now = clock::now_ms();
+    let read = Reading::of(picked.iter().map(|&i| &set[i]));
+    // The distinct withheld sets, the empty one (if any) first: each alert
+    // is stripped once per set, and the last set strips the document
+    // itself rather than a copy.
+    let mut views: Vec<&[String]> = Vec::new();
+    for &i in picked {
+        if !views.contains(&set[i].withheld.as_slice()) {
+            views.push(&set[i].withheld);
+        }
+    }
+    views.sort_by_key(|v| v.len());
+    let mut out = Vec::new();
+    for alert in &batch.alerts {
+        let mut doc = match read.document(&batch.schema, alert) {
+            Ok(doc) => doc,
+            Err(e) => {
+                tracing::error!(candid = alert.row.candid, error = %e, "stored alert does not decode for filtering");
+                continue;
+            }
+        };
+        let programid = doc
+            .get("candidate")
+            .and_then(|c| c.get("programid"))
+            .and_then(Json::as_i64);
+        for (k, view) in views.iter().enumerate() {
+            let copy;
+            let seen = if view.is_empty() {
+                &doc
+            } else if k + 1 == views.len() {
+                strip(&mut doc, view);
+                &doc
+            } else {
+                copy = without(&doc, view);
+                &copy
+            };
+            for &i in picked {
+                let f = &set[i];
+                if f.withheld.as_slice() != *view
+                    || !programid.is_some_and(|p| f.programids.iter().any(|q| i64::from(*q) == p))
+                {
+                    continue;
+                }
+                if f.pipeline.passes(seen) {
+                    out.push(MatchRow {
+                        filter_id: f.filter_id.clone(),
+                        candid: alert.row.candid,
+                        version: f.version,
+                        broker_id: batch.broker_id.clone(),
+                        object_id: alert.row.object_id.clone(),
+                        jd: alert.row.jd,
+                        matched_at_ms: now,
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// What of each alert a batch's versions read.
+enum Reading {
+    /// The whole packet (a version reads beyond the candidate).
+    Packet,
+    /// The whole candidate record.
+    Candidate,
+    /// These candidate fields (sorted), `programid` among them.
+    Keys(Vec<String>),
+}
+
+impl Reading {
+    fn of<'a>(filters: impl Iterator<Item = &'a ActiveFilter>) -> Reading {
+        let mut keys = vec!["programid".to_owned()];
+        for f in filters {
+            let needs = f.pipeline.needs();
+            if needs.packet {
+                return Reading::Packet;
+            }
+            match &needs.candidate {
+                CandidateNeeds::Whole => return Reading::Candidate,
+                CandidateNeeds::Keys(k) => keys.extend(k.iter().cloned()),
+                CandidateNeeds::Nothing => {}
+            }
+        }
+        keys.sort();
+        keys.dedup();
+        Reading::Keys(keys)
+    }
+
+    fn document(&self, schema: &Schema, alert: &NewAlert) -> Result<Json, String> {
+        let r = &alert.row;
+        let candidate = match self {
+            Reading::Packet => return packet(schema, &alert.packet),
+            Reading::Candidate => serde_json::from_str(&r.candidate).map_err(|e| e.to_string())?,
+            Reading::Keys(keys) => {
+                Json::Object(object_subset(&r.candidate, keys).map_err(|e| e.to_string())?)
+            }
+        };
+        Ok(alert_document(
+            &r.object_id,
+            r.candid,
+            &r.schemavsn,
+            candidate,
+        ))
+    }
+}
+
+/// A stored packet as the preview's packet document: the whole alert but
+/// its cutouts (left out before conversion, not after, which saves
+/// base64-encoding three images per alert).
+pub fn packet(schema: &Schema, datum: &[u8]) -> Result<Json, String> {
+    let mut reader = datum;
+    let value =
+        apache_avro::from_avro_datum(schema, &mut reader, None).map_err(|e| e.to_string())?;
+    let Value::Record(fields) = value else {
+        return Err("the alert is not a record".to_owned());
+    };
+    let kept: Vec<(String, Value)> = fields
+        .into_iter()
+        .filter(|(k, _)| !CUTOUTS.contains(&k.as_str()))
+        .collect();
+    Ok(crate::alerts::avro::to_json(&Value::Record(kept)))
+}
+
+/// `doc` without the `withheld` paths (plain dotted; through arrays too).
+pub fn without(doc: &Json, withheld: &[String]) -> Json {
+    let mut out = doc.clone();
+    strip(&mut out, withheld);
+    out
+}
+
+/// Remove the `withheld` paths from `doc`.
+pub fn strip(doc: &mut Json, withheld: &[String]) {
+    for path in withheld {
+        let segs: Vec<&str> = path.split('.').collect();
+        remove(doc, &segs);
+    }
+}
+
+fn remove(value: &mut Json, segs: &[&str]) {
+    match value {
+        Json::Array(items) => items.iter_mut().for_each(|v| remove(v, segs)),
+        Json::Object(map) => match segs {
+            [] => {}
+            [last] => {
+                map.remove(*last);
+            }
+            [first, rest @ ..] => {
+                if let Some(inner) = map.get_mut(*first) {
+                    remove(inner, rest);
+                }
+            }
+        },
+        _ => {}
+    }
+}

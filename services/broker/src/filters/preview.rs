@@ -1,0 +1,590 @@
+//! The preview: a compiled pipeline run over the stored alerts of a broker,
+//! restricted to a time window, a sky region and programmes, answering a
+//! count, or the top alerts by a field when `sort_by` is given.
+//!
+//! A region is a MOC (IVOA Multi-Order Coverage map, CDS's `moc` crate), not
+//! a cone: a GCN localisation becomes the MOC of its error circle, and the
+//! archive is read through the `hpx` index ranges of the MOC's cells. Rows
+//! stream from the database in batches to a blocking evaluator, so a
+//! million-alert preview holds a few thousand rows at a time; each alert's
+//! `candidate` is read only for the fields the pipeline needs, and parsed
+//! whole only for the alerts that enter the top `limit`.
+
+use super::pipeline::scan::object_subset;
+use super::pipeline::{CandidateNeeds, Pipeline, compare_values, needs_of, value_at};
+use crate::alerts::avro;
+use crate::alerts::service::time_window;
+use crate::alerts::store::AlertStore;
+use crate::sky;
+use apache_avro::Schema;
+use ithaca_kit::error::{Code, ServiceError};
+use ithaca_kit::with_pool;
+use moc::elem::cellcellrange::CellOrCellRange;
+use moc::moc::HasMaxDepth;
+use moc::moc::range::{CellSelection, RangeMOC};
+use moc::qty::Hpx;
+use serde_json::{Map, Value};
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::Arc;
+use tokio_stream::{Stream, StreamExt};
+
+/// A MOC of the sky at HEALPix depth up to 29 (the depth of `hpx`).
+pub type SkyMoc = RangeMOC<u64, Hpx<u64>>;
+
+/// Most alerts a sorted preview returns.
+pub const MAX_PREVIEW_ALERTS: usize = 1000;
+/// Rows handed to the evaluator at a time.
+pub const BATCH: usize = 1024;
+/// Most index ranges a preview reads; a finer MOC is read through a coarser
+/// cover and each alert checked against the MOC itself.
+pub const MAX_RANGES: usize = 256;
+/// Longest ASCII MOC accepted, in bytes.
+pub const MAX_ASCII_MOC: usize = 1 << 20;
+/// Index ranges per SQL statement (SQLite caps a compound SELECT at 500).
+const RANGES_PER_STATEMENT: usize = 64;
+
+/// Where on the sky a preview looks.
+#[derive(Clone, Debug)]
+pub enum Region {
+    /// A localisation: a position and an error radius (degrees), read as
+    /// the MOC of the cells the circle touches (cells under a fiftieth of
+    /// the radius across, so the MOC hugs the circle).
+    Cone {
+        ra_deg: f64,
+        dec_deg: f64,
+        radius_deg: f64,
+    },
+    /// Any MOC (a credible region of a skymap, say).
+    Moc(SkyMoc),
+}
+
+impl Region {
+    /// A MOC in the IVOA ASCII serialisation (`"3/1-5 4/10"`), cells in
+    /// any order, depth at most 29.
+    pub fn from_ascii(text: &str) -> Result<Region, ServiceError> {
+        let bad =
+            |why: String| ServiceError::invalid(format!("region: not an IVOA ASCII MOC ({why})"));
+        if text.len() > MAX_ASCII_MOC {
+            return Err(bad(format!("longer than {MAX_ASCII_MOC} bytes")));
+        }
+        // The parser takes any depth that fits a byte; past 29 its cell
+        // arithmetic overflows, so depths are checked first.
+        for token in text.split_whitespace() {
+            if let Some((depth, _)) = token.split_once('/')
+                && !depth.parse::<u8>().is_ok_and(|d| d <= sky::INDEX_DEPTH)
+            {
+                return Err(bad(format!("{depth:?} is not a depth from 0 to 29")));
+            }
+        }
+        let parsed = moc::deser::ascii::from_ascii_ivoa::<u64, Hpx<u64>>(text)
+            .map_err(|e| bad(e.to_string()))?;
+        let depth = parsed.depth_max();
+        let mut ranges = Vec::new();
+        for elem in parsed.elems().0.iter() {
+            let (d, start, end) = match elem {
+                CellOrCellRange::Cell(c) => (c.depth, c.idx, c.idx.saturating_add(1)),
+                CellOrCellRange::CellRange(r) => (r.depth, r.range.start, r.range.end),
+            };
+            let cells = 12u64 << (2 * u32::from(d));
+            if d > sky::INDEX_DEPTH || start >= end || end > cells {
+                return Err(bad(format!("{d}/{start}-{end} is not a range of cells")));
+            }
+            let shift = 2 * u32::from(sky::INDEX_DEPTH - d);
+            ranges.push((start << shift)..(end << shift));
+        }
+        Ok(Region::Moc(SkyMoc::from_maxdepth_ranges(
+            depth,
+            ranges.into_iter(),
+            None,
+        )))
+    }
+
+    /// The region as a MOC, checked.
+    pub fn to_moc(&self) -> Result<SkyMoc, ServiceError> {
+        match self {
+            Region::Moc(m) => Ok(m.clone()),
+            Region::Cone {
+                ra_deg,
+                dec_deg,
+                radius_deg,
+            } => {
+                sky::check_position(*ra_deg, *dec_deg)
+                    .map_err(|e| ServiceError::invalid(format!("region.{e}")))?;
+                if !radius_deg.is_finite() || *radius_deg <= 0.0 || *radius_deg > 180.0 {
+                    return Err(ServiceError::invalid(format!(
+                        "region.radius_deg: {radius_deg} is not a radius (above 0, at most 180 degrees)"
+                    )));
+                }
+                let radius = radius_deg.to_radians();
+                let depth = cone_depth(radius);
+                Ok(SkyMoc::from_cone(
+                    ra_deg.to_radians(),
+                    dec_deg.to_radians(),
+                    radius,
+                    depth,
+                    2,
+                    CellSelection::All,
+                ))
+            }
+        }
+    }
+}
+
+/// The MOC depth for a cone: six depths below the one where the cone
+/// covers a few cells, so cells are under a fiftieth of the radius across
+/// (at most the index depth).
+fn cone_depth(radius_rad: f64) -> u8 {
+    let start = cdshealpix::best_starting_depth(radius_rad);
+    (start + 6).min(sky::INDEX_DEPTH)
+}
+
+/// A preview request.
+#[derive(Clone, Debug, Default)]
+pub struct PreviewQuery {
+    pub broker_id: String,
+    pub jd_start: Option<f64>,
+    pub jd_end: Option<f64>,
+    pub region: Option<Region>,
+    /// Only alerts of these programmes (`candidate.programid`); empty: all.
+    pub programids: Vec<i32>,
+    /// A path into the pipeline's output: the alerts themselves are
+    /// returned, the top `limit` by it. Without it only counts come back.
+    pub sort_by: Option<String>,
+    pub ascending: bool,
+    pub limit: usize,
+}
+
+/// What a preview found.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PreviewResult {
+    /// Alerts in the window, region and programmes that the pipeline ran on.
+    pub evaluated: u64,
+    /// Those that passed.
+    pub matched: u64,
+    /// The top `limit` passing alerts by `sort_by` (best first), as the
+    /// pipeline output them; empty without `sort_by`.
+    pub alerts: Vec<Value>,
+}
+
+/// Run `pipeline` over the stored alerts `q` selects.
+pub async fn preview(
+    store: &AlertStore,
+    pipeline: &Pipeline,
+    q: &PreviewQuery,
+) -> Result<PreviewResult, ServiceError> {
+    let broker_id = q.broker_id.trim();
+    if store.broker(broker_id).await?.is_none() {
+        return Err(
+            ServiceError::not_found(format!("broker_id: no broker {broker_id:?}"))
+                .with_domain("UNKNOWN_BROKER"),
+        );
+    }
+    let window = time_window(q.jd_start, q.jd_end)?.unwrap_or((f64::MIN, f64::MAX));
+    let sort = match &q.sort_by {
+        None => None,
+        Some(path) => {
+            let path = path.trim();
+            let reads_alert = pipeline
+                .check_output_path(path)
+                .map_err(|p| ServiceError::invalid(p.to_string()))?;
+            if q.limit == 0 || q.limit > MAX_PREVIEW_ALERTS {
+                return Err(ServiceError::invalid(format!(
+                    "limit: 1 to {MAX_PREVIEW_ALERTS} alerts with sort_by (got {})",
+                    q.limit
+                )));
+            }
+            Some(Sort {
+                path: path.to_owned(),
+                reads_alert,
+                ascending: q.ascending,
+                limit: q.limit,
+                heap: BinaryHeap::new(),
+            })
+        }
+    };
+    let (ranges, exact) = match &q.region {
+        None => (None, None),
+        Some(region) => {
+            let moc = region.to_moc()?;
+            let (ranges, coarse) = index_ranges(&moc);
+            (Some(ranges), coarse.then(|| Arc::new(moc)))
+        }
+    };
+
+    // What the evaluator reads of each alert.
+    let mut fields: Vec<String> = Vec::new();
+    if !q.programids.is_empty() {
+        fields.push("candidate.programid".to_owned());
+    }
+    if let Some(s) = sort.as_ref().filter(|s| s.reads_alert) {
+        fields.push(s.path.split('.').take(2).collect::<Vec<_>>().join("."));
+    }
+    let extra = needs_of(fields.iter().map(String::as_str));
+    let needs = pipeline.needs();
+    let packet = needs.packet || extra.packet;
+    let keys = match (&needs.candidate, &extra.candidate) {
+        (CandidateNeeds::Whole, _) | (_, CandidateNeeds::Whole) => None,
+        (a, b) => {
+            let mut keys: Vec<String> = [a, b]
+                .into_iter()
+                .filter_map(|n| match n {
+                    CandidateNeeds::Keys(k) => Some(k.clone()),
+                    _ => None,
+                })
+                .flatten()
+                .collect();
+            keys.sort();
+            keys.dedup();
+            Some(keys)
+        }
+    };
+    let schemas = if packet {
+        writer_schemas(store).await?
+    } else {
+        HashMap::new()
+    };
+    let mut scanner = Scanner {
+        pipeline: pipeline.clone(),
+        keys,
+        packet,
+        schemas,
+        programids: q.programids.clone(),
+        exact,
+        sort,
+        evaluated: 0,
+        matched: 0,
+    };
+
+    let columns = if packet {
+        "candid, object_id, schemavsn, hpx, candidate, schema_id, packet"
+    } else {
+        "candid, object_id, schemavsn, hpx, candidate"
+    };
+    let base =
+        format!("SELECT {columns} FROM alerts WHERE broker_id = $1 AND jd >= $2 AND jd <= $3");
+    let statements: Vec<(String, Vec<(i64, i64)>)> = match &ranges {
+        None => vec![(base, Vec::new())],
+        Some(ranges) => ranges
+            .chunks(RANGES_PER_STATEMENT)
+            .map(|chunk| {
+                let parts: Vec<String> = (0..chunk.len())
+                    .map(|i| format!("{base} AND hpx BETWEEN ${} AND ${}", 4 + 2 * i, 5 + 2 * i))
+                    .collect();
+                (parts.join(" UNION ALL "), chunk.to_vec())
+            })
+            .collect(),
+    };
+    for (sql, bounds) in statements {
+        scanner = with_pool!(store.db(), pool => {
+            let mut query = sqlx::query(&sql).bind(broker_id).bind(window.0).bind(window.1);
+            for (start, end) in &bounds {
+                query = query.bind(*start).bind(*end);
+            }
+            scan_rows(query.fetch(pool), scanner).await?
+        });
+    }
+    Ok(scanner.finish())
+}
+
+/// What the ingest path runs on each newly stored alert for an active
+/// filter: the document that passed, or `None`.
+pub fn matches(pipeline: &Pipeline, alert_doc: &Value) -> Option<Value> {
+    pipeline.eval(alert_doc)
+}
+
+/// The alert document a pipeline sees, from the stored parts of an alert:
+/// `objectId`, `candid`, `schemavsn` and the `candidate` record.
+pub fn alert_document(object_id: &str, candid: i64, schemavsn: &str, candidate: Value) -> Value {
+    let mut m = Map::new();
+    m.insert("objectId".to_owned(), Value::from(object_id));
+    m.insert("candid".to_owned(), Value::from(candid));
+    m.insert("schemavsn".to_owned(), Value::from(schemavsn));
+    m.insert("candidate".to_owned(), candidate);
+    Value::Object(m)
+}
+
+/// The alert document from a whole decoded packet (for pipelines that read
+/// `prv_candidates`, `fp_hists` or a broker's own fields): the packet
+/// without its image cutouts.
+pub fn packet_document(mut packet: Value) -> Value {
+    if let Value::Object(m) = &mut packet {
+        for cutout in ["cutoutScience", "cutoutTemplate", "cutoutDifference"] {
+            m.remove(cutout);
+        }
+    }
+    packet
+}
+
+/// The `hpx` ranges (inclusive, depth 29) to read for `moc`, and whether
+/// they are a coarser cover than the MOC (so each alert must be checked).
+fn index_ranges(moc: &SkyMoc) -> (Vec<(i64, i64)>, bool) {
+    let mut cover = moc.clone();
+    let mut coarse = false;
+    while cover.len() > MAX_RANGES && cover.depth_max() > 0 {
+        cover = cover.degraded(cover.depth_max() - 1);
+        coarse = true;
+    }
+    let ranges = cover
+        .moc_ranges()
+        .iter()
+        .filter_map(|r| {
+            let start = i64::try_from(r.start).ok()?;
+            let end = i64::try_from(r.end.checked_sub(1)?).ok()?;
+            Some((start, end))
+        })
+        .collect();
+    (ranges, coarse)
+}
+
+/// Every writer schema, parsed, for decoding packets in the evaluator.
+async fn writer_schemas(store: &AlertStore) -> Result<HashMap<String, Arc<Schema>>, ServiceError> {
+    let mut out = HashMap::new();
+    for row in store.schemas().await? {
+        let schema = Schema::parse_str(&row.schema_json).map_err(|e| ServiceError::internal(&e))?;
+        out.insert(row.schema_id, Arc::new(schema));
+    }
+    Ok(out)
+}
+
+/// Stream `rows` to a blocking evaluator in batches, so decoding and
+/// evaluating one batch overlaps reading the next.
+async fn scan_rows<R, S>(mut rows: S, mut scanner: Scanner) -> Result<Scanner, ServiceError>
+where
+    S: Stream<Item = Result<R, sqlx::Error>> + Unpin,
+    R: sqlx::Row + Send + 'static,
+    for<'r> &'r str: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> &'r [u8]: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    usize: sqlx::ColumnIndex<R>,
+{
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<R>>(4);
+    let worker = tokio::task::spawn_blocking(move || {
+        while let Some(batch) = rx.blocking_recv() {
+            for row in &batch {
+                scanner.row(row)?;
+            }
+        }
+        Ok::<Scanner, ServiceError>(scanner)
+    });
+    let mut batch = Vec::with_capacity(BATCH);
+    let mut failure = None;
+    while let Some(row) = rows.next().await {
+        match row {
+            Ok(r) => {
+                batch.push(r);
+                if batch.len() == BATCH
+                    && tx
+                        .send(std::mem::replace(&mut batch, Vec::with_capacity(BATCH)))
+                        .await
+                        .is_err()
+                {
+                    break;
+                }
+            }
+            Err(e) => {
+                failure = Some(e);
+                break;
+            }
+        }
+    }
+    if failure.is_none() && !batch.is_empty() {
+        let _ = tx.send(batch).await;
+    }
+    drop(tx);
+    drop(rows);
+    let scanned = worker.await.map_err(|e| ServiceError::internal(&e))?;
+    if let Some(e) = failure {
+        return Err(e.into());
+    }
+    scanned
+}
+
+/// The evaluator's state over one preview.
+struct Scanner {
+    pipeline: Pipeline,
+    /// Candidate keys to read; `None` reads the whole record.
+    keys: Option<Vec<String>>,
+    /// Decode the packet (the pipeline reads beyond the candidate).
+    packet: bool,
+    schemas: HashMap<String, Arc<Schema>>,
+    programids: Vec<i32>,
+    /// The region's MOC, when the index ranges read were a coarser cover.
+    exact: Option<Arc<SkyMoc>>,
+    sort: Option<Sort>,
+    evaluated: u64,
+    matched: u64,
+}
+
+struct Sort {
+    path: String,
+    /// The path reads an alert field (not one the pipeline added).
+    reads_alert: bool,
+    ascending: bool,
+    limit: usize,
+    heap: BinaryHeap<Ranked>,
+}
+
+fn corrupt(what: &str) -> ServiceError {
+    tracing::error!(what, "stored alert unreadable");
+    ServiceError::new(
+        Code::Internal,
+        "internal error: a stored alert is unreadable",
+    )
+}
+
+impl Scanner {
+    fn row<R>(&mut self, row: &R) -> Result<(), ServiceError>
+    where
+        R: sqlx::Row,
+        for<'r> &'r str: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+        for<'r> &'r [u8]: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+        for<'r> i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+        usize: sqlx::ColumnIndex<R>,
+    {
+        let candid: i64 = row.try_get(0)?;
+        let hpx: i64 = row.try_get(3)?;
+        if let Some(moc) = &self.exact
+            && !u64::try_from(hpx).is_ok_and(|h| moc.contains_val(&h))
+        {
+            return Ok(());
+        }
+        let object_id: &str = row.try_get(1)?;
+        let schemavsn: &str = row.try_get(2)?;
+        let candidate: &str = row.try_get(4)?;
+        let doc = if self.packet {
+            let schema_id: &str = row.try_get(5)?;
+            let datum: &[u8] = row.try_get(6)?;
+            let schema = self
+                .schemas
+                .get(schema_id)
+                .ok_or_else(|| corrupt("schema"))?;
+            packet_document(avro::decode_packet(schema, datum).map_err(|_| corrupt("packet"))?)
+        } else {
+            let part = match &self.keys {
+                Some(keys) => {
+                    Value::Object(object_subset(candidate, keys).map_err(|_| corrupt("candidate"))?)
+                }
+                None => serde_json::from_str(candidate).map_err(|_| corrupt("candidate"))?,
+            };
+            alert_document(object_id, candid, schemavsn, part)
+        };
+        if !self.programids.is_empty() {
+            let programid = value_at(&doc, "candidate.programid").and_then(Value::as_i64);
+            if !programid.is_some_and(|p| self.programids.iter().any(|w| i64::from(*w) == p)) {
+                return Ok(());
+            }
+        }
+        self.evaluated += 1;
+        let Some(sort) = &mut self.sort else {
+            if self.pipeline.passes(&doc) {
+                self.matched += 1;
+            }
+            return Ok(());
+        };
+        let Some(out) = self.pipeline.eval(&doc) else {
+            return Ok(());
+        };
+        self.matched += 1;
+        let ranked = Ranked {
+            key: sort_key(&out, &sort.path),
+            candid,
+            ascending: sort.ascending,
+            doc: Value::Null,
+        };
+        if sort.heap.len() >= sort.limit && sort.heap.peek().is_some_and(|worst| ranked >= *worst) {
+            return Ok(());
+        }
+        // Entering the top: the output of the whole document.
+        let whole = if self.packet || self.keys.is_none() {
+            out
+        } else {
+            let full: Value = serde_json::from_str(candidate).map_err(|_| corrupt("candidate"))?;
+            self.pipeline
+                .eval(&alert_document(object_id, candid, schemavsn, full))
+                .unwrap_or(out)
+        };
+        sort.heap.push(Ranked {
+            doc: whole,
+            ..ranked
+        });
+        if sort.heap.len() > sort.limit {
+            sort.heap.pop();
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> PreviewResult {
+        let alerts = self
+            .sort
+            .map(|s| {
+                s.heap
+                    .into_sorted_vec()
+                    .into_iter()
+                    .map(|r| r.doc)
+                    .collect()
+            })
+            .unwrap_or_default();
+        PreviewResult {
+            evaluated: self.evaluated,
+            matched: self.matched,
+            alerts,
+        }
+    }
+}
+
+/// A sort key: a scalar (null, arrays and objects count as missing).
+fn sort_key(doc: &Value, path: &str) -> Option<Value> {
+    value_at(doc, path)
+        .filter(|v| v.is_number() || v.is_string() || v.is_boolean())
+        .cloned()
+}
+
+/// An alert in the running top: ordered best first (`Less` is better), so
+/// the max-heap's top is the one to drop. Missing keys come last in either
+/// direction; ties go to the smaller candid.
+struct Ranked {
+    key: Option<Value>,
+    candid: i64,
+    ascending: bool,
+    doc: Value,
+}
+
+fn class(v: &Value) -> u8 {
+    match v {
+        Value::Number(_) => 0,
+        Value::String(_) => 1,
+        _ => 2,
+    }
+}
+
+impl Ord for Ranked {
+    fn cmp(&self, other: &Self) -> Ordering {
+        let by_key = match (&self.key, &other.key) {
+            (None, None) => Ordering::Equal,
+            (None, Some(_)) => Ordering::Greater,
+            (Some(_), None) => Ordering::Less,
+            (Some(a), Some(b)) => {
+                let o = class(a)
+                    .cmp(&class(b))
+                    .then(compare_values(a, b).unwrap_or(Ordering::Equal));
+                if self.ascending { o } else { o.reverse() }
+            }
+        };
+        by_key.then(self.candid.cmp(&other.candid))
+    }
+}
+
+impl PartialOrd for Ranked {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for Ranked {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for Ranked {}

@@ -1,0 +1,296 @@
+//! Versions of a filter: posting one (numbered and validated at once),
+//! validating one again, activating one, and the compile step all three
+//! share with the preview: a pipeline checked against the alert schema and
+//! bounded by the filter's stream.
+//!
+//! Activation rules, in the order they are checked:
+//! 1. the caller's session is opened on this filter (`SUBJECT_MISMATCH`);
+//! 2. the version has a passing verdict, and its pipeline still compiles
+//!    against the schema and stream as they are now (`NOT_VALIDATED`);
+//! 3. that exact pipeline (SHA-256 of its canonical JSON) was previewed on
+//!    the filter's stream in the caller's session (`NOT_PREVIEWED`).
+
+use super::model::{self, FilterId, Finding, codes};
+use super::pipeline::{self, Checked, StreamBounds};
+use super::service::{FilterService, require_subject, require_write_scope, tenant_of};
+use super::store::{StreamRow, Verdict};
+use crate::alerts::schema::FlatField;
+use ithaca_kit::clock;
+use ithaca_kit::error::ServiceError;
+use ithaca_kit::principal::Principal;
+use serde_json::Value as Json;
+
+/// Largest pipeline accepted, as canonical JSON.
+pub const MAX_PIPELINE_BYTES: usize = 64 * 1024;
+
+/// A stored verdict, as the version tools answer it.
+#[derive(Clone, Debug)]
+pub struct VerdictView {
+    pub filter_id: String,
+    pub version: i64,
+    pub passed: bool,
+    pub problems: Vec<Finding>,
+    pub warnings: Vec<Finding>,
+    pub pipeline_hash: String,
+}
+
+/// What activation did.
+#[derive(Clone, Debug)]
+pub struct Activation {
+    pub filter_id: String,
+    pub version: i64,
+    pub previous: Option<i64>,
+}
+
+/// A pipeline compiled for a stream: the compiled form with its warnings,
+/// or the problems that stopped it.
+pub type Compiled = Result<Checked, Vec<Finding>>;
+
+/// What a stream lets a pipeline see: its programmes, and the schema paths
+/// it carries as prefixes (`None`: every path). A stream that withholds
+/// `candidate.programpi` carries `candidate.jd`, `candidate.magpsf`, … but
+/// not `candidate` as a whole, which would include what it withholds.
+pub fn bounds(stream: &StreamRow, schema: &[FlatField]) -> StreamBounds {
+    let withheld = stream.withheld();
+    let under = |path: &str, prefix: &str| {
+        path == prefix
+            || path
+                .strip_prefix(prefix)
+                .is_some_and(|rest| rest.starts_with('.'))
+    };
+    let fields = (!withheld.is_empty()).then(|| {
+        let mut carried: Vec<String> = Vec::new();
+        for f in schema {
+            let field = f.field.as_str();
+            let hidden = withheld.iter().any(|w| under(field, w));
+            let holds_hidden = withheld.iter().any(|w| under(w, field));
+            if !hidden && !holds_hidden && !carried.iter().any(|c| under(field, c)) {
+                carried.push(field.to_owned());
+            }
+        }
+        carried
+    });
+    StreamBounds {
+        programids: stream.programids(),
+        fields,
+    }
+}
+
+/// `pipeline` must be a JSON array of at most [`MAX_PIPELINE_BYTES`].
+pub fn check_shape(pipeline: &Json) -> Result<(), ServiceError> {
+    if !pipeline.is_array() {
+        return Err(ServiceError::invalid(
+            "pipeline: a JSON array of stages, for example [{\"$match\": {\"candidate.drb\": {\"$gt\": 0.5}}}]",
+        ));
+    }
+    let size = model::canonical_text(pipeline).len();
+    if size > MAX_PIPELINE_BYTES {
+        return Err(ServiceError::invalid(format!(
+            "pipeline: at most {MAX_PIPELINE_BYTES} bytes of JSON (got {size})"
+        )));
+    }
+    Ok(())
+}
+
+/// The verdict to store for `posted` given how it compiled: the canonical
+/// pipeline when it compiled, the posted one otherwise.
+fn verdict(posted: &Json, compiled: &Compiled) -> Result<Verdict, ServiceError> {
+    let at_ms = clock::now_ms();
+    let text = |f: &[Finding]| serde_json::to_string(f).map_err(|e| ServiceError::internal(&e));
+    Ok(match compiled {
+        Ok(checked) => {
+            let canonical = checked.pipeline.canonical();
+            let warnings: Vec<Finding> = checked.warnings.iter().map(Finding::from).collect();
+            Verdict {
+                pipeline: model::canonical_text(&canonical),
+                pipeline_hash: model::pipeline_hash(&canonical),
+                passed: true,
+                problems: "[]".to_owned(),
+                warnings: text(&warnings)?,
+                at_ms,
+            }
+        }
+        Err(problems) => Verdict {
+            pipeline: model::canonical_text(posted),
+            pipeline_hash: model::pipeline_hash(posted),
+            passed: false,
+            problems: text(problems)?,
+            warnings: "[]".to_owned(),
+            at_ms,
+        },
+    })
+}
+
+fn view(filter_id: &str, version: i64, v: &Verdict) -> Result<VerdictView, ServiceError> {
+    let parse = |t: &str| -> Result<Vec<Finding>, ServiceError> {
+        serde_json::from_str(t).map_err(|e| ServiceError::internal(&e))
+    };
+    Ok(VerdictView {
+        filter_id: filter_id.to_owned(),
+        version,
+        passed: v.passed,
+        problems: parse(&v.problems)?,
+        warnings: parse(&v.warnings)?,
+        pipeline_hash: v.pipeline_hash.clone(),
+    })
+}
+
+impl FilterService {
+    /// Compile `pipeline` for the stream `stream_id` against the schema as
+    /// it is now.
+    pub(super) async fn compile_for(
+        &self,
+        stream_id: &str,
+        pipeline: &Json,
+    ) -> Result<Compiled, ServiceError> {
+        let streams = self.store.streams().await?;
+        let stream = streams
+            .into_iter()
+            .find(|s| s.stream_id == stream_id)
+            .ok_or_else(|| {
+                ServiceError::new(
+                    ithaca_kit::error::Code::Internal,
+                    "internal error: a filter names an unknown stream",
+                )
+            })?;
+        let schema = self.schema().await?;
+        let bounds = bounds(&stream, &schema);
+        Ok(pipeline::compile(pipeline, &schema, &bounds)
+            .map_err(|problems| problems.iter().map(Finding::from).collect()))
+    }
+
+    /// `post_broker_filter_version`: the next version, validated.
+    pub async fn post_version(
+        &self,
+        caller: &Principal,
+        filter_id: &str,
+        pipeline: &Json,
+    ) -> Result<VerdictView, ServiceError> {
+        let tenant = tenant_of(caller)?;
+        require_write_scope(caller)?;
+        let id = FilterId::parse(filter_id)?;
+        require_subject(caller, &id, "post_broker_filter_version")?;
+        check_shape(pipeline)?;
+        let filter = self.filter_of(tenant, &id).await?;
+        let compiled = self.compile_for(&filter.stream_id, pipeline).await?;
+        let verdict = verdict(pipeline, &compiled)?;
+        let Some(version) = self
+            .store
+            .add_version(tenant, &filter.filter_id, caller.key_id(), &verdict)
+            .await?
+        else {
+            return Err(super::service::unknown_filter(&id));
+        };
+        tracing::info!(filter_id = %filter.filter_id, version, passed = verdict.passed, "filter version posted");
+        view(&filter.filter_id, version, &verdict)
+    }
+
+    /// `validate_broker_filter_version`: validate again and store the verdict.
+    pub async fn validate(
+        &self,
+        caller: &Principal,
+        filter_id: &str,
+        version: i32,
+    ) -> Result<VerdictView, ServiceError> {
+        let tenant = tenant_of(caller)?;
+        require_write_scope(caller)?;
+        let id = FilterId::parse(filter_id)?;
+        let version = model::parse_version("version", version)?;
+        require_subject(caller, &id, "validate_broker_filter_version")?;
+        let filter = self.filter_of(tenant, &id).await?;
+        let stored = self.version_of(&filter, version, "version").await?;
+        let pipeline: Json =
+            serde_json::from_str(&stored.pipeline).map_err(|e| ServiceError::internal(&e))?;
+        let compiled = self.compile_for(&filter.stream_id, &pipeline).await?;
+        let verdict = verdict(&pipeline, &compiled)?;
+        self.store
+            .set_verdict(&filter.filter_id, version, &verdict)
+            .await?;
+        view(&filter.filter_id, version, &verdict)
+    }
+
+    /// `activate_broker_filter_version`: the checks of this module's docs,
+    /// then the version runs on every newly ingested alert.
+    /// Activate a version, after every check. With `check` (the approval
+    /// gate's check, `ithaca_kit::approval::is_check`) the checks run and
+    /// nothing changes: the answer names the version that would be active.
+    pub async fn activate(
+        &self,
+        caller: &Principal,
+        filter_id: &str,
+        version: i32,
+        check: bool,
+    ) -> Result<Activation, ServiceError> {
+        let tenant = tenant_of(caller)?;
+        require_write_scope(caller)?;
+        let id = FilterId::parse(filter_id)?;
+        let version = model::parse_version("version", version)?;
+        require_subject(caller, &id, "activate_broker_filter_version")?;
+        let filter = self.filter_of(tenant, &id).await?;
+        let stored = self.version_of(&filter, version, "version").await?;
+        if !stored.passed {
+            let problems: Vec<Finding> = serde_json::from_str(&stored.problems).unwrap_or_default();
+            let listed: Vec<String> = problems.iter().map(ToString::to_string).collect();
+            return Err(ServiceError::precondition(format!(
+                "version: version {version} has no passing verdict ({}); post a corrected version",
+                if listed.is_empty() {
+                    "not validated".to_owned()
+                } else {
+                    listed.join("; ")
+                }
+            ))
+            .with_domain(codes::NOT_VALIDATED));
+        }
+        let pipeline: Json =
+            serde_json::from_str(&stored.pipeline).map_err(|e| ServiceError::internal(&e))?;
+        let checked = match self.compile_for(&filter.stream_id, &pipeline).await? {
+            Ok(checked) => checked,
+            Err(problems) => {
+                let listed: Vec<String> = problems.iter().map(ToString::to_string).collect();
+                return Err(ServiceError::precondition(format!(
+                    "version: version {version} no longer passes against the alert schema ({}); \
+                     validate_broker_filter_version stores the new verdict",
+                    listed.join("; ")
+                ))
+                .with_domain(codes::NOT_VALIDATED));
+            }
+        };
+        let hash = model::pipeline_hash(&checked.pipeline.canonical());
+        let Some(session) = caller.session_id() else {
+            return Err(ServiceError::precondition(
+                "version: activation needs a preview of this pipeline in the caller's research session, and the call has no session",
+            )
+            .with_domain(codes::NOT_PREVIEWED));
+        };
+        if !self
+            .store
+            .previewed(tenant, session, &hash, &filter.stream_id)
+            .await?
+        {
+            return Err(ServiceError::precondition(format!(
+                "version: version {version}'s pipeline (sha256 {hash}) was not previewed on stream {} in this session; \
+                 run_broker_filter with exactly this pipeline and filter_id {id} first",
+                filter.stream_id
+            ))
+            .with_domain(codes::NOT_PREVIEWED));
+        }
+        if check {
+            return Ok(Activation {
+                filter_id: filter.filter_id,
+                version,
+                previous: filter.active_version,
+            });
+        }
+        let previous = self
+            .store
+            .activate(tenant, &filter.filter_id, version, clock::now_ms())
+            .await?;
+        self.live.invalidate();
+        tracing::info!(filter_id = %filter.filter_id, version, "filter version activated");
+        Ok(Activation {
+            filter_id: filter.filter_id,
+            version,
+            previous,
+        })
+    }
+}
