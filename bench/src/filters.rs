@@ -363,21 +363,21 @@ async fn evaluation_only(args: &FiltersArgs, url: &str) -> anyhow::Result<Vec<Ra
     let n = rows.len() as u64;
     let mut out = Vec::new();
 
-    let run = |what: &str,
-               f: &mut dyn FnMut(&(i64, String, String)) -> anyhow::Result<bool>|
-     -> anyhow::Result<Rate> {
-        let cpu = cpu_seconds();
-        let started = Instant::now();
-        let mut matched = 0;
-        for r in &rows {
-            if f(r)? {
-                matched += 1;
+    type Row = (i64, String, String);
+    let run =
+        |what: &str, f: &mut dyn FnMut(&Row) -> anyhow::Result<bool>| -> anyhow::Result<Rate> {
+            let cpu = cpu_seconds();
+            let started = Instant::now();
+            let mut matched = 0;
+            for r in &rows {
+                if f(r)? {
+                    matched += 1;
+                }
             }
-        }
-        let rate = Rate::new(what, n, matched, started.elapsed(), cpu_seconds() - cpu);
-        eprintln!("filters: {what}: {rate:?}");
-        Ok(rate)
-    };
+            let rate = Rate::new(what, n, matched, started.elapsed(), cpu_seconds() - cpu);
+            eprintln!("filters: {what}: {rate:?}");
+            Ok(rate)
+        };
     out.push(run(
         "in memory: whole candidate parsed + eval",
         &mut |(candid, object_id, text)| {
