@@ -151,6 +151,11 @@ for mode in 2026-07-28 legacy; do
 done
 STORY_SECRETS="$broker_secret,fink.e2e-internal.example" \
   run "the astronomy story (python mcp 1.x latest)" "$tools/bin/python-mcp1" "$here/story.py" --astro "$url" "$key"
+# The filter story (issue 11): a person's session on a filter, the agent joins, activation approved.
+for mode in 2026-07-28 legacy; do
+  run "the filter story (python mcp 2.3, $mode)" "$tools/bin/python" "$here/story.py" --filters --mode "$mode" "$url" "$key" "$human"
+done
+run "the filter story (python mcp 1.x latest)" "$tools/bin/python-mcp1" "$here/story.py" --filters "$url" "$key" "$human"
 
 if [[ -n "${3:-}" ]]; then
   # The same story on PostgreSQL, in a scratch database dropped afterwards.

@@ -364,6 +364,58 @@ async def astro(args: argparse.Namespace) -> None:
     check("no response carries a broker credential or connection detail", not leaked, leaked=len(leaked))
 
 
+async def filters(args: argparse.Namespace) -> None:
+    """The filter story (issue 11, seed 003) against a stack loaded with the real ZTF alerts: a person
+    opens a session on a new filter, the agent joins it and sees the filter's write tools, goes
+    defaults -> preview -> version -> validate -> activate, the activation waits for a person, the
+    person approves, the version is active, and the record of the answer offers the previewed
+    pipeline."""
+    async with AsyncExitStack() as stack:
+        person = await connect(stack, args, args.human_key, "person")
+        agent = await connect(stack, args, args.agent_key, "agent")
+        await opening(agent, args, {"session_context", "get_filter_targets", "get_counterpart_search_defaults",
+                                    "run_broker_filter", "get_broker_filter"})
+        await call(person, "session_context", {"prompt": "Set up a filter for bright transients"})
+        targets = await call(person, "get_filter_targets", {})
+        group = ((targets or {}).get("groups") or [{}])[0].get("group_id")
+        made = await call(person, "post_filter", {"name": f"bright ({args.mode})", "group_id": group,
+                                                   "stream_id": "ztf-public"})
+        filter_id = (made or {}).get("filter_id")
+        opened = await call(person, "session_context", {"prompt": "Catch bright transients on the public stream",
+                                                         "subject_kind": "filter", "subject_id": filter_id})
+        session_id = (opened or {}).get("session_id")
+        await call(agent, "session_context", {"prompt": "Joining the filter's session", "session_id": session_id})
+        names = {t["name"] for t in await agent.list_tools()}
+        step("the filter's write tools are offered in its session",
+             {"post_broker_filter_version", "activate_broker_filter_version"} <= names)
+        defaults = await call(agent, "get_counterpart_search_defaults", {})
+        check("the defaults suggest sort_order Ascending", "Ascending" in json.dumps(defaults))
+        pipeline = [{"$match": {"candidate.magpsf": {"$lt": 18.5}}}]
+        await call(agent, "run_broker_filter", {"filter_id": filter_id,
+                                                "pipeline": [{"$match": {"candidate.magpfs": {"$lt": 18.5}}}]},
+                   expect_error="INVALID_ARGUMENT", hard=False, label="a misspelt path is refused")
+        preview = await call(agent, "run_broker_filter", {"filter_id": filter_id, "pipeline": pipeline})
+        check("the preview evaluated alerts", isinstance((preview or {}).get("evaluated"), int)
+              and preview["evaluated"] > 0, preview=preview)
+        verdict = await call(agent, "post_broker_filter_version", {"filter_id": filter_id, "pipeline": pipeline})
+        step("the version passes", (verdict or {}).get("passed") is True, verdict=verdict)
+        version = (verdict or {}).get("version")
+        await call(agent, "validate_broker_filter_version", {"filter_id": filter_id, "version": version})
+        pending = await call(agent, "activate_broker_filter_version", {"filter_id": filter_id, "version": version})
+        step("an agent's activation waits for a person", (pending or {}).get("status") == "pending_approval",
+             pending=pending)
+        decided = await call(person, "decide_approval", {"approval_id": (pending or {}).get("approval_id"),
+                                                         "decision": "approve", "note": "bright is fine"})
+        step("the approved activation ran as the agent", (decided or {}).get("status") == "executed", decided=decided)
+        read = await call(agent, "get_broker_filter", {"filter_id": filter_id})
+        step("the version is active", (read or {}).get("active_version") == version, read=read)
+        record = await person.read_resource(f"doomberg://sessions/{session_id}/record")
+        text = ((record.get("contents") or [{}])[0]).get("text") or "{}"
+        proposal = json.loads(text).get("proposal") or {}
+        check("the record offers the previewed pipeline", proposal.get("pipeline") == pipeline, proposal=proposal)
+        await call(agent, "session_close", {})
+
+
 async def story(args: argparse.Namespace) -> None:
     url, agent_key, human_key = args.url, args.agent_key, args.human_key
     async with AsyncExitStack() as stack:
@@ -498,6 +550,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--protocol-version", help="mcp 1.x: offer this version in initialize (default: the SDK's latest)")
     p.add_argument("--smoke", action="store_true", help="only the smoke path")
     p.add_argument("--astro", action="store_true", help="the astronomy story (a stack loaded with the ZTF alerts and catalogs)")
+    p.add_argument("--filters", action="store_true", help="the filter story (a stack loaded with the ZTF alerts; needs HUMAN_KEY)")
     p.add_argument("--stdio", action="store_true", help="the smoke path against the stdio server after --")
     p.add_argument("--timeout", type=float, default=300.0)
     a = p.parse_args(argv)
@@ -513,7 +566,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
         a.stdio = None
         if not (a.url and a.agent_key):
             p.error("URL and AGENT_KEY are required")
-        if not a.smoke and not a.astro and not (a.human_key and rest):
+        if a.filters and not a.human_key:
+            p.error("the filter story needs HUMAN_KEY")
+        if not a.smoke and not a.astro and not a.filters and not (a.human_key and rest):
             p.error("the full story needs HUMAN_KEY and -- POLICY_COMMAND")
     if a.protocol_version and MCP_MAJOR >= 2:
         p.error("--protocol-version is for mcp 1.x; mcp 2.x takes --mode")
@@ -529,7 +584,7 @@ def _leaves(e: BaseException) -> list[BaseException]:
 def main() -> None:
     args = parse(sys.argv[1:])
     try:
-        main_path = smoke if args.smoke else astro if args.astro else story
+        main_path = smoke if args.smoke else astro if args.astro else filters if args.filters else story
         asyncio.run(asyncio.wait_for(main_path(args), timeout=args.timeout))
     except SystemExit:
         raise
