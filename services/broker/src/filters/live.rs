@@ -105,7 +105,14 @@ impl LiveFilters {
         }
         // Clear the flag first: an activation during the load marks it again.
         self.inner.stale.store(false, Ordering::SeqCst);
-        let set = Arc::new(self.load().await?);
+        let set = match self.load().await {
+            Ok(set) => Arc::new(set),
+            Err(e) => {
+                // Not loaded: the next batch tries again.
+                self.inner.stale.store(true, Ordering::SeqCst);
+                return Err(e);
+            }
+        };
         if let Ok(mut l) = self.inner.loaded.lock() {
             *l = Some((Instant::now(), set.clone()));
         }
