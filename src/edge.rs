@@ -4,6 +4,7 @@
 use anyhow::{Context, bail};
 use ithaca_edge::auth::{Authenticator, MAX_CACHE_TTL};
 use ithaca_edge::http::{Callers, HttpOptions};
+use ithaca_edge::listener::Limits;
 use ithaca_edge::{Backends, mcp::Gateway};
 use ithaca_kit::principal::{InternalKey, Principal};
 use ithaca_kit::shutdown::CancellationToken;
@@ -73,6 +74,57 @@ pub struct EdgeArgs {
     /// service and without this flag, an edge with tools refuses to start.
     #[arg(long, env = "ITHACA_NO_SESSION_GATE")]
     pub no_session_gate: bool,
+    #[command(flatten)]
+    pub listener: ListenerArgs,
+}
+
+/// The HTTP listener's limits (`ithaca serve edge`, `ithaca up`): what a
+/// slow or idle client may hold, and how many connections are served.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ListenerArgs {
+    /// How long a client may take to send a request's headers, in
+    /// milliseconds (a new connection: from when it was accepted).
+    #[arg(long, env = "ITHACA_HEADER_TIMEOUT_MS", default_value_t = Limits::DEFAULT_HEADER_TIMEOUT.as_millis() as u64)]
+    pub header_timeout_ms: u64,
+    /// How long a client may take to send a request's whole body after its
+    /// headers, in milliseconds (slower is 408).
+    #[arg(long, env = "ITHACA_BODY_TIMEOUT_MS", default_value_t = Limits::DEFAULT_BODY_TIMEOUT.as_millis() as u64)]
+    pub body_timeout_ms: u64,
+    /// How long a connection may stay open with no request in flight, in
+    /// milliseconds (an open trace stream is a request in flight).
+    #[arg(long, env = "ITHACA_IDLE_TIMEOUT_MS", default_value_t = Limits::DEFAULT_IDLE_TIMEOUT.as_millis() as u64)]
+    pub idle_timeout_ms: u64,
+    /// Connections served at once; more are answered 503 and closed.
+    #[arg(long, env = "ITHACA_MAX_CONNECTIONS", default_value_t = Limits::DEFAULT_MAX_CONNECTIONS, value_parser = clap::builder::TypedValueParser::map(clap::value_parser!(u32).range(1..), |n| n as usize))]
+    pub max_connections: usize,
+}
+
+impl Default for ListenerArgs {
+    fn default() -> Self {
+        ListenerArgs::from(Limits::default())
+    }
+}
+
+impl From<Limits> for ListenerArgs {
+    fn from(limits: Limits) -> Self {
+        ListenerArgs {
+            header_timeout_ms: limits.header_timeout.as_millis() as u64,
+            body_timeout_ms: limits.body_timeout.as_millis() as u64,
+            idle_timeout_ms: limits.idle_timeout.as_millis() as u64,
+            max_connections: limits.max_connections,
+        }
+    }
+}
+
+impl ListenerArgs {
+    pub fn limits(&self) -> Limits {
+        Limits {
+            header_timeout: Duration::from_millis(self.header_timeout_ms),
+            body_timeout: Duration::from_millis(self.body_timeout_ms),
+            idle_timeout: Duration::from_millis(self.idle_timeout_ms),
+            max_connections: self.max_connections,
+        }
+    }
 }
 
 impl EdgeArgs {
@@ -95,6 +147,7 @@ impl EdgeArgs {
             key_cache_ms: MAX_CACHE_TTL.as_millis() as u64,
             cors_origins: Vec::new(),
             no_session_gate: false,
+            listener: ListenerArgs::default(),
         }
     }
 }
@@ -148,11 +201,10 @@ pub async fn start_http(
                 .context("--auth-url is required while authentication is on")?;
             let channel = ithaca_kit::client::channel(url)?;
             console = Some(console_for(args, key, url, &public_url, key_cache)?);
-            Callers::Keys(Box::new(Authenticator::new(
-                channel,
-                key.clone(),
-                key_cache,
-            )))
+            Callers::Keys(Box::new(
+                Authenticator::new(channel, key.clone(), key_cache)
+                    .with_timeout(Duration::from_millis(args.backend_timeout_ms)),
+            ))
         }
         AuthMode::Off => {
             if !addr.ip().is_loopback() {
@@ -179,11 +231,11 @@ pub async fn start_http(
     if let Some(console) = console {
         app = app.merge(ithaca_console::router(console));
     }
+    let limits = args.listener.limits();
     Ok(tokio::spawn(async move {
-        let server =
-            axum::serve(listener, app).with_graceful_shutdown(shutdown.clone().cancelled_owned());
+        let server = ithaca_edge::listener::serve(listener, app, limits, shutdown.clone());
         tokio::select! {
-            result = server => result.context("edge server"),
+            () = server => Ok(()),
             _ = async { shutdown.cancelled().await; tokio::time::sleep(ithaca_kit::server::DRAIN_TIMEOUT).await } => {
                 tracing::warn!("edge requests did not finish in time; stopping anyway");
                 Ok(())
@@ -212,7 +264,8 @@ fn console_for(
         ithaca_kit::client::channel(auth_url)?,
         key.clone(),
         key_cache,
-    );
+    )
+    .with_timeout(Duration::from_millis(args.backend_timeout_ms));
     Ok(ithaca_console::Console::new(ithaca_console::Config {
         key: key.clone(),
         authenticator,

@@ -47,6 +47,7 @@ pub async fn run(common: &CommonArgs, args: McpArgs) -> anyhow::Result<()> {
             public_url: None,
             database: args.database,
             backend_timeout_ms: args.edge.backend_timeout_ms,
+            listener: args.edge.listener,
         };
         return up::run(common, up_args).await;
     }

@@ -57,6 +57,19 @@ pub struct Spec {
     pub shutdown: CancellationToken,
 }
 
+/// A duration in whole seconds from the environment (0 turns the feature
+/// off), or `default`.
+fn env_secs(name: &str, default: std::time::Duration) -> anyhow::Result<std::time::Duration> {
+    match std::env::var(name) {
+        Err(_) => Ok(default),
+        Ok(text) => text
+            .trim()
+            .parse::<u64>()
+            .map(std::time::Duration::from_secs)
+            .with_context(|| format!("{name}: expected whole seconds, got {text:?}")),
+    }
+}
+
 /// Open the service's database, then serve it in a background task.
 pub async fn start(spec: Spec) -> anyhow::Result<JoinHandle<anyhow::Result<()>>> {
     let Spec {
@@ -84,6 +97,14 @@ pub async fn start(spec: Spec) -> anyhow::Result<JoinHandle<anyhow::Result<()>>>
                 .with_context(|| format!("opening the {service} database"))?;
             let config = ithaca_session::Config {
                 public_url,
+                idle_timeout: env_secs(
+                    "ITHACA_SESSION_IDLE_TIMEOUT_SECS",
+                    ithaca_session::service::DEFAULT_IDLE_TIMEOUT,
+                )?,
+                archive_after: env_secs(
+                    "ITHACA_SESSION_ARCHIVE_AFTER_SECS",
+                    ithaca_session::service::DEFAULT_ARCHIVE_AFTER,
+                )?,
                 ..Default::default()
             };
             ithaca_session::serve_options(db, config, key, shutdown.clone())
@@ -92,6 +113,12 @@ pub async fn start(spec: Spec) -> anyhow::Result<JoinHandle<anyhow::Result<()>>>
             let db = ithaca_broker::open_db(&database_url, &schema)
                 .await
                 .with_context(|| format!("opening the {service} database"))?;
+            // Account configs written before they were sealed are sealed
+            // now, before anything is served.
+            ithaca_broker::service(db.clone(), &key)
+                .seal_account_configs()
+                .await
+                .context("sealing provider account configs")?;
             ithaca_broker::serve_options(db, key)
         }
         Service::Skills => {
@@ -111,6 +138,7 @@ pub async fn start(spec: Spec) -> anyhow::Result<JoinHandle<anyhow::Result<()>>>
             let config = ithaca_approvals::Config {
                 skills_url,
                 session_url,
+                broker_url,
             };
             ithaca_approvals::serve_options(db, key, &config)?
         }

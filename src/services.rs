@@ -54,7 +54,7 @@ impl Service {
         match self {
             Service::Auth | Service::Session | Service::Broker => &[],
             Service::Skills => &[Service::Broker, Service::Session],
-            Service::Approvals => &[Service::Session, Service::Skills],
+            Service::Approvals => &[Service::Session, Service::Skills, Service::Broker],
             Service::Edge => &[
                 Service::Auth,
                 Service::Session,

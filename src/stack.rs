@@ -83,7 +83,18 @@ impl StackInfo {
             "pid": std::process::id(),
         });
         let path = stack_file(data_dir);
-        std::fs::write(&path, serde_json::to_string_pretty(&v)? + "\n")
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        {
+            // Private like everything in the data directory.
+            use std::os::unix::fs::OpenOptionsExt;
+            options.mode(0o600);
+        }
+        let text = serde_json::to_string_pretty(&v)? + "\n";
+        options
+            .open(&path)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, text.as_bytes()))
             .with_context(|| format!("writing {}", path.display()))
     }
 }

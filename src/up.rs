@@ -71,6 +71,8 @@ pub struct UpArgs {
     /// gets that).
     #[arg(long, env = "ITHACA_BACKEND_TIMEOUT_MS", default_value_t = ithaca_edge::DEFAULT_BACKEND_TIMEOUT.as_millis() as u64)]
     pub backend_timeout_ms: u64,
+    #[command(flatten)]
+    pub listener: edge::ListenerArgs,
 }
 
 /// A running local stack.
@@ -93,7 +95,8 @@ impl Stack {
 
 /// Open the data directory and its internal key.
 pub fn internal_key(common: &CommonArgs, data_dir: &Path) -> anyhow::Result<InternalKey> {
-    std::fs::create_dir_all(data_dir)
+    // Private (0700): it holds the databases and the internal key.
+    ithaca_kit::db::create_private_dir(data_dir)
         .with_context(|| format!("creating {}", data_dir.display()))?;
     Ok(match (&common.internal_key, &common.internal_key_file) {
         (None, None) => config::load_or_create_key_file(&stack::key_file(data_dir))?,
@@ -191,6 +194,7 @@ pub async fn run(common: &CommonArgs, args: UpArgs) -> anyhow::Result<()> {
     let mut stack = start_services(&options, &key, &shutdown).await?;
     let edge_args = EdgeArgs {
         backend_timeout_ms: args.backend_timeout_ms,
+        listener: args.listener.clone(),
         ..EdgeArgs::local(|s| stack.url(s), &stack.tenant_id)
     };
     let edge_task = edge::start_http(

@@ -16,7 +16,7 @@ struct Up {
     agent: String,
     human: String,
     _process: common::Process,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 /// `ithaca up` on free ports in a fresh data directory.
@@ -43,7 +43,7 @@ fn up(env: &[(&str, &str)]) -> Up {
         agent: after("agent key"),
         human: after("human key"),
         _process: process,
-        _dir: dir,
+        dir,
     }
 }
 
@@ -135,6 +135,23 @@ impl SchemaPass {
         assert!(result.is_object(), "{tool}: no result: {}", reply.text());
         self.check(tool, &result);
         result
+    }
+
+    /// Also check tools listed later (those offered only in a session on a
+    /// subject), which must then be exercised too.
+    fn learn(&mut self, tools: &[Value]) {
+        for tool in tools {
+            let name = tool["name"].as_str().expect("tool name").to_owned();
+            if self.tools.contains_key(&name) {
+                continue;
+            }
+            if let Some(schema) = tool.get("outputSchema") {
+                let validator = jsonschema::validator_for(schema)
+                    .unwrap_or_else(|e| panic!("{name}: the output schema is no JSON Schema: {e}"));
+                self.validators.insert(name.clone(), validator);
+            }
+            self.tools.insert(name, tool.clone());
+        }
     }
 
     fn check(&mut self, tool: &str, result: &Value) {
@@ -502,7 +519,7 @@ async fn every_tool_result_validates_against_its_output_schema() {
     // GCN events: the Fermi/SVOM burst loaded with `ithaca ingest gcn`
     // into this stack, its URI read back. (post_gcn_event_comment is
     // subject-scoped, so the edge does not list it in these sessions.)
-    let stack_dir = up._dir.path().join("stack");
+    let stack_dir = up.dir.path().join("stack");
     let ingest = common::ithaca()
         .args(["ingest", "gcn"])
         .arg(common::gcn::fermi_svom_dir())
@@ -579,6 +596,156 @@ async fn every_tool_result_validates_against_its_output_schema() {
         json!({"dateobs": dateobs}),
     )
     .await;
+
+    // The write tool of a GCN event is offered only where its subject is:
+    // a person opens a session on the event, the agent joins it.
+    let comment_tool = "post_gcn_event_comment";
+    assert!(
+        !tools_of(&up, &up.agent)
+            .await
+            .iter()
+            .any(|t| t["name"] == comment_tool),
+        "no subject, no write tool"
+    );
+    let outside = modern(
+        &up,
+        &up.agent,
+        "tools/call",
+        json!({"name": comment_tool, "arguments": {"dateobs": dateobs, "text": "x"}}),
+    )
+    .await;
+    assert_eq!(
+        outside.json()["error"]["code"],
+        -32602,
+        "{}",
+        outside.text()
+    );
+    let err = pass
+        .err(
+            &up,
+            &up.agent,
+            "session_context",
+            json!({"prompt": "mine", "subject_kind": "gcn_event", "subject_id": dateobs}),
+        )
+        .await;
+    assert_eq!(
+        err["error"], "HUMAN_REQUIRED",
+        "agents cannot set a subject"
+    );
+    let on_event = pass
+        .ok(
+            &up,
+            &up.human,
+            "session_context",
+            json!({"prompt": "Reply on the SVOM burst", "subject_kind": "gcn_event", "subject_id": dateobs}),
+        )
+        .await;
+    assert_eq!(on_event["subject_id"], dateobs.as_str());
+    let scoped_session = on_event["session_id"].as_str().expect("id").to_owned();
+    pass.ok(
+        &up,
+        &up.agent,
+        "session_context",
+        json!({"prompt": "joining", "session_id": scoped_session}),
+    )
+    .await;
+    let scoped_tools = tools_of(&up, &up.agent).await;
+    assert!(
+        scoped_tools.iter().any(|t| t["name"] == comment_tool),
+        "offered in the session"
+    );
+    pass.learn(&scoped_tools);
+    let posted = pass
+        .ok(
+            &up,
+            &up.agent,
+            comment_tool,
+            json!({"dateobs": dateobs, "text": "Swift/XRT follow-up planned."}),
+        )
+        .await;
+    assert!(posted.is_object(), "{posted}");
+    // A circular's text cannot steer it to another event: refused by the
+    // broker itself, and traced as a denial.
+    let more = common::ithaca()
+        .args(["ingest", "gcn"])
+        .arg(common::gcn::notices_dir())
+        .arg("--data-dir")
+        .arg(&stack_dir)
+        .output()
+        .expect("run ithaca ingest gcn");
+    assert!(
+        more.status.success(),
+        "{}",
+        String::from_utf8_lossy(&more.stderr)
+    );
+    let all = pass
+        .ok(&up, &up.agent, "get_gcn_events", json!({"limit": 50}))
+        .await;
+    let other = all["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter_map(|e| e["dateobs"].as_str())
+        .find(|d| *d != dateobs)
+        .expect("another event")
+        .to_owned();
+    let steered = pass
+        .err(
+            &up,
+            &up.agent,
+            comment_tool,
+            json!({"dateobs": other, "text": "injected"}),
+        )
+        .await;
+    assert_eq!(steered["error"], "SUBJECT_MISMATCH", "{steered}");
+    pass.err(
+        &up,
+        &up.agent,
+        comment_tool,
+        json!({"dateobs": dateobs, "text": ""}),
+    )
+    .await;
+    let shown = common::ithaca()
+        .args(["sessions", "show", &scoped_session, "--data-dir"])
+        .arg(&stack_dir)
+        .output()
+        .expect("ithaca sessions show");
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        shown
+            .lines()
+            .any(|l| l.contains(" denial ") && l.contains("SUBJECT_MISMATCH")),
+        "{shown}"
+    );
+    let comments = pass
+        .ok(
+            &up,
+            &up.agent,
+            "get_gcn_event_comments",
+            json!({"dateobs": dateobs}),
+        )
+        .await;
+    assert!(
+        comments
+            .to_string()
+            .contains("Swift/XRT follow-up planned."),
+        "{comments}"
+    );
+    assert!(!comments.to_string().contains("injected"));
+    // Back in a session of its own, the tool is gone again.
+    pass.ok(
+        &up,
+        &up.agent,
+        "session_context",
+        json!({"prompt": "elsewhere"}),
+    )
+    .await;
+    assert!(
+        !tools_of(&up, &up.agent)
+            .await
+            .iter()
+            .any(|t| t["name"] == comment_tool)
+    );
     pass.err(
         &up,
         &up.agent,
@@ -731,6 +898,19 @@ async fn every_tool_result_validates_against_its_output_schema() {
         json!({"approval_id": "00000000-0000-4000-8000-000000000000", "decision": "approve"}),
     )
     .await;
+    let narrated = pass
+        .ok(
+            &up,
+            &up.agent,
+            "record_reasoning",
+            json!({"text": "Checking the data first."}),
+        )
+        .await;
+    assert_eq!(narrated["type"], "reasoning");
+    let empty = pass
+        .err(&up, &up.agent, "record_reasoning", json!({"text": "  "}))
+        .await;
+    assert_eq!(empty["error"], "INVALID_ARGUMENT");
     pass.ok(&up, &up.human, "session_close", json!({})).await;
     pass.ok(&up, &up.agent, "session_close", json!({})).await;
 
@@ -995,4 +1175,464 @@ async fn the_protocol_answers_a_probe() {
         "{metrics}"
     );
     assert!(!metrics.contains("zzz-made-up"), "{metrics}");
+}
+
+/// The session lifecycle an agent and a person meet (seeds 000 and 002):
+/// a second `session_context` on one key says it took over, a request can
+/// pin its session with `_meta`, agents narrate reasoning, the record of an
+/// answer lists the calls, failures are `error` events, and a person closes
+/// any session without opening one; `ithaca sessions` shows it all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_session_lifecycle_through_the_edge() {
+    let up = up(&[]);
+    let call = |token: String, tool: &'static str, args: Value| {
+        let url = up.url.clone();
+        async move {
+            let reply = http::modern(
+                &url,
+                &token,
+                "tools/call",
+                json!({"name": tool, "arguments": args}),
+            )
+            .await;
+            assert_eq!(reply.status, 200, "{tool}: {}", reply.text());
+            reply.json()["result"].clone()
+        }
+    };
+    let first = call(
+        up.agent.clone(),
+        "session_context",
+        json!({"prompt": "first conversation"}),
+    )
+    .await;
+    let s1 = first["structuredContent"]["session_id"]
+        .as_str()
+        .expect("s1")
+        .to_owned();
+    assert!(
+        first["structuredContent"].get("notice").is_none(),
+        "{first}"
+    );
+    let second = call(
+        up.agent.clone(),
+        "session_context",
+        json!({"prompt": "second conversation"}),
+    )
+    .await;
+    let s2 = second["structuredContent"]["session_id"]
+        .as_str()
+        .expect("s2")
+        .to_owned();
+    assert_ne!(s1, s2);
+    assert_eq!(
+        second["structuredContent"]["previous_session_id"],
+        json!(s1),
+        "{second}"
+    );
+    assert!(
+        second["structuredContent"]["notice"]
+            .as_str()
+            .is_some_and(|n| n.contains("io.ithaca/session_id")),
+        "{second}"
+    );
+
+    // The first conversation pins its calls to its own session.
+    let pinned = |session: &str, tool: &'static str, args: Value| {
+        let url = up.url.clone();
+        let token = up.agent.clone();
+        let session = session.to_owned();
+        async move {
+            let params = json!({"name": tool, "arguments": args, "_meta": {"io.ithaca/session_id": session}});
+            http::modern(&url, &token, "tools/call", params)
+                .await
+                .json()["result"]
+                .clone()
+        }
+    };
+    let narrated = pinned(
+        &s1,
+        "record_reasoning",
+        json!({"text": "Comparing momentum first."}),
+    )
+    .await;
+    assert_eq!(narrated["isError"], false, "{narrated}");
+    assert_eq!(narrated["structuredContent"]["type"], "reasoning");
+    assert_eq!(narrated["structuredContent"]["session_id"], json!(s1));
+    let unpinned = call(
+        up.agent.clone(),
+        "get_strategy",
+        json!({"strategy_id": "00000000-0000-4000-8000-000000000000"}),
+    )
+    .await;
+    assert_eq!(unpinned["isError"], true);
+    // A pin to a session that does not exist is refused, not redirected.
+    let bogus = pinned(
+        "00000000-0000-4000-8000-000000000000",
+        "list_brokers",
+        json!({}),
+    )
+    .await;
+    assert_eq!(
+        common::tool_error(&bogus)["error"],
+        "no_active_session",
+        "{bogus}"
+    );
+
+    // The record of each session holds only its own calls, in order.
+    let record = |session: String| {
+        let url = up.url.clone();
+        let token = up.human.clone();
+        async move {
+            let uri = format!("doomberg://sessions/{session}/record");
+            let reply = http::modern(&url, &token, "resources/read", json!({"uri": uri})).await;
+            let text = reply.json()["result"]["contents"][0]["text"]
+                .as_str()
+                .map(str::to_owned);
+            serde_json::from_str::<Value>(&text.unwrap_or_else(|| panic!("{}", reply.text())))
+                .expect("json")
+        }
+    };
+    let r1 = record(s1.clone()).await;
+    let names1: Vec<&str> = r1["calls"]
+        .as_array()
+        .expect("calls")
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert_eq!(names1, vec!["session_context", "record_reasoning"], "{r1}");
+    let r2 = record(s2.clone()).await;
+    let calls2 = r2["calls"].as_array().expect("calls");
+    let failed = calls2
+        .iter()
+        .find(|c| c["name"] == "get_strategy")
+        .expect("get_strategy recorded");
+    assert_eq!(failed["ok"], false);
+    assert!(
+        failed["summary"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("UNKNOWN_STRATEGY")),
+        "{failed}"
+    );
+
+    // A person closes the first session without a session of their own.
+    let closed = call(up.human.clone(), "session_close", json!({"session_id": s1})).await;
+    assert_eq!(closed["structuredContent"]["status"], "closed", "{closed}");
+    let after = pinned(&s1, "list_brokers", json!({})).await;
+    assert_eq!(
+        common::tool_error(&after)["error"],
+        "no_active_session",
+        "{after}"
+    );
+
+    // The operator's view: the failure is an `error` event after its result.
+    let data_dir = up.dir.path().join("stack");
+    let out = common::ithaca()
+        .args(["sessions", "show", &s2, "--data-dir"])
+        .arg(&data_dir)
+        .output()
+        .expect("ithaca sessions show");
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{shown}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let kinds: Vec<&str> = shown
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .collect();
+    let result_at = kinds
+        .iter()
+        .position(|k| *k == "tool_result")
+        .expect("a result");
+    assert!(kinds[result_at..].contains(&"error"), "{shown}");
+    let out = common::ithaca()
+        .args(["sessions", "list", "--status", "closed", "--data-dir"])
+        .arg(&data_dir)
+        .output()
+        .expect("ithaca sessions list");
+    let listed = String::from_utf8_lossy(&out.stdout);
+    assert!(listed.contains(&s1) && !listed.contains(&s2), "{listed}");
+    let out = common::ithaca()
+        .args(["sessions", "archive", &s1, "--data-dir"])
+        .arg(&data_dir)
+        .output()
+        .expect("ithaca sessions archive");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("archived"));
+    // Archived: the trace left the hot table and is still readable.
+    let r1_again = record(s1).await;
+    assert_eq!(r1_again["calls"], r1["calls"]);
+}
+
+/// The filter story of seed 003 through the edge, in both protocol eras:
+/// a person opens a session on a filter, the agent joins it, goes defaults
+/// → preview → version → validate → activate, the activation waits for a
+/// person, the person approves, and the active version matches alerts
+/// ingested afterwards. The record of the answer shows the calls and the
+/// previewed proposal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_filter_story_through_the_edge() {
+    let up = up(&[]);
+    let stack_dir = up.dir.path().join("stack");
+    let ingest = |folder: &str| {
+        let out = common::ithaca()
+            .args(["ingest", "ztf"])
+            .arg(common::astro::alerts_dir().join(folder))
+            .arg("--data-dir")
+            .arg(&stack_dir)
+            .output()
+            .expect("ithaca ingest ztf");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    ingest("v4.02");
+    // Calls in the 2026-07-28 era, or in the initialize era (2025-06-18).
+    let call = |token: String, era: &'static str, tool: &'static str, args: Value| {
+        let url = up.url.clone();
+        async move {
+            let reply = if era == "modern" {
+                http::modern(
+                    &url,
+                    &token,
+                    "tools/call",
+                    json!({"name": tool, "arguments": args}),
+                )
+                .await
+            } else {
+                let body = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                                  "params": {"name": tool, "arguments": args}});
+                let auth = format!("Bearer {token}");
+                http::request(
+                    &url,
+                    "POST",
+                    "/mcp",
+                    &[
+                        ("Authorization", auth.as_str()),
+                        ("Content-Type", "application/json"),
+                        ("Accept", "application/json, text/event-stream"),
+                        ("MCP-Protocol-Version", "2025-06-18"),
+                    ],
+                    body.to_string().as_bytes(),
+                )
+                .await
+            };
+            assert_eq!(reply.status, 200, "{tool}: {}", reply.text());
+            let result = reply.json()["result"].clone();
+            assert!(result.is_object(), "{tool}: {}", reply.text());
+            result
+        }
+    };
+    let ok = |r: &Value| -> Value {
+        assert_eq!(r["isError"], false, "{r}");
+        r["structuredContent"].clone()
+    };
+    let mut activated: Vec<String> = Vec::new();
+    for era in ["modern", "legacy"] {
+        // A person creates the filter and opens a session on it.
+        let person = up.human.clone();
+        let agent = up.agent.clone();
+        ok(&call(
+            person.clone(),
+            era,
+            "session_context",
+            json!({"prompt": "set up"}),
+        )
+        .await);
+        let targets = ok(&call(person.clone(), era, "get_filter_targets", json!({})).await);
+        let group = targets["groups"][0]["group_id"]
+            .as_str()
+            .expect("group")
+            .to_owned();
+        let filter = ok(&call(person.clone(), era, "post_filter",
+            json!({"name": format!("bright ({era})"), "group_id": group, "stream_id": "ztf-public"})).await);
+        let filter_id = filter["filter_id"].as_str().expect("filter_id").to_owned();
+        let opened = ok(&call(
+            person.clone(),
+            era,
+            "session_context",
+            json!({
+            "prompt": "Catch bright transients on the public stream",
+            "subject_kind": "filter", "subject_id": filter_id}),
+        )
+        .await);
+        let sid = opened["session_id"].as_str().expect("sid").to_owned();
+
+        // The agent joins and works the filter.
+        ok(&call(
+            agent.clone(),
+            era,
+            "session_context",
+            json!({"prompt": "joining", "session_id": sid}),
+        )
+        .await);
+        let defaults = ok(&call(
+            agent.clone(),
+            era,
+            "get_counterpart_search_defaults",
+            json!({}),
+        )
+        .await);
+        assert!(defaults.to_string().contains("Ascending"), "{defaults}");
+        let pipeline = json!([{"$match": {"candidate.magpsf": {"$lt": 18.5}}}]);
+        let preview = ok(&call(
+            agent.clone(),
+            era,
+            "run_broker_filter",
+            json!({"filter_id": filter_id, "pipeline": pipeline}),
+        )
+        .await);
+        assert!(preview["evaluated"].as_i64().unwrap_or(0) > 0, "{preview}");
+        let verdict = ok(&call(
+            agent.clone(),
+            era,
+            "post_broker_filter_version",
+            json!({"filter_id": filter_id, "pipeline": pipeline}),
+        )
+        .await);
+        assert_eq!(verdict["passed"], true, "{verdict}");
+        let version = verdict["version"].as_i64().expect("version");
+        ok(&call(
+            agent.clone(),
+            era,
+            "validate_broker_filter_version",
+            json!({"filter_id": filter_id, "version": version}),
+        )
+        .await);
+        // Activation by an agent waits for a person.
+        let pending = ok(&call(
+            agent.clone(),
+            era,
+            "activate_broker_filter_version",
+            json!({"filter_id": filter_id, "version": version}),
+        )
+        .await);
+        assert_eq!(pending["status"], "pending_approval", "{pending}");
+        let approval_id = pending["approval_id"]
+            .as_str()
+            .expect("approval_id")
+            .to_owned();
+        let still = ok(&call(
+            agent.clone(),
+            era,
+            "get_broker_filter",
+            json!({"filter_id": filter_id}),
+        )
+        .await);
+        assert!(
+            still.get("active_version").is_none_or(Value::is_null),
+            "not yet active: {still}"
+        );
+
+        // The person approves; the call runs as the agent, in its session.
+        let decided = ok(&call(
+            person.clone(),
+            era,
+            "decide_approval",
+            json!({"approval_id": approval_id, "decision": "approve", "note": "looks right"}),
+        )
+        .await);
+        assert_eq!(decided["status"], "executed", "{decided}");
+        let active = ok(&call(
+            agent.clone(),
+            era,
+            "get_broker_filter",
+            json!({"filter_id": filter_id}),
+        )
+        .await);
+        assert_eq!(active["active_version"], version, "{active}");
+
+        // The record of the answer: the calls, and the previewed proposal.
+        let uri = format!("doomberg://sessions/{sid}/record");
+        let reply = http::modern(&up.url, &person, "resources/read", json!({"uri": uri})).await;
+        let record: Value = serde_json::from_str(
+            reply.json()["result"]["contents"][0]["text"]
+                .as_str()
+                .expect("record"),
+        )
+        .expect("json");
+        let names: Vec<&str> = record["calls"]
+            .as_array()
+            .expect("calls")
+            .iter()
+            .filter_map(|c| c["name"].as_str())
+            .collect();
+        for expected in [
+            "run_broker_filter",
+            "post_broker_filter_version",
+            "activate_broker_filter_version",
+        ] {
+            assert!(names.contains(&expected), "{expected} in {names:?}");
+        }
+        assert_eq!(record["proposal"]["pipeline"], pipeline, "{record}");
+        assert_eq!(
+            record["proposal"]["filter_id"],
+            filter_id.as_str(),
+            "{record}"
+        );
+        // Writing to another filter from this session is refused.
+        let other = ok(&call(
+            person.clone(),
+            era,
+            "post_filter",
+            json!({"name": format!("other ({era})"), "group_id": group, "stream_id": "ztf-public"}),
+        )
+        .await);
+        let refused = call(
+            agent.clone(),
+            era,
+            "post_broker_filter_version",
+            json!({"filter_id": other["filter_id"], "pipeline": pipeline}),
+        )
+        .await;
+        assert_eq!(
+            common::tool_error(&refused)["error"],
+            "SUBJECT_MISMATCH",
+            "{refused}"
+        );
+        ok(&call(agent.clone(), era, "session_close", json!({})).await);
+    }
+
+    // Alerts ingested after activation pass through the active versions:
+    // matches appear, and only of the newly ingested night.
+    ingest("v4.01");
+    let later: std::collections::BTreeSet<String> = common::astro::listed()
+        .into_iter()
+        .filter(|l| l.file.starts_with("v4.01/"))
+        .map(|l| l.candid.to_string())
+        .collect();
+    ok(&call(
+        up.human.clone(),
+        "modern",
+        "session_context",
+        json!({"prompt": "check matches"}),
+    )
+    .await);
+    for filter_id in activated {
+        let read = ok(&call(
+            up.human.clone(),
+            "modern",
+            "get_broker_filter",
+            json!({"filter_id": filter_id, "matches_limit": 200}),
+        )
+        .await);
+        let matched: Vec<&str> = read["latest_matches"]
+            .as_array()
+            .expect("matches")
+            .iter()
+            .filter_map(|m| m["candid"].as_str())
+            .collect();
+        assert!(
+            !matched.is_empty(),
+            "the active version matched nothing new: {read}"
+        );
+        for candid in matched {
+            assert!(
+                later.contains(candid),
+                "{candid} was in the archive before activation"
+            );
+        }
+    }
 }

@@ -94,6 +94,7 @@ async fn promotion_needs_policy_and_a_person() {
             &ithaca_approvals::Config {
                 skills_url: Some(skills_url.clone()),
                 session_url: Some(session.url.clone()),
+                broker_url: None,
             },
         )
         .expect("options"),
@@ -126,9 +127,24 @@ async fn promotion_needs_policy_and_a_person() {
         .expect("propose")
         .into_inner();
     let mut a = approvals(&approvals_url, in_session.clone());
-    let promote = |id: &str| pb::PromoteStrategyRequest {
-        strategy_id: id.to_owned(),
-        mode: "paper".into(),
+    // What the edge files for a call of promote_strategy (an
+    // approval-required tool of the skills service).
+    let promote = |id: &str| {
+        let request = kpb::PromoteStrategyRequest {
+            strategy_id: id.to_owned(),
+            mode: "paper".into(),
+        };
+        pb::RequestApprovalRequest {
+            tool: "promote_strategy".into(),
+            service: ithaca_proto::service_names::SKILLS.into(),
+            method: "PromoteStrategy".into(),
+            arguments: Some(json::to_struct(
+                serde_json::json!({"strategy_id": id, "mode": "paper"}),
+            )),
+            request: prost::Message::encode_to_vec(&request),
+            destructive: true,
+            open_world: true,
+        }
     };
 
     // Trading is disabled by default: refused, with a denial in the trace.
@@ -141,7 +157,7 @@ async fn promotion_needs_policy_and_a_person() {
     assert!(!policy.trading.expect("trading").enabled);
     assert!(policy.typed_errors.contains(&"TRADING_DISABLED".to_owned()));
     let err = a
-        .promote_strategy(promote(&strategy.strategy_id))
+        .request_approval(promote(&strategy.strategy_id))
         .await
         .expect_err("disabled");
     assert_eq!(
@@ -169,18 +185,38 @@ async fn promotion_needs_policy_and_a_person() {
         .await
         .expect("administrator sets the policy");
 
-    // Now it waits for a person.
+    // Now it waits for a person, once the owning service's check passes:
+    // an unknown strategy is refused by skills itself, and nothing is filed.
     let err = a
-        .promote_strategy(promote(&uuid::Uuid::new_v4().to_string()))
+        .request_approval(promote(&uuid::Uuid::new_v4().to_string()))
         .await
         .expect_err("no such strategy");
     assert_eq!(err.code(), tonic::Code::NotFound);
-    let pending = a
-        .promote_strategy(promote(&strategy.strategy_id))
+    let err = a
+        .request_approval(pb::RequestApprovalRequest {
+            service: "ithaca.nowhere.v1.Nothing".into(),
+            ..promote(&strategy.strategy_id)
+        })
+        .await
+        .expect_err("no such service");
+    assert_eq!(err.code(), tonic::Code::Unavailable);
+    let filed = a
+        .request_approval(promote(&strategy.strategy_id))
         .await
         .expect("pending")
         .into_inner();
-    assert_eq!(pending.status, "pending_approval");
+    assert!(filed.response.is_empty(), "an agent's call does not run");
+    let pending = filed.approval.expect("approval");
+    assert_eq!(pending.status, "pending");
+    assert_eq!(pending.service, ithaca_proto::service_names::SKILLS);
+    let still_draft = skills(&skills_url, in_session.clone())
+        .get_strategy(kpb::GetStrategyRequest {
+            strategy_id: strategy.strategy_id.clone(),
+        })
+        .await
+        .expect("strategy")
+        .into_inner();
+    assert_eq!(still_draft.status, "draft", "the check changed nothing");
     let id = pending.approval_id.clone();
     let polled = a
         .get_approval(pb::GetApprovalRequest {
@@ -217,6 +253,8 @@ async fn promotion_needs_policy_and_a_person() {
         .expect("approve")
         .into_inner();
     assert_eq!(decided.status, "executed", "the approved call ran");
+    let result = json::from_struct(decided.result.clone().expect("result"));
+    assert_eq!(result["status"], "paper", "{result}");
     let err = h.decide_approval(decide("deny")).await.expect_err("twice");
     assert_eq!(
         ithaca_kit::error::domain_code(&err),
@@ -245,10 +283,12 @@ async fn promotion_needs_policy_and_a_person() {
         .expect("propose")
         .into_inner();
     let p2 = a
-        .promote_strategy(promote(&second.strategy_id))
+        .request_approval(promote(&second.strategy_id))
         .await
         .expect("pending")
-        .into_inner();
+        .into_inner()
+        .approval
+        .expect("approval");
     let denied = h
         .decide_approval(pb::DecideApprovalRequest {
             approval_id: p2.approval_id,
@@ -263,7 +303,7 @@ async fn promotion_needs_policy_and_a_person() {
         (denied.status.as_str(), denied.note.as_str()),
         ("denied", "too risky")
     );
-    let still = skills(&skills_url, in_session)
+    let still = skills(&skills_url, in_session.clone())
         .get_strategy(kpb::GetStrategyRequest {
             strategy_id: second.strategy_id,
         })
@@ -271,6 +311,34 @@ async fn promotion_needs_policy_and_a_person() {
         .expect("strategy")
         .into_inner();
     assert_eq!(still.status, "draft");
+
+    // A person's own call is their decision: it runs at once, and the
+    // response is the owning RPC's.
+    let third = skills(&skills_url, in_session.clone())
+        .propose_strategy(kpb::ProposeStrategyRequest {
+            name: "o".into(),
+            universe: vec!["AAPL".into()],
+            lookback: 63,
+            rebalance: 21,
+            risk: None,
+            cost_bps: None,
+        })
+        .await
+        .expect("propose")
+        .into_inner();
+    let own = h
+        .request_approval(promote(&third.strategy_id))
+        .await
+        .expect("a person's own call")
+        .into_inner();
+    let approval = own.approval.expect("approval");
+    assert_eq!(approval.status, "executed");
+    let strategy: kpb::Strategy =
+        prost::Message::decode(own.response.as_slice()).expect("the RPC's response");
+    assert_eq!(
+        (strategy.strategy_id.as_str(), strategy.status.as_str()),
+        (third.strategy_id.as_str(), "paper")
+    );
 
     // Every step is in the requester's trace, in order.
     let events = sessions
@@ -332,6 +400,9 @@ async fn an_expired_request_never_runs() {
         created_at_ms: now - 2 * ithaca_approvals::service::APPROVAL_TTL_MS,
         decided_at_ms: None,
         expires_at_ms: now - ithaca_approvals::service::APPROVAL_TTL_MS,
+        service: ithaca_proto::service_names::SKILLS.into(),
+        method: "PromoteStrategy".into(),
+        request: String::new(),
     };
     ithaca_approvals::store::Store::new(db.clone())
         .insert(&expired)

@@ -182,11 +182,20 @@ async fn modern_era_discover_list_gate_call_and_trace() {
         d["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
         "ithaca"
     );
-    assert!(
-        d["instructions"]
-            .as_str()
-            .is_some_and(|i| i.contains("session_context"))
-    );
+    let instructions = d["instructions"].as_str().unwrap_or_default();
+    // The four things about filters the schemas cannot show (seed 003).
+    for rule in [
+        "session_context",
+        "stream bounds",
+        "get_alert_schema",
+        "Activation is gated",
+        "get_counterpart_search_defaults",
+    ] {
+        assert!(
+            instructions.contains(rule),
+            "{rule} missing: {instructions}"
+        );
+    }
     assert!(d["ttlMs"].as_u64().is_some() && d["cacheScope"] == "public");
 
     let list = modern(&s, &s.agent, "tools/list", json!({})).await.json()["result"].clone();

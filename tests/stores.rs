@@ -321,6 +321,9 @@ mod session {
         archived_sessions_stay_readable,
         bad_input_names_the_field,
         sessions_are_listed_newest_first_a_page_at_a_time,
+        a_person_opens_a_session_on_a_subject_and_an_agent_joins_it,
+        idle_sessions_close_and_old_ones_are_archived_with_their_trace_readable,
+        agents_close_only_their_own_sessions_and_people_close_any,
     );
 
     const PROMPT: &str = "Research NVDA momentum\n\nPull prices, then backtest.";
@@ -535,6 +538,195 @@ mod session {
             assert_eq!(result.expect_err("hidden").code, Code::NotFound);
         }
         assert!(svc.tail(&bob, &s.session_id, 0).await.is_err());
+    }
+
+    /// The sweeper: an idle open session closes with reason `idle_timeout`;
+    /// a session closed longer than the retention is archived, its trace
+    /// moved out of the hot table and still readable.
+    async fn idle_sessions_close_and_old_ones_are_archived_with_their_trace_readable(db: Db) {
+        let config = ithaca_session::Config {
+            idle_timeout: std::time::Duration::from_secs(3600),
+            archive_after: std::time::Duration::from_secs(7 * 24 * 3600),
+            // Swept by hand below, as of chosen instants.
+            sweep_every: std::time::Duration::ZERO,
+            ..ithaca_session::Config::default()
+        };
+        let svc = ithaca_session::service(db.clone(), config, CancellationToken::new());
+        let s = open(&svc).await;
+        svc.session_context(&common::agent("tenant-a", "agent-b"), "another", None, None)
+            .await
+            .expect("open");
+        let now = ithaca_kit::clock::now_ms();
+        let hour = 3_600_000;
+        // Nothing is idle yet.
+        let none = svc.sweep(now + hour / 2).await.expect("sweep");
+        assert_eq!(none, ithaca_session::service::Swept::default());
+        // Past the idle timeout, both close.
+        let later = svc.sweep(now + hour + 1000).await.expect("sweep");
+        assert_eq!(later.closed, 2, "both were idle past the timeout");
+        let closed = svc.get(&alice(), &s.session_id).await.expect("row");
+        assert_eq!(closed.status, ithaca_session::model::Status::Closed);
+        let (events, _) = svc
+            .read(&alice(), &s.session_id, 0, 100)
+            .await
+            .expect("read");
+        let last = events.last().expect("events");
+        assert_eq!(last.event_type, "session_closed");
+        let payload: serde_json::Value = serde_json::from_str(&last.payload).expect("json");
+        assert_eq!(payload["reason"], "idle_timeout");
+        assert!(
+            svc.current(&alice()).await.is_err(),
+            "no current session any more"
+        );
+
+        // A week after closing: archived, trace moved and readable.
+        let archived = svc.sweep(now + 8 * 24 * hour).await.expect("sweep");
+        assert_eq!(archived.archived, 2);
+        let row = svc.get(&alice(), &s.session_id).await.expect("row");
+        assert_eq!(row.status, ithaca_session::model::Status::Archived);
+        let (again, last_seq) = svc
+            .read(&alice(), &s.session_id, 0, 100)
+            .await
+            .expect("read");
+        assert_eq!(again, events, "the same events, from the archive");
+        assert_eq!(last_seq, events.len() as i64);
+        let hot: i64 = ithaca_kit::with_pool!(db, pool => sqlx::query_scalar(
+            "SELECT COUNT(*) FROM trace_events WHERE session_id = $1")
+            .bind(s.session_id.as_str())
+            .fetch_one(pool)
+            .await)
+        .expect("count");
+        assert_eq!(hot, 0, "the hot table no longer holds them");
+        // Sweeping again changes nothing.
+        let idle = svc.sweep(now + 9 * 24 * hour).await.expect("sweep");
+        assert_eq!(idle, ithaca_session::service::Swept::default());
+    }
+
+    async fn agents_close_only_their_own_sessions_and_people_close_any(db: Db) {
+        let svc = service(db);
+        let s = open(&svc).await;
+        let other = common::agent("tenant-a", "agent-b");
+        let err = svc
+            .close(&other, Some(&s.session_id))
+            .await
+            .expect_err("another agent's");
+        assert_eq!(err.code, Code::PermissionDenied);
+        assert_eq!(err.domain, Some("HUMAN_REQUIRED"));
+        // The other agent narrates in its own session only.
+        assert!(
+            svc.record_reasoning(&other, "thinking").await.is_err(),
+            "no session yet"
+        );
+        let mine = svc
+            .session_context(&other, "mine", None, None)
+            .await
+            .expect("open");
+        let note = svc
+            .record_reasoning(&other, "thinking")
+            .await
+            .expect("narrate");
+        assert_eq!(
+            (note.session_id.clone(), note.event_type.as_str()),
+            (mine.session_id.clone(), "reasoning")
+        );
+        // Joining alice's session moves agent-b there, and says from where.
+        let (joined, previous) = svc
+            .open_noting_takeover(
+                &other,
+                &ithaca_session::service::OpenRequest {
+                    prompt: "join",
+                    session_id: Some(&s.session_id),
+                    ..Default::default()
+                },
+            )
+            .await
+            .expect("join");
+        assert_eq!(joined.session_id, s.session_id);
+        assert_eq!(previous, Some(mine.session_id));
+        // Having joined it, agent-b may close it; a person may close any.
+        let person = common::human("tenant-a", "person-a");
+        let other_session = svc
+            .session_context(&common::agent("tenant-a", "agent-c"), "c", None, None)
+            .await
+            .expect("open");
+        let closed = svc
+            .close(&person, Some(&other_session.session_id))
+            .await
+            .expect("a person closes any");
+        assert_eq!(closed.status, ithaca_session::model::Status::Closed);
+        svc.close(&other, Some(&s.session_id))
+            .await
+            .expect("joined, so may close");
+    }
+
+    /// Only a person sets a subject; the agent that joins by id works in it.
+    async fn a_person_opens_a_session_on_a_subject_and_an_agent_joins_it(db: Db) {
+        use ithaca_session::service::OpenRequest;
+        let svc = service(db);
+        let person = common::human("tenant-a", "person-a");
+        let on_filter = OpenRequest {
+            prompt: "Tighten the GRB counterpart filter.",
+            subject_kind: Some("filter"),
+            subject_id: Some("flt_1"),
+            ..OpenRequest::default()
+        };
+        let opened = svc.open(&person, &on_filter).await.expect("a person may");
+        assert_eq!(opened.subject_kind.as_deref(), Some("filter"));
+        assert_eq!(opened.subject_id.as_deref(), Some("flt_1"));
+
+        // An agent may not open one, and says why.
+        let err = svc.open(&alice(), &on_filter).await.expect_err("agent");
+        assert_eq!(err.code, Code::PermissionDenied);
+        assert!(err.message.contains("only a person"), "{}", err.message);
+
+        // The agent joins by id and its current session carries the subject.
+        svc.session_context(&alice(), "joining", None, Some(&opened.session_id))
+            .await
+            .expect("join");
+        let current = svc.current(&alice()).await.expect("current");
+        assert_eq!(current.session_id, opened.session_id);
+        assert_eq!(current.subject_kind.as_deref(), Some("filter"));
+        assert_eq!(current.subject_id.as_deref(), Some("flt_1"));
+
+        // The sessions opened on one object (the console's filter page).
+        open(&svc).await;
+        let on = |id: &'static str| ithaca_session::service::ListFilter {
+            subject_kind: Some("filter"),
+            subject_id: Some(id),
+            ..Default::default()
+        };
+        let (listed, _) = svc.list(&person, &on("flt_1")).await.expect("list");
+        let ids: Vec<_> = listed.iter().map(|r| r.session_id.clone()).collect();
+        assert_eq!(ids, vec![opened.session_id.clone()]);
+        let (none, _) = svc.list(&person, &on("flt_2")).await.expect("list");
+        assert!(none.is_empty());
+
+        // Bad subjects name the field; a subject cannot be added on resume.
+        for (kind, id, field) in [
+            (Some("strategy"), Some("x"), "subject_kind"),
+            (Some("filter"), None, "subject_id"),
+            (None, Some("flt_1"), "subject_kind"),
+            (Some("filter"), Some("bad\u{0}id"), "subject_id"),
+        ] {
+            let bad = OpenRequest {
+                prompt: "p",
+                subject_kind: kind,
+                subject_id: id,
+                ..OpenRequest::default()
+            };
+            let err = svc.open(&person, &bad).await.expect_err("bad subject");
+            assert_eq!(err.code, Code::InvalidArgument);
+            assert!(err.message.starts_with(field), "{}", err.message);
+        }
+        let resume_with_subject = OpenRequest {
+            session_id: Some(&opened.session_id),
+            ..on_filter
+        };
+        let err = svc
+            .open(&person, &resume_with_subject)
+            .await
+            .expect_err("resume");
+        assert_eq!(err.code, Code::InvalidArgument);
     }
 
     /// Closing: no new tool calls, in-flight results still land (grace).

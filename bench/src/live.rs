@@ -152,7 +152,7 @@ async fn activate(
         .await
         .map_err(err)?;
     service
-        .activate(who, filter_id, i32::try_from(verdict.version)?)
+        .activate(who, filter_id, i32::try_from(verdict.version)?, false)
         .await
         .map_err(err)?;
     Ok(())

@@ -66,6 +66,9 @@ enum Command {
         #[arg(long)]
         rate: Option<f64>,
     },
+    /// Only the trace-append phases: concurrent AppendEvent calls into one
+    /// session on SQLite and PostgreSQL, with the gap-free check.
+    Appends(RunArgs),
     /// The alerts phase: a large archive of cloned ZTF packets ingested into
     /// SQLite and PostgreSQL, 5″/30-day cone searches and crossmatches.
     Alerts(alerts::AlertsArgs),
@@ -178,6 +181,7 @@ fn main() -> anyhow::Result<()> {
         Some(Command::Alerts(args)) => {
             runtime.block_on(async move { alerts::run(args).await.map(|_| ()) })
         }
+        Some(Command::Appends(args)) => runtime.block_on(run::appends_only(args)),
         Some(Command::Filters(args)) => {
             runtime.block_on(async move { filters::run(args).await.map(|_| ()) })
         }

@@ -12,7 +12,7 @@ use anyhow::{Context, bail};
 use ithaca_kit::principal::InternalKey;
 use serde_json::json;
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -252,7 +252,42 @@ fn output(cmd: &str, args: &[&str]) -> String {
         .unwrap_or_default()
 }
 
-pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+/// Only the trace-append phases (SQLite, then PostgreSQL), printed as a
+/// table: for measuring the session service's write path alone.
+pub async fn appends_only(args: RunArgs) -> anyhow::Result<()> {
+    let ithaca = ithaca_binary(&args)?;
+    let key_hex = InternalKey::generate_hex();
+    let work = std::env::temp_dir().join(format!("ithaca-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&work)?;
+    let sqlite = appends::run(appends::Setup {
+        ithaca: &ithaca,
+        key_hex: &key_hex,
+        database_url: work.join("appends.session.db").display().to_string(),
+        schema: "ithaca_session".to_owned(),
+        label: "SQLite",
+        writers: args.append_writers,
+        appends: args.appends,
+        duration: Duration::from_secs_f64(args.seconds),
+        idle_wait: args.idle_wait,
+    })
+    .await;
+    let _ = std::fs::remove_dir_all(&work);
+    let results = vec![sqlite?, postgres_appends(&args, &ithaca, &key_hex).await];
+    println!("| database | writers | appends | per second | p50 ms | p99 ms | gap-free |");
+    println!("|---|---|---|---|---|---|---|");
+    for a in &results {
+        match &a.not_run {
+            Some(why) => println!("| {} | NOT RUN: {why} | | | | | |", a.database),
+            None => println!(
+                "| {} | {} | {} | {:.0} | {:.2} | {:.2} | {} |",
+                a.database, a.writers, a.appends, a.per_second, a.p50_ms, a.p99_ms, a.gap_free
+            ),
+        }
+    }
+    Ok(())
+}
+
+fn ithaca_binary(args: &RunArgs) -> anyhow::Result<PathBuf> {
     let exe = std::env::current_exe()?;
     let ithaca = match &args.ithaca {
         Some(p) => p.clone(),
@@ -267,6 +302,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             ithaca.display()
         );
     }
+    Ok(ithaca)
+}
+
+pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let exe = std::env::current_exe()?;
+    let ithaca = ithaca_binary(&args)?;
     let out = args.out.clone().unwrap_or_else(|| {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/ithaca-bench/report.json")
     });

@@ -32,10 +32,18 @@ pub enum AuthFailure {
     Unavailable(String),
 }
 
+/// The shortest pause between two checks of an open stream's key, so a
+/// cache of zero does not make a busy loop.
+const MIN_RECHECK: Duration = Duration::from_secs(1);
+
 /// Verifies bearer tokens.
 pub struct Authenticator {
     client: AuthServiceClient<InterceptedService<Channel, Outbound>>,
     ttl: Duration,
+    /// How long auth may take to answer before the request is refused as
+    /// "authentication unavailable" (a stalled auth service must not hold
+    /// every request open).
+    timeout: Duration,
     cache: Mutex<HashMap<[u8; 32], (Instant, Principal)>>,
 }
 
@@ -47,8 +55,25 @@ impl Authenticator {
                 Outbound::new(key, Principal::system("")),
             ),
             ttl: ttl.min(MAX_CACHE_TTL),
+            timeout: crate::DEFAULT_BACKEND_TIMEOUT,
             cache: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The same, with the deadline of each call to auth (zero keeps the
+    /// default, [`crate::DEFAULT_BACKEND_TIMEOUT`]).
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        if !timeout.is_zero() {
+            self.timeout = timeout;
+        }
+        self
+    }
+
+    /// How often a long-lived request (the SSE trace stream) re-verifies
+    /// its key: as often as a verified key may be cached, so revoking it
+    /// ends the stream within the cache window plus one check.
+    pub fn recheck_interval(&self) -> Duration {
+        self.ttl.max(MIN_RECHECK)
     }
 
     /// The principal of an `Authorization` header value (`Bearer <token>`,
@@ -63,19 +88,26 @@ impl Authenticator {
         if let Some(principal) = self.cached(&digest) {
             return Ok(principal);
         }
-        let reply = self
-            .client
-            .clone()
-            .verify_key(pb::VerifyKeyRequest {
-                token: token.to_owned(),
-            })
-            .await;
+        let mut request = tonic::Request::new(pb::VerifyKeyRequest {
+            token: token.to_owned(),
+        });
+        request.set_timeout(self.timeout);
+        let mut client = self.client.clone();
+        let reply = tokio::time::timeout(self.timeout, client.verify_key(request)).await;
         let verified = match reply {
-            Ok(r) => r.into_inner(),
-            Err(status) if status.code() == tonic::Code::Unauthenticated => {
+            Ok(Ok(r)) => r.into_inner(),
+            Ok(Err(status)) if status.code() == tonic::Code::Unauthenticated => {
                 return Err(AuthFailure::Invalid);
             }
-            Err(status) => return Err(AuthFailure::Unavailable(status.message().to_owned())),
+            Ok(Err(status)) => {
+                return Err(AuthFailure::Unavailable(status.message().to_owned()));
+            }
+            Err(_) => {
+                return Err(AuthFailure::Unavailable(format!(
+                    "no answer within {} ms",
+                    self.timeout.as_millis()
+                )));
+            }
         };
         let principal = Principal::verified(VerifiedKey {
             human: verified.actor == pb::Actor::Human as i32,

@@ -74,21 +74,82 @@ impl Backend {
         let codec = DynamicCodec {
             output: method.output(),
         };
+        let service = method.parent_service();
         let mut grpc = tonic::client::Grpc::new(self.channel.clone());
         let call = async {
-            grpc.ready()
-                .await
-                .map_err(|e| Status::unavailable(format!("{} is unreachable: {e}", self.url)))?;
+            grpc.ready().await.map_err(|e| {
+                Status::unavailable(format!(
+                    "{} ({}) is unreachable: {e}",
+                    service.full_name(),
+                    self.url
+                ))
+            })?;
             grpc.unary(request, path, codec).await
         };
+        // The channel also stops waiting at the `grpc-timeout` set above;
+        // this bound covers the wait for a connection and a response body
+        // that never comes.
         match tokio::time::timeout(timeout, call).await {
-            Ok(result) => result.map(tonic::Response::into_inner),
-            Err(_) => Err(Status::deadline_exceeded(format!(
-                "{} did not answer within {} ms",
-                self.url,
-                timeout.as_millis()
-            ))),
+            Ok(result) => result
+                .map(tonic::Response::into_inner)
+                .map_err(|status| self.explain_within(service.full_name(), status, timeout)),
+            Err(_) => Err(self.timed_out(service.full_name(), timeout)),
         }
+    }
+
+    /// A failed call to `service` on this backend, made clear for the
+    /// agent: a call cut at its deadline (which tonic reports as CANCELLED
+    /// "Timeout expired") becomes DEADLINE_EXCEEDED naming the service, its
+    /// URL and the deadline; a connection failure becomes UNAVAILABLE
+    /// naming them. A status the service itself answered passes unchanged.
+    pub fn explain(&self, service: &str, status: Status) -> Status {
+        self.explain_within(service, status, self.timeout)
+    }
+
+    fn explain_within(&self, service: &str, status: Status, deadline: Duration) -> Status {
+        if is_timeout(&status) {
+            return self.timed_out(service, deadline);
+        }
+        // A status built from a transport error carries that error as its
+        // source; one the service sent does not.
+        let from_transport = std::error::Error::source(&status).is_some();
+        if status.code() == tonic::Code::Unavailable && from_transport {
+            return Status::unavailable(format!(
+                "{service} ({}) is unreachable: {}",
+                self.url,
+                status.message()
+            ));
+        }
+        status
+    }
+
+    fn timed_out(&self, service: &str, deadline: Duration) -> Status {
+        Status::deadline_exceeded(format!(
+            "{service} ({}) did not answer within {} ms",
+            self.url,
+            deadline.as_millis()
+        ))
+    }
+}
+
+/// Whether a call ended because a deadline passed: DEADLINE_EXCEEDED, or
+/// the CANCELLED "Timeout expired" that tonic reports for a `grpc-timeout`
+/// (on the client, with [`tonic::TimeoutExpired`] as its source, or sent
+/// back by a server that enforced it).
+pub fn is_timeout(status: &Status) -> bool {
+    match status.code() {
+        tonic::Code::DeadlineExceeded => true,
+        tonic::Code::Cancelled => {
+            let mut cause = std::error::Error::source(status);
+            while let Some(e) = cause {
+                if e.is::<tonic::TimeoutExpired>() {
+                    return true;
+                }
+                cause = e.source();
+            }
+            status.message() == "Timeout expired"
+        }
+        _ => false,
     }
 }
 

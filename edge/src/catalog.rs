@@ -245,8 +245,14 @@ impl Catalog {
                 });
             }
             let output = t.method.output();
-            let output_schema = (output.full_name() != CONTENT_MESSAGE)
-                .then(|| schema::message_schema(&output, Direction::Output));
+            let output_schema = (output.full_name() != CONTENT_MESSAGE).then(|| {
+                let schema = schema::message_schema(&output, Direction::Output);
+                if t.options.approval_required {
+                    schema::or_pending_approval(schema)
+                } else {
+                    schema
+                }
+            });
             self.tools.push(Tool {
                 title: t.options.title.clone(),
                 description: t.description,

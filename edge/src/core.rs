@@ -9,19 +9,80 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use ithaca_kit::error::domain_code;
 use ithaca_kit::json;
-use ithaca_kit::principal::{Actor, InternalKey, Principal};
+use ithaca_kit::principal::{Actor, InternalKey, Principal, Subject};
+use ithaca_proto::approvals::v1 as apb;
+use ithaca_proto::approvals::v1::approvals_service_client::ApprovalsServiceClient;
 use ithaca_proto::mcp::v1 as mcp;
 use ithaca_proto::mcp::v1::content::Kind as ContentKind;
+use ithaca_proto::service_names::SESSION;
 use ithaca_proto::session::v1 as spb;
 use ithaca_proto::session::v1::session_service_client::SessionServiceClient;
+use prost::Message;
 use prost_reflect::{DynamicMessage, MethodDescriptor, ReflectMessage};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::time::Instant;
 use tonic::{Code, Request, Status};
 
+/// The request `_meta` key that pins a call to one session (by id) instead
+/// of the key's current session: for a platform running two conversations
+/// on one key.
+pub const SESSION_PIN_META: &str = "io.ithaca/session_id";
+
 /// The message agents get when they skip `session_context`.
 pub use ithaca_proto::NO_ACTIVE_SESSION_MESSAGE as NO_SESSION_MESSAGE;
+
+/// How long filing an approval may take: the approvals service asks the
+/// owning service to check the call first (and runs a person's own call).
+const APPROVAL_DEADLINE: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// Failures that are a rule refusing the call (traced as `denial`, not
+/// `error`).
+const DENIAL_CODES: [&str; 5] = [
+    "SUBJECT_MISMATCH",
+    "TRADING_DISABLED",
+    "HUMAN_REQUIRED",
+    "PERMISSION_DENIED",
+    "SUBJECT_REQUIRED",
+];
+
+/// How many lost results the edge remembers to report.
+const MAX_ORPHANS: usize = 1024;
+
+/// A call whose `tool_result` could not be recorded.
+#[derive(Clone, Debug)]
+struct Orphan {
+    principal: Principal,
+    session_id: String,
+    call_seq: i64,
+    tool: String,
+}
+
+/// The `CallToolResult` of an outcome.
+fn finish(outcome: Result<Value, ToolFailure>) -> Value {
+    match outcome {
+        Ok(result) => result,
+        Err(failure) => failure.to_result(),
+    }
+}
+
+/// A line saying how a call went, for the trace (and the record of an
+/// answer): the error's code and message, or the start of the result text.
+fn summary(outcome: &Result<Value, ToolFailure>) -> String {
+    const MAX: usize = 200;
+    let text = match outcome {
+        Err(failure) => format!("{}: {}", failure.code, failure.message),
+        Ok(result) => result["content"][0]["text"]
+            .as_str()
+            .map_or_else(|| "ok".to_owned(), str::to_owned),
+    };
+    if text.chars().count() <= MAX {
+        text
+    } else {
+        let cut: String = text.chars().take(MAX).collect();
+        format!("{cut}…")
+    }
+}
 
 /// A JSON-RPC level failure (not a tool result).
 #[derive(Debug, Clone, PartialEq)]
@@ -53,6 +114,8 @@ pub struct Core {
     /// The session service, when there is one: it gates tools and keeps
     /// their trace. Without it (a bare fixture backend) tools run ungated.
     session: Option<Backend>,
+    /// Calls whose result could not be recorded, to report when it can.
+    orphans: std::sync::Mutex<Vec<Orphan>>,
 }
 
 impl Core {
@@ -63,6 +126,7 @@ impl Core {
             routes,
             key,
             session,
+            orphans: std::sync::Mutex::new(Vec::new()),
         }
     }
 
@@ -77,24 +141,131 @@ impl Core {
         seen
     }
 
-    /// Whether `caller` may see and call `tool`: scopes, human-only, and the
-    /// session subject of subject-scoped write tools.
-    pub fn offered(&self, caller: &Principal, tool: &Tool) -> bool {
+    /// Whether `caller` may use `tool` at all: its scopes and, for
+    /// human-only tools, its actor. The session subject is checked after the
+    /// gate, once the caller's session is known ([`Core::offered`]).
+    fn permitted(&self, caller: &Principal, tool: &Tool) -> bool {
         let scoped =
             caller.actor() == Actor::System || tool.scopes().iter().all(|s| caller.has_scope(s));
         let human_ok = !tool.options.human_only || caller.actor() != Actor::Agent;
-        // Subject-scoped write tools need a session opened from their subject;
-        // no session carries a subject yet, so they are never offered.
-        let subject_ok = tool.options.subject_kind.is_empty();
-        scoped && human_ok && subject_ok
+        scoped && human_ok
     }
 
-    /// The tools `caller` is offered.
+    /// Whether `caller` (with its session's subject, if any) is offered
+    /// `tool`: permitted, and a subject-scoped write tool only inside a
+    /// session opened on an object of its kind (DESIGN §5). The owning
+    /// service checks the object itself.
+    pub fn offered(&self, caller: &Principal, tool: &Tool) -> bool {
+        self.permitted(caller, tool) && subject_fits(caller, tool)
+    }
+
+    /// The tools `caller` is offered; `caller` should carry its session's
+    /// subject ([`Core::with_current_session`]).
     pub fn tools_for<'a>(&'a self, caller: &'a Principal) -> impl Iterator<Item = &'a Tool> + 'a {
         self.catalog
             .tools
             .iter()
             .filter(move |t| self.offered(caller, t))
+    }
+
+    /// Whether any tool `caller` is permitted is scoped to a subject, so that
+    /// listing depends on its current session.
+    pub fn lists_depend_on_session(&self, caller: &Principal) -> bool {
+        self.catalog
+            .tools
+            .iter()
+            .any(|t| !t.options.subject_kind.is_empty() && self.permitted(caller, t))
+    }
+
+    /// `caller` in its current session (or the one `pin` names), with that
+    /// session's subject, when the tool list depends on it; otherwise (or
+    /// with no open session) `caller` unchanged.
+    pub async fn with_current_session(&self, caller: &Principal, pin: Option<&str>) -> Principal {
+        if caller.session_id().is_some() || !self.lists_depend_on_session(caller) {
+            return caller.clone();
+        }
+        let Some(session) = &self.session else {
+            return caller.clone();
+        };
+        match self.gate(session, caller, pin).await {
+            Ok(gate) => gate.apply(caller),
+            Err(_) => caller.clone(),
+        }
+    }
+
+    /// The session gate and the `tool_call` append in one call of the
+    /// session service: the session (with its subject) and the call's seq.
+    async fn begin(
+        &self,
+        session: &Backend,
+        caller: &Principal,
+        pin: Option<&str>,
+        tool: &Tool,
+        arguments: &Value,
+    ) -> Result<(Gate, i64), Status> {
+        let mut client = SessionServiceClient::new(session.channel());
+        let mut request = Request::new(spb::BeginCallRequest {
+            session_id: pin.map(str::to_owned),
+            tool: tool.name.clone(),
+            arguments: Some(json::to_struct(arguments.clone())),
+            subject_kind: tool.options.subject_kind.clone(),
+        });
+        request.set_timeout(session.timeout());
+        self.key.sign(&mut request, caller);
+        let begun = match tokio::time::timeout(session.timeout(), client.begin_call(request)).await
+        {
+            Ok(answer) => answer.map_err(|status| session.explain(SESSION, status))?,
+            Err(_) => {
+                return Err(session.explain(SESSION, Status::deadline_exceeded("timed out")));
+            }
+        }
+        .into_inner();
+        let descriptor = begun.session.unwrap_or_default();
+        Ok((Gate::from_descriptor(descriptor), begun.seq))
+    }
+
+    /// The session a call runs in: the one `pin` names (a request's `_meta`
+    /// [`SESSION_PIN_META`], which must be an open session of the caller's
+    /// tenant), or the caller's current one.
+    async fn gate(
+        &self,
+        session: &Backend,
+        caller: &Principal,
+        pin: Option<&str>,
+    ) -> Result<Gate, ToolFailure> {
+        let Some(pin) = pin else {
+            return self.current_session(session, caller).await;
+        };
+        let mut client = SessionServiceClient::new(session.channel());
+        let mut request = Request::new(spb::GetSessionRequest {
+            session_id: pin.to_owned(),
+        });
+        request.set_timeout(session.timeout());
+        self.key.sign(&mut request, caller);
+        match client.get_session(request).await {
+            Ok(reply) => {
+                let reply = reply.into_inner();
+                if reply.status != "open" {
+                    return Err(ToolFailure::new(
+                        "no_active_session",
+                        &format!(
+                            "{SESSION_PIN_META}: session {pin} is {}; open or resume a session with session_context",
+                            reply.status
+                        ),
+                        false,
+                    ));
+                }
+                Ok(Gate::from_descriptor(reply))
+            }
+            Err(status) if matches!(status.code(), Code::NotFound | Code::InvalidArgument) => {
+                Err(ToolFailure::new(
+                    "no_active_session",
+                    &format!("{SESSION_PIN_META}: no open session {pin} in this tenant"),
+                    false,
+                ))
+            }
+            Err(status) => Err(status_failure(&status)),
+        }
     }
 
     fn backend(&self, method: &MethodDescriptor) -> Result<&Backend, Status> {
@@ -108,44 +279,75 @@ impl Core {
     pub async fn call_tool(
         &self,
         caller: &Principal,
+        pin: Option<&str>,
         name: &str,
         arguments: Option<Value>,
     ) -> Result<Value, RpcError> {
-        let Some(tool) = self.catalog.tool(name).filter(|t| self.offered(caller, t)) else {
-            // A tool the caller may not use looks exactly like a missing one.
-            return Err(RpcError::invalid_params(
-                format!("unknown tool: {name}"),
-                Some(json!({"tool": name})),
-            ));
+        // 1. The tool exists and the caller's key may use it. A tool it may
+        //    not use looks exactly like a missing one.
+        let unknown = || {
+            RpcError::invalid_params(format!("unknown tool: {name}"), Some(json!({"tool": name})))
+        };
+        let Some(tool) = self
+            .catalog
+            .tool(name)
+            .filter(|t| self.permitted(caller, t))
+        else {
+            return Err(unknown());
         };
         let started = Instant::now();
         let mut principal = caller.clone();
-        let arguments_seen = arguments.clone().unwrap_or(json!({}));
+        let arguments_seen = transcode::traceable(arguments.clone().unwrap_or(json!({})));
 
+        // 2. The session gate and the durable `tool_call`, in one round
+        //    trip: every tool but session_context runs inside the caller's
+        //    open session (or the one the request pins), with that session's
+        //    subject; a subject-scoped write tool outside a session on its
+        //    kind of object is refused (and traced as a denial there).
+        let mut call_seq = None;
         if !tool.options.session_exempt
             && let Some(session) = &self.session
         {
-            match self.current_session(session, caller).await {
-                Ok(id) => principal = principal.in_session(Some(id)),
-                Err(failure) => return Ok(failure.to_result()),
-            }
-        }
-        if let Some(session_id) = principal.session_id().map(str::to_owned) {
-            let payload = json!({"name": name, "arguments": arguments_seen});
-            if let Err(status) = self
-                .append(&principal, &session_id, spb::EventType::ToolCall, payload)
+            match self
+                .begin(session, caller, pin, tool, &arguments_seen)
                 .await
             {
-                if domain_code(&status) == Some("SESSION_NOT_OPEN") {
-                    return Ok(no_session().to_result());
+                Ok((gate, seq)) => {
+                    principal = gate.apply(&principal);
+                    call_seq = Some(seq);
                 }
-                return Ok(status_failure(&status).to_result());
+                Err(status) if domain_code(&status) == Some("SUBJECT_REQUIRED") => {
+                    return Err(unknown());
+                }
+                // A person may close an agent's session without one of
+                // their own; the call is then recorded in no session.
+                Err(status)
+                    if domain_code(&status) == Some("NO_ACTIVE_SESSION")
+                        && tool.options.human_session_exempt
+                        && caller.actor() == Actor::Human
+                        && pin.is_none() => {}
+                Err(status) => return Ok(status_failure(&status).to_result()),
             }
         }
+        // Without a session service (a protocol fixture) nothing is scoped.
+        if self.session.is_none() && !subject_fits(&principal, tool) {
+            return Err(unknown());
+        }
+        // A result an earlier call could not record is reported now.
+        if let Some(session_id) = principal.session_id().map(str::to_owned) {
+            self.report_orphans(&session_id).await;
+        }
 
-        let outcome = self.invoke(tool, &principal, arguments).await;
+        // 5. Run it: through a person's approval when the tool needs one.
+        let outcome = if tool.options.approval_required {
+            self.through_approval(tool, &principal, arguments, &arguments_seen)
+                .await
+        } else {
+            self.invoke(tool, &principal, arguments).await
+        };
 
-        // session_context opened (or joined) a session: record the call in it.
+        // 6. session_context opened (or joined) a session: record the call
+        //    in it now.
         let session_id = match (principal.session_id(), &outcome) {
             (Some(id), _) => Some(id.to_owned()),
             (None, Ok(result)) if tool.options.session_exempt => {
@@ -155,36 +357,119 @@ impl Core {
             }
             _ => None,
         };
-        if let (Some(session_id), Some(_)) = (session_id, &self.session) {
-            principal = principal.in_session(Some(session_id.clone()));
-            if tool.options.session_exempt {
-                let payload = json!({"name": name, "arguments": arguments_seen});
-                let _ = self
-                    .append(&principal, &session_id, spb::EventType::ToolCall, payload)
-                    .await;
-            }
-            let payload = json!({
-                "name": name,
-                "outcome": if outcome.is_ok() { "ok" } else { "error" },
-                "duration_ms": started.elapsed().as_millis() as u64,
-                "provenance": {
-                    "service": tool.method.parent_service().full_name(),
-                    "method": tool.method.name(),
-                    "trace_id": ithaca_kit::propagation::current_trace_id(),
-                },
-                "error": outcome.as_ref().err().map_or(Value::Null, |f| json!(f.code)),
-            });
-            if let Err(status) = self
-                .append(&principal, &session_id, spb::EventType::ToolResult, payload)
+        let (Some(session_id), Some(_)) = (session_id, &self.session) else {
+            return Ok(finish(outcome));
+        };
+        principal = principal.in_session(Some(session_id.clone()));
+        if tool.options.session_exempt {
+            let payload = json!({"name": name, "arguments": arguments_seen});
+            if let Ok(event) = self
+                .append(&principal, &session_id, spb::EventType::ToolCall, payload)
                 .await
             {
-                tracing::warn!(error = %status.message(), tool = name, "recording tool_result failed");
+                call_seq = Some(event.seq);
             }
         }
-        Ok(match outcome {
-            Ok(result) => result,
-            Err(failure) => failure.to_result(),
-        })
+
+        // 7. The result is durable before the caller hears it; a failure is
+        //    also an `error` event (a `denial` when a rule refused it).
+        let payload = json!({
+            "name": name,
+            "call_seq": call_seq,
+            "outcome": if outcome.is_ok() { "ok" } else { "error" },
+            "summary": summary(&outcome),
+            "duration_ms": started.elapsed().as_millis() as u64,
+            "provenance": {
+                "service": tool.method.parent_service().full_name(),
+                "method": tool.method.name(),
+                "trace_id": ithaca_kit::propagation::current_trace_id(),
+            },
+            "error": outcome.as_ref().err().map_or(Value::Null, |f| json!(f.code)),
+        });
+        if let Err(status) = self
+            .append(&principal, &session_id, spb::EventType::ToolResult, payload)
+            .await
+        {
+            tracing::warn!(error = %status.message(), tool = name, "recording tool_result failed");
+            if let Some(seq) = call_seq {
+                self.remember_orphan(&principal, &session_id, seq, name);
+            }
+            return Ok(ToolFailure::new(
+                "TRACE_UNAVAILABLE",
+                "the call's result could not be recorded in the session's trace; the trace will \
+                 say so, and the call may be retried",
+                true,
+            )
+            .to_result());
+        }
+        if let Err(failure) = &outcome {
+            let kind = if DENIAL_CODES.contains(&failure.code.as_str()) {
+                spb::EventType::Denial
+            } else {
+                spb::EventType::Error
+            };
+            let payload = json!({
+                "tool": name,
+                "call_seq": call_seq,
+                "error": failure.code,
+                "message": failure.message,
+                "retryable": failure.retryable,
+            });
+            if let Err(status) = self.append(&principal, &session_id, kind, payload).await {
+                tracing::warn!(error = %status.message(), tool = name, "recording a failure failed");
+            }
+        }
+        Ok(finish(outcome))
+    }
+
+    /// Remember a call whose result could not be recorded, to report it in
+    /// its session's trace at the next chance (bounded; oldest dropped).
+    fn remember_orphan(&self, principal: &Principal, session_id: &str, call_seq: i64, tool: &str) {
+        let mut orphans = self.orphans.lock().unwrap_or_else(|e| e.into_inner());
+        if orphans.len() >= MAX_ORPHANS {
+            orphans.remove(0);
+        }
+        orphans.push(Orphan {
+            principal: principal.clone(),
+            session_id: session_id.to_owned(),
+            call_seq,
+            tool: tool.to_owned(),
+        });
+    }
+
+    /// Record an `error` event for each remembered call of `session_id`
+    /// whose result was lost; keep those that still cannot be recorded.
+    async fn report_orphans(&self, session_id: &str) {
+        let mine: Vec<Orphan> = {
+            let mut orphans = self.orphans.lock().unwrap_or_else(|e| e.into_inner());
+            if orphans.is_empty() {
+                return;
+            }
+            let (mine, rest) = orphans.drain(..).partition(|o| o.session_id == session_id);
+            *orphans = rest;
+            mine
+        };
+        for orphan in mine {
+            let payload = json!({
+                "tool": orphan.tool,
+                "call_seq": orphan.call_seq,
+                "error": "RESULT_NOT_RECORDED",
+                "message": "this call ran, but its result could not be recorded when it finished",
+            });
+            if self
+                .append(
+                    &orphan.principal,
+                    session_id,
+                    spb::EventType::Error,
+                    payload,
+                )
+                .await
+                .is_err()
+            {
+                let mut orphans = self.orphans.lock().unwrap_or_else(|e| e.into_inner());
+                orphans.push(orphan);
+            }
+        }
     }
 
     /// Transcode, call the backend, render the result.
@@ -204,19 +489,103 @@ impl Core {
         Ok(render_tool_result(&response))
     }
 
+    /// File the call with the approvals service instead of running it: an
+    /// agent's call comes back pending; a person's own call has run there,
+    /// and its response is rendered like any other.
+    async fn through_approval(
+        &self,
+        tool: &Tool,
+        principal: &Principal,
+        arguments: Option<Value>,
+        arguments_seen: &Value,
+    ) -> Result<Value, ToolFailure> {
+        let request = transcode::to_message(&tool.method.input(), arguments)
+            .map_err(|e| ToolFailure::new("INVALID_ARGUMENT", &e.message, false))?;
+        let Some(approvals) = self.routes.get(ithaca_proto::service_names::APPROVALS) else {
+            return Err(ToolFailure::new(
+                "SERVICE_UNAVAILABLE",
+                &format!(
+                    "{} needs a person's approval, and no approvals service is configured",
+                    tool.name
+                ),
+                true,
+            ));
+        };
+        let mut client = ApprovalsServiceClient::new(approvals.channel());
+        let mut call = Request::new(apb::RequestApprovalRequest {
+            tool: tool.name.clone(),
+            service: tool.method.parent_service().full_name().to_owned(),
+            method: tool.method.name().to_owned(),
+            arguments: Some(json::to_struct(arguments_seen.clone())),
+            request: request.encode_to_vec(),
+            destructive: tool.options.destructive,
+            open_world: tool.options.open_world,
+        });
+        // The approvals service checks with the owning service first.
+        call.set_timeout(tool.deadline().unwrap_or_default().max(APPROVAL_DEADLINE));
+        self.key.sign(&mut call, principal);
+        let filed = client
+            .request_approval(call)
+            .await
+            .map_err(|s| status_failure(&s))?
+            .into_inner();
+        let approval = filed.approval.unwrap_or_default();
+        match approval.status.as_str() {
+            "pending" => {
+                let body = json!({
+                    "status": "pending_approval",
+                    "approval_id": approval.approval_id,
+                    "tool": tool.name,
+                    "message": "A person must approve this call before it runs. Poll get_approval \
+                                with this approval_id; do not call the tool again.",
+                });
+                Ok(json!({
+                    "content": [{"type": "text", "text": body.to_string()}],
+                    "structuredContent": body,
+                    "isError": false,
+                }))
+            }
+            "executed" => {
+                let response =
+                    DynamicMessage::decode(tool.method.output(), filed.response.as_slice())
+                        .map_err(|e| {
+                            ToolFailure::new(
+                                "INTERNAL",
+                                &format!("decoding the response: {e}"),
+                                false,
+                            )
+                        })?;
+                Ok(render_tool_result(&response))
+            }
+            _ => {
+                let result = approval
+                    .result
+                    .map(json::from_struct)
+                    .unwrap_or(Value::Null);
+                Err(ToolFailure::new(
+                    result["error"].as_str().unwrap_or("INTERNAL"),
+                    result["message"]
+                        .as_str()
+                        .unwrap_or("the approved call failed"),
+                    false,
+                ))
+            }
+        }
+    }
+
     async fn current_session(
         &self,
         session: &Backend,
         caller: &Principal,
-    ) -> Result<String, ToolFailure> {
+    ) -> Result<Gate, ToolFailure> {
         let mut client = SessionServiceClient::new(session.channel());
         let mut request = Request::new(spb::GetCurrentSessionRequest {});
         request.set_timeout(session.timeout());
         self.key.sign(&mut request, caller);
         match client.get_current_session(request).await {
-            Ok(reply) => Ok(reply.into_inner().session_id),
+            Ok(reply) => Ok(Gate::from_descriptor(reply.into_inner())),
             Err(status) if domain_code(&status) == Some("NO_ACTIVE_SESSION") => Err(no_session()),
-            Err(status) => Err(status_failure(&status)),
+            Err(status) => Err(status_failure(&session.explain(SESSION, status))),
         }
     }
 
@@ -243,6 +612,7 @@ impl Core {
             .append_event(request)
             .await
             .map(tonic::Response::into_inner)
+            .map_err(|status| session.explain(SESSION, status))
     }
 
     /// A client of the session service (the SSE stream uses it); sign each
@@ -330,7 +700,45 @@ impl Core {
     }
 }
 
+/// What the session gate found: the caller's open session and its subject.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Gate {
+    pub session_id: String,
+    pub subject: Option<Subject>,
+}
+
+impl Gate {
+    fn from_descriptor(session: spb::SessionDescriptor) -> Self {
+        let subject = match (session.subject_kind, session.subject_id) {
+            (Some(kind), Some(id)) => Some(Subject::new(kind, id)),
+            _ => None,
+        };
+        Gate {
+            session_id: session.session_id,
+            subject,
+        }
+    }
+
+    /// `caller` acting inside this session.
+    pub fn apply(&self, caller: &Principal) -> Principal {
+        caller
+            .clone()
+            .in_session(Some(self.session_id.clone()))
+            .on_subject(self.subject.clone())
+    }
+}
+
+/// Whether `caller`'s session subject fits `tool`: tools not scoped to a
+/// subject always do; a scoped one needs a session on its kind of object.
+fn subject_fits(caller: &Principal, tool: &Tool) -> bool {
+    let kind = &tool.options.subject_kind;
+    kind.is_empty()
+        || caller.actor() == Actor::System
+        || caller.subject().is_some_and(|s| &s.kind == kind)
+}
+
 fn internal(status: &Status) -> RpcError {
+    tracing::warn!(code = ?status.code(), error = %status.message(), "backend call failed");
     RpcError {
         code: RpcError::INTERNAL,
         message: status.message().to_owned(),
@@ -402,18 +810,23 @@ pub fn error_code(status: &Status) -> String {
 }
 
 fn status_failure(status: &Status) -> ToolFailure {
+    // The session service's refusal reads as the gate's, whichever said it.
+    if domain_code(status) == Some("NO_ACTIVE_SESSION") {
+        return no_session();
+    }
     let retryable = matches!(
         status.code(),
         Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::ResourceExhausted
     );
+    let code = error_code(status);
+    if code == "INTERNAL" {
+        tracing::warn!(code = ?status.code(), error = %status.message(), "backend failed");
+    }
     let message = match status.code() {
-        Code::Internal | Code::Unknown => {
-            tracing::warn!(code = ?status.code(), error = %status.message(), "backend failed");
-            "the service failed; see the server logs"
-        }
+        Code::Internal | Code::Unknown => "the service failed; see the server logs",
         _ => status.message(),
     };
-    ToolFailure::new(&error_code(status), message, retryable)
+    ToolFailure::new(&code, message, retryable)
 }
 
 fn no_session() -> ToolFailure {

@@ -14,6 +14,7 @@
 #![allow(clippy::result_large_err)]
 
 use crate::auth::{AuthFailure, Authenticator};
+use crate::catalog::Catalog;
 use crate::core::Core;
 use crate::mcp::{CallerInfo, Gateway};
 use crate::metrics::Metrics;
@@ -416,31 +417,122 @@ impl Edge {
         h.append(header::VARY, HeaderValue::from_static("Origin"));
         response
     }
+}
 
-    /// The scopes one JSON-RPC message needs (seed 000's table plus each
-    /// tool's and resource's own scope).
-    fn required_scopes(&self, message: &Value) -> Vec<String> {
-        let params = &message["params"];
-        let scopes: Vec<&str> = match message["method"].as_str().unwrap_or("") {
-            "tools/call" => match params["name"]
-                .as_str()
-                .and_then(|n| self.core.catalog.tool(n))
-            {
-                Some(tool) => tool.scopes(),
-                None => vec![crate::catalog::BASE_SCOPE],
-            },
-            "resources/read" => match params["uri"]
-                .as_str()
-                .and_then(|u| self.core.catalog.resource(u))
-            {
-                Some((resource, _)) => resource.scopes(),
-                None => vec![crate::catalog::BASE_SCOPE],
-            },
-            "resources/list" | "resources/templates/list" => vec![crate::catalog::BASE_SCOPE],
-            _ => Vec::new(),
-        };
-        scopes.into_iter().map(str::to_owned).collect()
+/// What the request front decided about one POST body, before the
+/// caller's scopes are compared with what it needs.
+pub enum Screened {
+    /// A finished refusal: not JSON, not one well-formed JSON-RPC message,
+    /// an unsupported protocol version, a method unknown in its era, or
+    /// params without what the method needs.
+    Refused(Response),
+    /// A batch: refused (no served revision allows one), after the caller
+    /// is found to hold the union of its members' scopes.
+    Batch { scopes: Vec<String> },
+    /// One message to serve.
+    Message {
+        message: Value,
+        /// The scopes it needs.
+        scopes: Vec<String>,
+        /// Its `method` label in the metrics (a known method or `other`).
+        method: String,
+    },
+}
+
+/// The request front's checks that need nothing but the request and the
+/// catalog, in the order the edge applies them. Pure, so the
+/// `request_front` fuzz target drives it with arbitrary bodies and headers.
+pub fn screen(catalog: &Catalog, headers: &HeaderMap, body: &[u8]) -> Screened {
+    // serde_json refuses nesting deeper than 128 levels, so deeply nested
+    // input is a parse error, not a deep recursion.
+    let message: Value = match serde_json::from_slice(body) {
+        Ok(v) => v,
+        Err(error) => {
+            let text = if error.to_string().starts_with("recursion limit exceeded") {
+                format!(
+                    "Parse error: the body nests deeper than 128 levels, more than this server \
+                     reads (tool arguments may nest at most {} levels)",
+                    crate::transcode::MAX_NESTING
+                )
+            } else {
+                "Parse error: the body is not valid JSON".to_owned()
+            };
+            return Screened::Refused(jsonrpc_error(
+                StatusCode::BAD_REQUEST,
+                Value::Null,
+                codes::PARSE_ERROR,
+                &text,
+            ));
+        }
+    };
+    if let Value::Array(members) = &message {
+        let mut scopes: Vec<String> = Vec::new();
+        for member in members {
+            for scope in required_scopes(catalog, member) {
+                if !scopes.contains(&scope) {
+                    scopes.push(scope);
+                }
+            }
+        }
+        return Screened::Batch { scopes };
     }
+    if let Err(refused) = check_envelope(&message) {
+        return Screened::Refused(refused);
+    }
+    if let Err(refused) = check_request(&message, headers) {
+        return Screened::Refused(refused);
+    }
+    Screened::Message {
+        scopes: required_scopes(catalog, &message),
+        method: metric_method(&message),
+        message,
+    }
+}
+
+/// The scopes one JSON-RPC message needs (seed 000's table plus each
+/// tool's and resource's own scope).
+fn required_scopes(catalog: &Catalog, message: &Value) -> Vec<String> {
+    let params = &message["params"];
+    let scopes: Vec<&str> = match message["method"].as_str().unwrap_or("") {
+        "tools/call" => match params["name"].as_str().and_then(|n| catalog.tool(n)) {
+            Some(tool) => tool.scopes(),
+            None => vec![crate::catalog::BASE_SCOPE],
+        },
+        "resources/read" => match params["uri"].as_str().and_then(|u| catalog.resource(u)) {
+            Some((resource, _)) => resource.scopes(),
+            None => vec![crate::catalog::BASE_SCOPE],
+        },
+        "resources/list" | "resources/templates/list" => vec![crate::catalog::BASE_SCOPE],
+        _ => Vec::new(),
+    };
+    scopes.into_iter().map(str::to_owned).collect()
+}
+
+/// Why a request body could not be read: too slow (the listener's body
+/// timeout, 408, and the connection is closed), too large (413), or broken
+/// off (400).
+fn body_refused(error: &axum::Error, limit: usize) -> Response {
+    if crate::listener::is_body_timeout(error) {
+        let mut response = plain(StatusCode::REQUEST_TIMEOUT, error.to_string());
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        return response;
+    }
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = cause {
+        if e.is::<http_body_util::LengthLimitError>() {
+            return plain(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("request body larger than {limit} bytes"),
+            );
+        }
+        cause = e.source();
+    }
+    plain(
+        StatusCode::BAD_REQUEST,
+        format!("the request body could not be read: {error}"),
+    )
 }
 
 fn plain(status: StatusCode, text: impl Into<String>) -> Response {
@@ -752,61 +844,32 @@ async fn mcp_request(
 
     let bytes = match axum::body::to_bytes(body, edge.options.body_limit).await {
         Ok(b) => b,
-        Err(_) => {
-            return plain(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!("request body larger than {} bytes", edge.options.body_limit),
-            );
-        }
+        Err(error) => return body_refused(&error, edge.options.body_limit),
     };
-    // serde_json refuses nesting deeper than 128 levels, so deeply nested
-    // input is a parse error, not a deep recursion.
-    let message: Value = match serde_json::from_slice(&bytes) {
-        Ok(v) => v,
-        Err(_) => {
+    let scoped = matches!(edge.callers, Callers::Keys(_));
+    let (message, scopes, method) = match screen(&edge.core.catalog, &parts.headers, &bytes) {
+        Screened::Refused(refused) => return refused,
+        Screened::Batch { scopes } => {
+            if scoped && let Some(missing) = scopes.iter().find(|s| !principal.has_scope(s)) {
+                return edge.missing_scope(missing);
+            }
             return jsonrpc_error(
                 StatusCode::BAD_REQUEST,
                 Value::Null,
-                codes::PARSE_ERROR,
-                "Parse error: the body is not valid JSON",
+                codes::INVALID_REQUEST,
+                "Invalid Request: batch requests are not supported",
             );
         }
+        Screened::Message {
+            message,
+            scopes,
+            method,
+        } => (message, scopes, method),
     };
-    let scoped = matches!(edge.callers, Callers::Keys(_));
-    if let Value::Array(members) = &message {
-        // A batch needs the union of its members' scopes, and is then
-        // refused: no served revision allows batches.
-        if scoped {
-            for member in members {
-                for scope in edge.required_scopes(member) {
-                    if !principal.has_scope(&scope) {
-                        return edge.missing_scope(&scope);
-                    }
-                }
-            }
-        }
-        return jsonrpc_error(
-            StatusCode::BAD_REQUEST,
-            Value::Null,
-            codes::INVALID_REQUEST,
-            "Invalid Request: batch requests are not supported",
-        );
-    }
-    if let Err(refused) = check_envelope(&message) {
-        return refused;
-    }
-    if let Err(refused) = check_request(&message, &parts.headers) {
-        return refused;
-    }
-    if scoped {
-        for scope in edge.required_scopes(&message) {
-            if !principal.has_scope(&scope) {
-                return edge.missing_scope(&scope);
-            }
-        }
+    if scoped && let Some(missing) = scopes.iter().find(|s| !principal.has_scope(s)) {
+        return edge.missing_scope(missing);
     }
 
-    let method = metric_method(&message);
     edge.count_handshake(&message);
     let span = request_span(&message, &parts.headers);
     parts.extensions.insert(CallerInfo {
@@ -820,6 +883,11 @@ async fn mcp_request(
         Ok(Ok(response)) => response.map(Body::new),
         Ok(Err(never)) => match never {},
         Err(_) => {
+            tracing::warn!(
+                method = %method,
+                timeout_ms = timeout.as_millis() as u64,
+                "request timed out before its answer was ready"
+            );
             let id = message.get("id").cloned().unwrap_or(Value::Null);
             jsonrpc_error(
                 StatusCode::GATEWAY_TIMEOUT,
@@ -943,6 +1011,9 @@ async fn trace_stream(
         after_seq,
     });
     edge.core.sign(&mut request, &principal);
+    // A stalled session service must not hold the request open: the stream
+    // starts within the request timeout or not at all.
+    request.set_timeout(edge.options.request_timeout);
     let stream = match client.tail_events(request).await {
         Ok(r) => r.into_inner(),
         Err(status)
@@ -984,22 +1055,40 @@ async fn trace_stream(
                     .data(data.to_string()),
             ))
         });
-    // A console sign-in is checked again while its stream is open, so a
-    // revoked key (or a signed-out cookie's key) stops the trace within the
-    // key cache window instead of at the next page load.
-    let browser = edge.browser.clone().filter(|_| signed_in);
-    let revoked = async move {
-        let Some(browser) = browser else {
-            return std::future::pending().await;
-        };
-        loop {
-            tokio::time::sleep(crate::auth::MAX_CACHE_TTL).await;
-            if browser.principal(&headers).await.is_none() {
-                return;
-            }
-        }
-    };
+    // The caller is checked again while the stream is open, as often as a
+    // verified key may be cached, so a revoked key (or a signed-out
+    // cookie's key) ends the stream within the cache window plus one check
+    // instead of never. A check that cannot be made (auth unreachable)
+    // ends it too: the client reconnects from its last `seq` once the key
+    // verifies again.
+    let revoked = still_allowed(edge.clone(), signed_in, headers);
     Sse::new(events.take_until(revoked))
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
         .into_response()
+}
+
+/// Resolves once the caller of a trace stream is no longer allowed in:
+/// its bearer key (or, when `signed_in`, its console sign-in) no longer
+/// verifies. Never resolves for a local caller (authentication off).
+async fn still_allowed(edge: Arc<Edge>, signed_in: bool, headers: HeaderMap) {
+    let every = match (&edge.callers, signed_in) {
+        (_, true) => crate::auth::MAX_CACHE_TTL,
+        (Callers::Keys(auth), false) => auth.recheck_interval(),
+        (Callers::Local(_), false) => return std::future::pending().await,
+    };
+    loop {
+        tokio::time::sleep(every).await;
+        let allowed = if signed_in {
+            match &edge.browser {
+                Some(browser) => browser.principal(&headers).await.is_some(),
+                None => false,
+            }
+        } else {
+            edge.authenticate(&headers).await.is_ok()
+        };
+        if !allowed {
+            tracing::info!("trace stream ended: its caller no longer verifies");
+            return;
+        }
+    }
 }

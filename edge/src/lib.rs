@@ -8,7 +8,9 @@
 //! - [`core`]: the tool pipeline (offering, session gate, trace, errors).
 //! - [`mcp`]: the `rmcp` handler for both protocol eras; [`http`]: the HTTP
 //!   front (Host/Origin, keys, scopes, limits, SSE trace stream, health,
-//!   metrics); [`auth`]: key verification with a short cache.
+//!   metrics); [`auth`]: key verification with a short cache;
+//!   [`listener`]: the HTTP listener's connection cap and header, body and
+//!   idle timeouts.
 //!
 //! Architecture invariant: the edge owns no durable state and opens no
 //! database; everything it knows it asks a service for over gRPC.
@@ -21,6 +23,7 @@ pub mod catalog;
 pub mod core;
 pub mod discover;
 pub mod http;
+pub mod listener;
 pub mod mcp;
 pub mod metrics;
 pub mod schema;
@@ -130,6 +133,7 @@ pub async fn build_core(backends: &Backends, key: InternalKey) -> Result<core::C
     for tool in &mut catalog.tools {
         if tool.method.parent_service().full_name() != ithaca_proto::service_names::SESSION {
             tool.options.session_exempt = false;
+            tool.options.human_session_exempt = false;
         }
     }
     let has_gate = routes.contains_key(ithaca_proto::service_names::SESSION);

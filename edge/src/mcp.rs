@@ -55,7 +55,39 @@ doomberg:// resources show data, runs and policy.
 3. Read data and run analyses; cite the run or resource you used.
 4. Anything that writes, trades or costs money may be refused by policy or wait for a person's \
 approval; report a pending approval instead of retrying it.
-5. Close the session with session_close when the work is done.";
+5. Close the session with session_close when the work is done.
+Broker filters (astronomy alerts) have four rules the schemas cannot show:
+- The stream bounds what a filter sees: a cut on a field the filter's stream does not carry passes \
+nothing; such cuts come back as warnings, so read them.
+- Call get_alert_schema before writing a pipeline: every path must exist in the survey's schema \
+(nullable fields end in ?, arrays in []); a misspelt path is refused with the nearest real one.
+- Activation is gated: activate_broker_filter_version needs a passing verdict \
+(post_broker_filter_version returns it) and a preview of that exact pipeline with \
+run_broker_filter in this session; an agent's activation then waits for a person's approval.
+- Start from get_counterpart_search_defaults (a copy of the standard ZTF quality cuts and time \
+window, with sort_order Ascending to keep the alerts nearest the trigger) rather than writing cuts \
+from nothing.
+Write tools for a filter or a GCN event are offered only in a session a person opened on that \
+object; join it with session_context and its session_id.";
+
+/// The session a request pins itself to with `_meta`
+/// [`crate::core::SESSION_PIN_META`], if it does; anything but a string is
+/// refused.
+fn session_pin(ctx: &RequestContext<RoleServer>) -> Result<Option<String>, ErrorData> {
+    match ctx.meta.get(crate::core::SESSION_PIN_META) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(id)) if !id.trim().is_empty() && id.len() <= 100 => {
+            Ok(Some(id.trim().to_owned()))
+        }
+        Some(_) => Err(ErrorData::invalid_params(
+            format!(
+                "_meta.{}: must be a session id (a string)",
+                crate::core::SESSION_PIN_META
+            ),
+            None,
+        )),
+    }
+}
 
 /// The request-scoped data the HTTP layer hands to the handler.
 #[derive(Clone, Debug)]
@@ -227,9 +259,20 @@ impl ServerHandler for Gateway {
     ) -> Result<ListToolsResult, ErrorData> {
         let caller = self.caller(&ctx)?;
         let structured = has_structured_output(ctx.protocol_version().as_ref());
+        // Subject-scoped write tools depend on the caller's current session.
+        let pin = session_pin(&ctx)?;
+        let principal = self
+            .core
+            .with_current_session(&caller.principal, pin.as_deref())
+            .await;
+        let ttl = if self.core.lists_depend_on_session(&caller.principal) {
+            0
+        } else {
+            LIST_TTL_MS
+        };
         let tools: Vec<Value> = self
             .core
-            .tools_for(&caller.principal)
+            .tools_for(&principal)
             .map(|t| t.to_json())
             .map(|t| {
                 if structured {
@@ -239,8 +282,8 @@ impl ServerHandler for Gateway {
                 }
             })
             .collect();
-        // The list depends on the caller's scopes and actor.
-        self.result(json!({"tools": tools}), LIST_TTL_MS, "private")
+        // The list depends on the caller's scopes, actor and session.
+        self.result(json!({"tools": tools}), ttl, "private")
     }
 
     async fn call_tool(
@@ -254,7 +297,12 @@ impl ServerHandler for Gateway {
         let name = request.name.to_string();
         let result = self
             .core
-            .call_tool(&caller.principal, &name, arguments)
+            .call_tool(
+                &caller.principal,
+                session_pin(&ctx)?.as_deref(),
+                &name,
+                arguments,
+            )
             .instrument(caller.span.clone())
             .await
             .map_err(rpc_error)?;

@@ -34,6 +34,38 @@ pub fn message_schema(message: &MessageDescriptor, direction: Direction) -> Valu
     schema
 }
 
+/// The output schema of an approval-required tool: its response, or the
+/// pending approval an agent's call becomes ([`pending_approval`]).
+pub fn or_pending_approval(response: Value) -> Value {
+    let mut response = response;
+    let dialect = response
+        .as_object_mut()
+        .and_then(|m| m.remove("$schema"))
+        .unwrap_or_else(|| json!("https://json-schema.org/draft/2020-12/schema"));
+    json!({
+        "$schema": dialect,
+        "type": "object",
+        "anyOf": [response, pending_approval()],
+    })
+}
+
+/// What an agent gets when its call of an approval-required tool waits for a
+/// person.
+pub fn pending_approval() -> Value {
+    json!({
+        "type": "object",
+        "description": "The call waits for a person's approval; poll get_approval with approval_id.",
+        "properties": {
+            "status": {"type": "string", "const": "pending_approval"},
+            "approval_id": {"type": "string", "description": "Poll it with get_approval."},
+            "tool": {"type": "string", "description": "The tool whose call waits."},
+            "message": {"type": "string"},
+        },
+        "required": ["status", "approval_id", "tool", "message"],
+        "additionalProperties": false,
+    })
+}
+
 /// Whether a field must be present in tool arguments.
 pub fn is_required(field: &FieldDescriptor) -> bool {
     !field.is_list()

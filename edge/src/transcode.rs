@@ -11,6 +11,14 @@ use prost_reflect::{
 use serde_json::Value;
 
 /// Deeper argument objects are refused.
+///
+/// Why 32: arguments travel inside `google.protobuf.Struct`s, where each
+/// JSON object level costs three protobuf message levels (`Struct`, its map
+/// entry, `Value`), and prost refuses to decode more than 100. The deepest
+/// carrier is the session's `tool_call` event, `{"name", "arguments": …}`:
+/// arguments nested 32 levels reach level 99 there. Checking here, before
+/// anything is sent, turns what would be a service's decode failure into
+/// an error that names the field and the limit.
 pub const MAX_NESTING: usize = 32;
 
 /// A problem with the arguments, naming where it is.
@@ -42,6 +50,19 @@ pub fn to_message(
     let options = DeserializeOptions::new().deny_unknown_fields(true);
     DynamicMessage::deserialize_with_options(message.clone(), args, &options)
         .map_err(|e| err("", format!("invalid arguments: {e}")))
+}
+
+/// The arguments as a trace may record them: as they are, or, when they
+/// nest deeper than [`MAX_NESTING`] (the call will be refused with an
+/// error naming the limit), a note saying so in their place, so the
+/// `tool_call` event itself stays decodable by every service.
+pub fn traceable(arguments: Value) -> Value {
+    if check_depth(&arguments, "", 0).is_ok() {
+        return arguments;
+    }
+    serde_json::json!({
+        "not_recorded": format!("the arguments nest more than {MAX_NESTING} levels deep"),
+    })
 }
 
 /// Render a response message as JSON with proto field names and every field

@@ -4,6 +4,12 @@
 //! through `search_path`, so the SQL names no schema), on SQLite a file of its
 //! own. Migrations in both dialects run at start.
 //!
+//! SQLite files are private to the user running the service: a directory
+//! created for them is 0700, and the database file (so also its `-wal` and
+//! `-shm`, which SQLite creates with the database's mode) 0600. An existing
+//! file that others could read is tightened, with a warning; an existing
+//! directory is left as the operator made it, with a warning.
+//!
 //! Store code writes each query once and runs it on either pool with
 //! [`with_pool!`](crate::with_pool): both drivers accept `$1`-style
 //! parameters, and each arm is type-checked against its own driver.
@@ -142,8 +148,14 @@ impl Db {
             .parent()
             .filter(|d| !d.as_os_str().is_empty())
         {
-            std::fs::create_dir_all(dir).map_err(|source| DbError::Dir {
+            create_private_dir(dir).map_err(|source| DbError::Dir {
                 path: dir.display().to_string(),
+                source,
+            })?;
+        }
+        if !path.starts_with(':') {
+            make_private_files(Path::new(path)).map_err(|source| DbError::Dir {
+                path: path.to_owned(),
                 source,
             })?;
         }
@@ -195,4 +207,70 @@ impl Db {
             Pool::Postgres(p) => p.close().await,
         }
     }
+}
+
+/// Create `dir` and its missing parents, readable by the owner only
+/// (0700). A directory that exists already keeps its mode (an operator may
+/// have chosen it); a warning says when others can read it.
+pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        builder.mode(0o700);
+        if let Ok(meta) = std::fs::metadata(dir)
+            && meta.is_dir()
+            && meta.permissions().mode() & 0o077 != 0
+        {
+            tracing::warn!(
+                dir = %dir.display(),
+                mode = format!("{:o}", meta.permissions().mode() & 0o777),
+                "the data directory is readable by other users; `chmod 700` it"
+            );
+        }
+    }
+    builder.create(dir)
+}
+
+/// Create the SQLite file `path` as 0600 when it is missing, and tighten
+/// it and its `-wal` and `-shm` to 0600 when they exist with a looser mode.
+fn make_private_files(path: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        // SQLite creates the -wal and -shm files with the mode of the
+        // database file, so creating that one private is enough for new
+        // databases.
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(path)?;
+        let mut files = vec![path.to_path_buf()];
+        for suffix in ["-wal", "-shm"] {
+            let mut name = path.as_os_str().to_owned();
+            name.push(suffix);
+            files.push(name.into());
+        }
+        for file in files {
+            let Ok(meta) = std::fs::metadata(&file) else {
+                continue;
+            };
+            let mode = meta.permissions().mode() & 0o777;
+            if mode & 0o077 != 0 {
+                tracing::warn!(
+                    file = %file.display(),
+                    mode = format!("{mode:o}"),
+                    "a database file was readable by other users; made it 0600"
+                );
+                std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600))?;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+    Ok(())
 }

@@ -30,7 +30,8 @@ pub fn from_struct(s: Struct) -> serde_json::Value {
     )
 }
 
-fn to_value(json: serde_json::Value) -> Value {
+/// A JSON value as a `google.protobuf.Value`.
+pub fn to_value(json: serde_json::Value) -> Value {
     let kind = match json {
         serde_json::Value::Null => Kind::NullValue(0),
         serde_json::Value::Bool(b) => Kind::BoolValue(b),

@@ -19,6 +19,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod approval;
 pub mod chart;
 pub mod client;
 pub mod clock;

@@ -156,7 +156,14 @@ pub fn modern_meta() -> serde_json::Value {
 /// A well-formed 2026-07-28 request to `base`'s `/mcp` with a bearer
 /// `token`, the `_meta` and the headers that must match it.
 pub async fn modern(base: &str, token: &str, method: &str, mut params: Value) -> Reply {
-    params["_meta"] = modern_meta();
+    // Keys the caller put in `_meta` (a session pin) join the standard ones.
+    let mut meta = modern_meta();
+    if let Some(extra) = params.get("_meta").and_then(Value::as_object) {
+        for (k, v) in extra {
+            meta[k] = v.clone();
+        }
+    }
+    params["_meta"] = meta;
     let name = params
         .get("name")
         .or_else(|| params.get("uri"))

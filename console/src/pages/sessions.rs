@@ -83,6 +83,7 @@ pub async fn list(
             agent_id: some(&query.agent),
             limit: crate::PAGE_SIZE as i32,
             page_token: query.page.clone(),
+            ..Default::default()
         },
     );
     let reply = match client.list_sessions(request).await {
@@ -160,6 +161,10 @@ pub struct StartForm {
     prompt: String,
     #[serde(default)]
     title: String,
+    #[serde(default)]
+    subject_kind: String,
+    #[serde(default)]
+    subject_id: String,
 }
 
 /// `POST /console/sessions`: open a session with the person's prompt, for an
@@ -195,6 +200,8 @@ pub async fn start(
             prompt: form.prompt,
             title: (!title.is_empty()).then(|| title.to_owned()),
             session_id: None,
+            subject_kind: non_empty(&form.subject_kind),
+            subject_id: non_empty(&form.subject_id),
         },
     );
     match client.session_context(request).await {
@@ -202,6 +209,11 @@ pub async fn start(
             .into_response(),
         Err(status) => failed(status.into()),
     }
+}
+
+fn non_empty(text: &str) -> Option<String> {
+    let text = text.trim();
+    (!text.is_empty()).then(|| text.to_owned())
 }
 
 #[derive(Template)]

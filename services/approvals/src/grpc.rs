@@ -1,6 +1,6 @@
 //! The tonic adapter: protobuf in, domain call, protobuf out. No logic here.
 
-use crate::service::{ApprovalsService, PolicyChange, TYPED_ERRORS};
+use crate::service::{ApprovalsService, CallRequest, PolicyChange, Refused, TYPED_ERRORS};
 use crate::store::{ApprovalRow, PolicyRow};
 use ithaca_kit::{clock, json, principal};
 use ithaca_proto::approvals::v1 as pb;
@@ -61,6 +61,8 @@ fn approval(a: ApprovalRow) -> pb::Approval {
         created_at: clock::rfc3339(a.created_at_ms),
         decided_at: clock::rfc3339_opt(a.decided_at_ms),
         expires_at: clock::rfc3339(a.expires_at_ms),
+        service: a.service,
+        method: a.method,
     }
 }
 
@@ -100,20 +102,29 @@ impl Rpc for Grpc {
         )))
     }
 
-    async fn promote_strategy(
+    async fn request_approval(
         &self,
-        request: Request<pb::PromoteStrategyRequest>,
-    ) -> Result<Response<pb::PromoteResult>, Status> {
+        request: Request<pb::RequestApprovalRequest>,
+    ) -> Result<Response<pb::ApprovalRequested>, Status> {
         let caller = principal::of(&request)?;
-        let r = request.get_ref();
-        let a = self
-            .service
-            .promote(&caller, &r.strategy_id, &r.mode)
-            .await?;
-        Ok(Response::new(pb::PromoteResult {
-            status: "pending_approval".into(),
-            approval_id: a.approval_id,
-        }))
+        let r = request.into_inner();
+        let call = CallRequest {
+            tool: r.tool,
+            service: r.service,
+            method: r.method,
+            arguments: r.arguments.map_or(Value::Null, json::from_struct),
+            request: r.request,
+            destructive: r.destructive,
+            open_world: r.open_world,
+        };
+        match self.service.request(&caller, call).await {
+            Ok((row, response)) => Ok(Response::new(pb::ApprovalRequested {
+                approval: Some(approval(row)),
+                response: response.unwrap_or_default(),
+            })),
+            Err(Refused::Here(err)) => Err(err.into()),
+            Err(Refused::Owner(status)) => Err(status),
+        }
     }
 
     async fn list_approvals(

@@ -1,11 +1,19 @@
-//! Policy and approvals: the money path. A promotion is refused while the
-//! policy disables trading; otherwise it waits for a person. Only people
-//! (human keys) or administrators decide; an approved call then runs against
-//! its owning service with the requester's principal. Every step lands in
-//! the requester's research session.
+//! Policy and approvals: the generic approval gate (DESIGN §5). The edge
+//! files every call of a tool marked `approval_required` here instead of
+//! running it. The policy is applied (open-world destructive tools are
+//! refused while trading is disabled), the owning service checks the call
+//! without acting on it, and then an agent's call waits for a person while a
+//! person's own call runs at once. Only people (human keys) or
+//! administrators decide; an approved call runs against its owning service
+//! with the requester's principal. Every step lands in the requester's
+//! research session. Nothing here knows any particular tool: the call is a
+//! service, a method and an encoded request.
 
-use crate::model::{ApprovalStatus, Decision, Mode};
+use crate::model::{ApprovalStatus, Decision};
 use crate::store::{ApprovalRow, Change, PolicyRow, Store};
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use ithaca_kit::approval::EncodedCall;
 use ithaca_kit::clock;
 use ithaca_kit::error::{Code, ServiceError};
 use ithaca_kit::id::TenantId;
@@ -13,16 +21,15 @@ use ithaca_kit::json;
 use ithaca_kit::principal::{Actor, InternalKey, Principal};
 use ithaca_proto::session::v1 as spb;
 use ithaca_proto::session::v1::session_service_client::SessionServiceClient;
-use ithaca_proto::skills::v1 as kpb;
-use ithaca_proto::skills::v1::skills_service_client::SkillsServiceClient;
 use serde_json::{Value, json};
+use std::time::Duration;
 use tonic::transport::Channel;
 
 /// How long a request may wait for a decision.
 pub const APPROVAL_TTL_MS: i64 = 24 * 60 * 60 * 1000;
 
 /// The typed errors tools may return, as the policy lists them.
-pub const TYPED_ERRORS: [&str; 9] = [
+pub const TYPED_ERRORS: [&str; 12] = [
     "AUTH_REQUIRED",
     "NO_ACTIVE_SESSION",
     "TRADING_DISABLED",
@@ -32,13 +39,21 @@ pub const TYPED_ERRORS: [&str; 9] = [
     "APPROVAL_EXPIRED",
     "BROKER_CONNECTION_REQUIRED",
     "UNKNOWN_STRATEGY",
+    "SUBJECT_MISMATCH",
+    "NOT_VALIDATED",
+    "NOT_PREVIEWED",
 ];
+
+/// How long a call to an owning service (its check, or the approved call)
+/// may take.
+pub const OWNER_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Where the approvals service finds the services it calls.
 #[derive(Clone, Debug, Default)]
 pub struct Config {
     pub skills_url: Option<String>,
     pub session_url: Option<String>,
+    pub broker_url: Option<String>,
 }
 
 /// Policy and approvals.
@@ -46,8 +61,47 @@ pub struct Config {
 pub struct ApprovalsService {
     store: Store,
     key: InternalKey,
-    skills: Option<Channel>,
+    /// The owning services, by the package prefix of their gRPC names.
+    owners: Vec<(&'static str, Channel)>,
     session: Option<Channel>,
+}
+
+/// A call of an approval-required tool, as the edge files it.
+#[derive(Clone, Debug, Default)]
+pub struct CallRequest {
+    /// The tool's MCP name.
+    pub tool: String,
+    /// The owning gRPC service (fully qualified) and method.
+    pub service: String,
+    pub method: String,
+    /// The arguments as sent, for people to read.
+    pub arguments: Value,
+    /// The encoded request message.
+    pub request: Vec<u8>,
+    /// The tool's annotations, which the policy reads.
+    pub destructive: bool,
+    pub open_world: bool,
+}
+
+/// Why a call was not filed.
+#[derive(Debug)]
+pub enum Refused {
+    /// This service refused it (policy, bad input, no such service).
+    Here(ServiceError),
+    /// The owning service's check refused it: its status, passed on as is.
+    Owner(tonic::Status),
+}
+
+impl From<ServiceError> for Refused {
+    fn from(err: ServiceError) -> Self {
+        Refused::Here(err)
+    }
+}
+
+impl From<sqlx::Error> for Refused {
+    fn from(err: sqlx::Error) -> Self {
+        Refused::Here(err.into())
+    }
 }
 
 /// A policy change.
@@ -67,10 +121,19 @@ impl ApprovalsService {
     ) -> Result<Self, ithaca_kit::client::BadUrl> {
         let channel =
             |url: &Option<String>| url.as_deref().map(ithaca_kit::client::channel).transpose();
+        let mut owners = Vec::new();
+        for (prefix, url) in [
+            ("ithaca.skills.", &config.skills_url),
+            ("ithaca.broker.", &config.broker_url),
+        ] {
+            if let Some(channel) = channel(url)? {
+                owners.push((prefix, channel));
+            }
+        }
         Ok(ApprovalsService {
             store,
             key,
-            skills: channel(&config.skills_url)?,
+            owners,
             session: channel(&config.session_url)?,
         })
     }
@@ -122,48 +185,72 @@ impl ApprovalsService {
         Ok(policy)
     }
 
-    /// Refuse, or file a pending approval.
-    pub async fn promote(
+    /// The channel of the service that owns `service`.
+    fn owner(&self, service: &str) -> Result<Channel, ServiceError> {
+        self.owners
+            .iter()
+            .find(|(prefix, _)| service.starts_with(prefix))
+            .map(|(_, channel)| channel.clone())
+            .ok_or_else(|| {
+                ServiceError::new(
+                    Code::Unavailable,
+                    format!("service: no backend for {service} is configured here"),
+                )
+            })
+    }
+
+    /// Apply the policy, have the owning service check the call, then file
+    /// it: pending for an agent; run at once for a person (their call is
+    /// their decision), with the encoded response.
+    pub async fn request(
         &self,
         caller: &Principal,
-        strategy_id: &str,
-        mode: &str,
-    ) -> Result<ApprovalRow, ServiceError> {
+        call: CallRequest,
+    ) -> Result<(ApprovalRow, Option<Vec<u8>>), Refused> {
         let tenant = TenantId::of(caller)?;
-        let mode = Mode::parse(mode)
-            .ok_or_else(|| ServiceError::invalid("mode: must be paper or live"))?;
-        // The strategy must exist (in the caller's tenant).
-        let mut request = tonic::Request::new(kpb::GetStrategyRequest {
-            strategy_id: strategy_id.to_owned(),
-        });
-        self.sign(&mut request, caller);
-        let skills = self.skills.clone().ok_or_else(|| {
-            ServiceError::new(Code::Unavailable, "no skills service is configured")
-        })?;
-        SkillsServiceClient::new(skills.clone())
-            .get_strategy(request)
-            .await
-            .map_err(|s| from_status(&s))?;
-
-        let policy = self.store.policy(&tenant).await?;
-        let allowed = match mode {
-            Mode::Paper => policy.trading_enabled,
-            Mode::Live => policy.trading_enabled && policy.live_enabled,
-        };
-        let arguments = json!({"strategy_id": strategy_id, "mode": mode.as_str()});
-        if !allowed {
-            self.trace(caller, spb::EventType::Denial, json!({"tool": "promote_strategy", "arguments": arguments, "error": "TRADING_DISABLED"})).await;
-            return Err(ServiceError::precondition(format!(
-                "{mode} trading is disabled by the tenant's policy (data and backtest only); an administrator can change it"
-            ))
-            .with_domain("TRADING_DISABLED"));
+        let tool = call.tool.trim();
+        if tool.is_empty() || tool.len() > 128 {
+            return Err(ServiceError::invalid("tool: 1 to 128 characters").into());
         }
+        let owner = self.owner(&call.service)?;
+        let policy = self.store.policy(&tenant).await?;
+        let live = call.arguments["mode"].as_str() == Some("live");
+        let refusal = if call.destructive && call.open_world && !policy.trading_enabled {
+            Some(
+                "trading is disabled by the tenant's policy (data and backtest only); an administrator can change it",
+            )
+        } else if live && !(policy.trading_enabled && policy.live_enabled) {
+            Some("live trading is disabled by the tenant's policy; an administrator can change it")
+        } else {
+            None
+        };
+        if let Some(message) = refusal {
+            self.trace(
+                caller,
+                spb::EventType::Denial,
+                json!({"tool": tool, "arguments": call.arguments, "error": "TRADING_DISABLED"}),
+            )
+            .await;
+            return Err(ServiceError::precondition(format!("{tool}: {message}"))
+                .with_domain("TRADING_DISABLED")
+                .into());
+        }
+        let check = EncodedCall {
+            service: &call.service,
+            method: &call.method,
+            body: &call.request,
+            check: true,
+        };
+        ithaca_kit::approval::call_encoded(owner.clone(), check, caller, &self.key, OWNER_TIMEOUT)
+            .await
+            .map_err(Refused::Owner)?;
+
         let now = clock::now_ms();
         let approval = ApprovalRow {
             approval_id: uuid::Uuid::new_v4().hyphenated().to_string(),
             tenant_id: tenant,
-            tool: "promote_strategy".to_owned(),
-            arguments: arguments.to_string(),
+            tool: tool.to_owned(),
+            arguments: call.arguments.to_string(),
             status: ApprovalStatus::Pending,
             requested_by: caller.agent().to_owned(),
             requester: serde_json::to_string(caller).map_err(|e| ServiceError::internal(&e))?,
@@ -174,10 +261,34 @@ impl ApprovalsService {
             created_at_ms: now,
             decided_at_ms: None,
             expires_at_ms: now + APPROVAL_TTL_MS,
+            service: call.service.clone(),
+            method: call.method.clone(),
+            request: STANDARD.encode(&call.request),
         };
         self.store.insert(&approval).await?;
-        self.trace(caller, spb::EventType::Approval, json!({"approval_id": approval.approval_id, "tool": approval.tool, "arguments": arguments, "status": ApprovalStatus::Pending.as_str()})).await;
-        Ok(approval)
+        self.trace(caller, spb::EventType::Approval, json!({"approval_id": approval.approval_id, "tool": approval.tool, "arguments": call.arguments, "status": ApprovalStatus::Pending.as_str()})).await;
+        if caller.actor() == Actor::Agent {
+            return Ok((approval, None));
+        }
+        // A person's (or an administrator's) own call: approved by them.
+        let decided_by = decider(caller);
+        let change = Change {
+            decided_by: Some(&decided_by),
+            note: Some("the requester's own call"),
+            result: None,
+        };
+        self.store
+            .transition(
+                &approval.approval_id,
+                ApprovalStatus::Pending,
+                ApprovalStatus::Approved,
+                &change,
+                now,
+            )
+            .await?;
+        let response = self.execute(caller, &approval).await?;
+        let row = self.get(caller, "", &approval.approval_id).await?;
+        Ok((row, response))
     }
 
     pub async fn list(
@@ -237,10 +348,7 @@ impl ApprovalsService {
         let requester: Principal =
             serde_json::from_str(&approval.requester).map_err(|e| ServiceError::internal(&e))?;
         let now = clock::now_ms();
-        let decided_by = match caller.actor() {
-            Actor::System => "administrator".to_owned(),
-            _ => caller.key_id().to_owned(),
-        };
+        let decided_by = decider(caller);
         if approval.status == ApprovalStatus::Pending && now > approval.expires_at_ms {
             self.store
                 .transition(
@@ -292,41 +400,51 @@ impl ApprovalsService {
         self.get(caller, tenant_id, &approval.approval_id).await
     }
 
-    /// Run an approved call against its owning service as the requester.
+    /// Run an approved call against its owning service as the requester,
+    /// record how it went, and return the encoded response when it ran.
     async fn execute(
         &self,
         requester: &Principal,
         approval: &ApprovalRow,
-    ) -> Result<(), ServiceError> {
-        let arguments: Value = serde_json::from_str(&approval.arguments).unwrap_or(Value::Null);
-        let outcome = match approval.tool.as_str() {
-            "promote_strategy" => {
-                let skills = self.skills.clone().ok_or_else(|| {
-                    ServiceError::new(Code::Unavailable, "no skills service is configured")
-                })?;
-                let mut request = tonic::Request::new(kpb::SetStrategyStatusRequest {
-                    strategy_id: arguments["strategy_id"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_owned(),
-                    status: arguments["mode"].as_str().unwrap_or_default().to_owned(),
-                });
-                self.sign(&mut request, requester);
-                SkillsServiceClient::new(skills)
-                    .set_strategy_status(request)
-                    .await
-                    .map(|r| {
-                        let s = r.into_inner();
-                        json!({"strategy_id": s.strategy_id, "status": s.status})
-                    })
-                    .map_err(|s| s.message().to_owned())
+    ) -> Result<Option<Vec<u8>>, ServiceError> {
+        let outcome = match (
+            self.owner(&approval.service),
+            STANDARD.decode(&approval.request),
+        ) {
+            _ if approval.service.is_empty() => Err(
+                json!({"error": "FAILED_PRECONDITION", "message": "filed before approvals were generic; ask again"}),
+            ),
+            (Err(err), _) => Err(json!({"error": "SERVICE_UNAVAILABLE", "message": err.message})),
+            (_, Err(_)) => {
+                Err(json!({"error": "INTERNAL", "message": "the stored request is damaged"}))
             }
-            other => Err(format!("no executor for {other}")),
+            (Ok(owner), Ok(body)) => ithaca_kit::approval::call_encoded(
+                owner,
+                EncodedCall {
+                    service: &approval.service,
+                    method: &approval.method,
+                    body: &body,
+                    check: false,
+                },
+                requester,
+                &self.key,
+                OWNER_TIMEOUT,
+            )
+            .await
+            .map_err(|status| {
+                let code = ithaca_kit::error::domain_code(&status)
+                    .map_or_else(|| format!("{:?}", status.code()), str::to_owned);
+                json!({"error": code, "message": status.message()})
+            }),
         };
         let now = clock::now_ms();
-        let (to, result) = match outcome {
-            Ok(result) => (ApprovalStatus::Executed, result),
-            Err(error) => (ApprovalStatus::Failed, json!({"error": error})),
+        let (to, result, response) = match outcome {
+            Ok(bytes) => (
+                ApprovalStatus::Executed,
+                response_json(&approval.service, &approval.method, &bytes),
+                Some(bytes),
+            ),
+            Err(error) => (ApprovalStatus::Failed, error, None),
         };
         let result_text = result.to_string();
         let change = Change {
@@ -346,10 +464,10 @@ impl ApprovalsService {
         self.trace(
             requester,
             spb::EventType::Approval,
-            json!({"approval_id": approval.approval_id, "status": to.as_str(), "result": result}),
+            json!({"approval_id": approval.approval_id, "tool": approval.tool, "status": to.as_str(), "result": result}),
         )
         .await;
-        Ok(())
+        Ok(response)
     }
 
     fn sign<T>(&self, request: &mut tonic::Request<T>, principal: &Principal) {
@@ -392,6 +510,24 @@ fn target_tenant(caller: &Principal, requested: &str) -> Result<TenantId, Servic
     TenantId::of(caller)
 }
 
-fn from_status(status: &tonic::Status) -> ServiceError {
-    ServiceError::from_status(status, &["UNKNOWN_STRATEGY"])
+/// Who decided, as the request records it.
+fn decider(caller: &Principal) -> String {
+    match caller.actor() {
+        Actor::System => "administrator".to_owned(),
+        _ => caller.key_id().to_owned(),
+    }
+}
+
+/// The JSON of an encoded response, when the method is in the contract's
+/// descriptors (every built-in service's is); otherwise its size only.
+fn response_json(service: &str, method: &str, bytes: &[u8]) -> Value {
+    let output = ithaca_proto::annotations::pool()
+        .get_service_by_name(service)
+        .and_then(|s| s.methods().find(|m| m.name() == method))
+        .map(|m| m.output());
+    let decoded = output.and_then(|o| prost_reflect::DynamicMessage::decode(o, bytes).ok());
+    match decoded.map(|m| serde_json::to_value(&m)) {
+        Some(Ok(Value::Object(map))) => Value::Object(map),
+        _ => json!({"bytes": bytes.len()}),
+    }
 }

@@ -60,10 +60,15 @@ pub struct ApprovalRow {
     pub created_at_ms: i64,
     pub decided_at_ms: Option<i64>,
     pub expires_at_ms: i64,
+    /// The owning gRPC service and method of the call.
+    pub service: String,
+    pub method: String,
+    /// The encoded request message, base64.
+    pub request: String,
 }
 
 const APPROVAL_COLUMNS: &str = "approval_id, tenant_id, tool, arguments, status, requested_by, requester, session_id, \
-     decided_by, note, result, created_at_ms, decided_at_ms, expires_at_ms";
+     decided_by, note, result, created_at_ms, decided_at_ms, expires_at_ms, service, method, request";
 
 /// What a transition also records.
 #[derive(Clone, Copy, Debug, Default)]
@@ -114,7 +119,7 @@ impl Store {
     pub async fn insert(&self, a: &ApprovalRow) -> Result<(), sqlx::Error> {
         let _gate = self.db.write_gate().await;
         let sql = format!(
-            "INSERT INTO approvals ({APPROVAL_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
+            "INSERT INTO approvals ({APPROVAL_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)"
         );
         with_pool!(self.db, pool => sqlx::query(&sql)
             .bind(&a.approval_id)
@@ -131,6 +136,9 @@ impl Store {
             .bind(a.created_at_ms)
             .bind(a.decided_at_ms)
             .bind(a.expires_at_ms)
+            .bind(&a.service)
+            .bind(&a.method)
+            .bind(&a.request)
             .execute(pool)
             .await
             .map(|r| r.rows_affected()))?;

@@ -98,8 +98,8 @@ impl BrokerService {
         BrokerService { store, vault }
     }
 
-    /// Store a provider account; its credential is sealed before it is
-    /// written. Administrators only.
+    /// Store a provider account; its config and credential are sealed
+    /// before they are written. Administrators only.
     pub async fn add_account(
         &self,
         caller: &Principal,
@@ -149,7 +149,7 @@ impl BrokerService {
             tenant_id,
             provider,
             label: label.to_owned(),
-            config: account.config.to_string(),
+            config: self.vault.seal(&account.config.to_string()),
             credential,
             created_at_ms: clock::now_ms(),
         };
@@ -163,6 +163,42 @@ impl BrokerService {
     pub async fn accounts(&self, caller: &Principal) -> Result<Vec<AccountRow>, ServiceError> {
         require_tenant(caller)?;
         Ok(self.store.accounts(caller.tenant_id()).await?)
+    }
+
+    /// An account's connection details, opened; `None` when they do not
+    /// open (a foreign key, or a corrupted row).
+    pub fn account_config(&self, account: &AccountRow) -> Option<serde_json::Value> {
+        let plain = self.vault.open(&account.config).ok()?;
+        serde_json::from_str(&plain).ok()
+    }
+
+    /// Seal every account config still stored in plaintext (rows written
+    /// before configs were sealed). Run at start, before serving; running it
+    /// again changes nothing, and replicas starting together seal each row
+    /// once. Returns how many rows were sealed.
+    pub async fn seal_account_configs(&self) -> Result<u64, ServiceError> {
+        let sealed = self
+            .store
+            .rewrite_account_configs(|account_id, config| {
+                if self.vault.open(config).is_ok() {
+                    return None;
+                }
+                if serde_json::from_str::<serde_json::Value>(config).is_ok() {
+                    return Some(self.vault.seal(config));
+                }
+                // Neither sealed with this key nor plaintext JSON: sealed
+                // with another deployment's key, or damaged. Left as it is.
+                tracing::warn!(%account_id, "an account config is neither sealed with this key nor JSON; left unchanged");
+                None
+            })
+            .await?;
+        if sealed > 0 {
+            tracing::info!(
+                accounts = sealed,
+                "sealed provider account configs that were stored in plaintext"
+            );
+        }
+        Ok(sealed)
     }
 
     /// Whether a stored credential still opens (a corrupted or foreign one

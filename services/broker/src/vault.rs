@@ -1,5 +1,6 @@
-//! Credentials at rest: ChaCha20-Poly1305 with a key derived from the
-//! deployment's secret, a fresh random nonce per credential. The plaintext
+//! Secrets at rest (provider credentials and account configs, broker
+//! credentials and altdata): ChaCha20-Poly1305 with a key derived from the
+//! deployment's secret, a fresh random nonce per value. The plaintext
 //! exists only while it is encrypted or used; nothing here logs it.
 
 use base64::Engine;

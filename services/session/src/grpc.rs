@@ -27,6 +27,10 @@ impl Grpc {
             title: row.title,
             created_at: clock::rfc3339(row.created_at_ms),
             status: row.status.as_str().to_owned(),
+            subject_kind: row.subject_kind,
+            subject_id: row.subject_id,
+            previous_session_id: None,
+            notice: None,
         }
     }
 }
@@ -53,16 +57,68 @@ impl Rpc for Grpc {
     ) -> Result<Response<pb::SessionDescriptor>, Status> {
         let caller = principal::of(&request)?;
         let req = request.get_ref();
-        let row = self
+        let (row, previous) = self
             .service
-            .session_context(
+            .open_noting_takeover(
                 &caller,
-                &req.prompt,
-                req.title.as_deref(),
-                req.session_id.as_deref(),
+                &crate::service::OpenRequest {
+                    prompt: &req.prompt,
+                    title: req.title.as_deref(),
+                    session_id: req.session_id.as_deref(),
+                    subject_kind: req.subject_kind.as_deref(),
+                    subject_id: req.subject_id.as_deref(),
+                },
             )
             .await?;
-        Ok(Response::new(self.descriptor(row)))
+        let mut descriptor = self.descriptor(row);
+        if let Some(previous) = previous {
+            descriptor.notice = Some(format!(
+                "This key was working in session {previous}, which is still open. Calls made with \
+                 this key now go to {}: if another conversation still uses {previous}, its calls \
+                 land here unless it pins its requests to its session with _meta \
+                 \"io.ithaca/session_id\".",
+                descriptor.session_id
+            ));
+            descriptor.previous_session_id = Some(previous.into());
+        }
+        Ok(Response::new(descriptor))
+    }
+
+    async fn begin_call(
+        &self,
+        request: Request<pb::BeginCallRequest>,
+    ) -> Result<Response<pb::CallBegun>, Status> {
+        let caller = principal::of(&request)?;
+        let req = request.into_inner();
+        let arguments = req
+            .arguments
+            .map_or(serde_json::json!({}), json::from_struct);
+        let (session, event) = self
+            .service
+            .begin_call(
+                &caller,
+                req.session_id.as_deref(),
+                &req.tool,
+                arguments,
+                &req.subject_kind,
+            )
+            .await?;
+        Ok(Response::new(pb::CallBegun {
+            session: Some(self.descriptor(session)),
+            seq: event.seq,
+        }))
+    }
+
+    async fn record_reasoning(
+        &self,
+        request: Request<pb::RecordReasoningRequest>,
+    ) -> Result<Response<pb::TraceEvent>, Status> {
+        let caller = principal::of(&request)?;
+        let row = self
+            .service
+            .record_reasoning(&caller, &request.get_ref().text)
+            .await?;
+        Ok(Response::new(event(row)))
     }
 
     async fn close_session(
@@ -98,6 +154,42 @@ impl Rpc for Grpc {
         Ok(Response::new(self.descriptor(row)))
     }
 
+    async fn get_session_record(
+        &self,
+        request: Request<pb::GetSessionRecordRequest>,
+    ) -> Result<Response<pb::SessionRecord>, Status> {
+        let caller = principal::of(&request)?;
+        let (row, record) = self
+            .service
+            .record(&caller, &request.get_ref().session_id)
+            .await?;
+        let list = |v: serde_json::Value| match json::to_value(v).kind {
+            Some(prost_types::value::Kind::ListValue(l)) => Some(l),
+            _ => None,
+        };
+        Ok(Response::new(pb::SessionRecord {
+            session_id: row.session_id.into(),
+            calls: record
+                .calls
+                .into_iter()
+                .map(|c| pb::RecordedCall {
+                    seq: c.seq,
+                    name: c.name,
+                    arguments: Some(json::to_struct(c.arguments)),
+                    ok: c.ok,
+                    summary: c.summary,
+                })
+                .collect(),
+            proposal: record.proposal.map(|p| pb::Proposal {
+                pipeline: list(p.pipeline),
+                call_seq: p.call_seq,
+                preview_seq: p.preview_seq,
+                filter_id: p.filter_id,
+            }),
+            proposal_withheld: record.proposal_withheld,
+        }))
+    }
+
     async fn list_sessions(
         &self,
         request: Request<pb::ListSessionsRequest>,
@@ -107,6 +199,8 @@ impl Rpc for Grpc {
         let filter = crate::service::ListFilter {
             status: req.status.as_deref(),
             agent_id: req.agent_id.as_deref(),
+            subject_kind: req.subject_kind.as_deref(),
+            subject_id: req.subject_id.as_deref(),
             limit: req.limit,
             page_token: &req.page_token,
         };

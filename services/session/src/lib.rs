@@ -16,6 +16,7 @@
 
 pub mod grpc;
 pub mod model;
+pub mod record;
 pub mod service;
 pub mod store;
 pub mod tail;

@@ -11,6 +11,8 @@ pub const MAX_PROMPT_BYTES: usize = 100_000;
 pub const MAX_TITLE_CHARS: usize = 200;
 /// Derived titles are cut to this many characters.
 pub const DERIVED_TITLE_CHARS: usize = 80;
+/// Longest narrated reasoning accepted, in characters.
+pub const MAX_REASONING_CHARS: usize = 20_000;
 /// Largest event payload accepted, as JSON bytes.
 pub const MAX_PAYLOAD_BYTES: usize = 1 << 20;
 
@@ -24,6 +26,46 @@ ithaca_kit::text_enum! {
         Closed = "closed",
         /// Moved out of the way after closing.
         Archived = "archived",
+    }
+}
+
+/// The kinds of object a session may be opened on: the `subject_kind`s of
+/// the write tools scoped to them (seed 003).
+pub const SUBJECT_KINDS: [&str; 2] = ["filter", "gcn_event"];
+
+/// Longest subject id accepted, in characters.
+pub const MAX_SUBJECT_ID_CHARS: usize = 200;
+
+/// Check a subject given to `session_context`: both parts or neither, a
+/// known kind, and a short printable id. Returns the trimmed pair.
+pub fn check_subject(
+    kind: Option<&str>,
+    id: Option<&str>,
+) -> Result<Option<(String, String)>, ServiceError> {
+    let kind = kind.map(str::trim).filter(|k| !k.is_empty());
+    let id = id.map(str::trim).filter(|i| !i.is_empty());
+    match (kind, id) {
+        (None, None) => Ok(None),
+        (Some(_), None) => Err(ServiceError::invalid(
+            "subject_id: required with subject_kind",
+        )),
+        (None, Some(_)) => Err(ServiceError::invalid(
+            "subject_kind: required with subject_id",
+        )),
+        (Some(kind), Some(id)) => {
+            if !SUBJECT_KINDS.contains(&kind) {
+                return Err(ServiceError::invalid(format!(
+                    "subject_kind: {kind:?} is not a subject; use one of {}",
+                    SUBJECT_KINDS.join(", ")
+                )));
+            }
+            if id.chars().count() > MAX_SUBJECT_ID_CHARS || id.chars().any(char::is_control) {
+                return Err(ServiceError::invalid(format!(
+                    "subject_id: at most {MAX_SUBJECT_ID_CHARS} printable characters"
+                )));
+            }
+            Ok(Some((kind.to_owned(), id.to_owned())))
+        }
     }
 }
 

@@ -9,7 +9,7 @@ use crate::tail::Notifier;
 use ithaca_kit::clock;
 use ithaca_kit::error::ServiceError;
 use ithaca_kit::id::{SessionId, TenantId};
-use ithaca_kit::principal::Principal;
+use ithaca_kit::principal::{Actor, Principal};
 use ithaca_kit::propagation;
 use ithaca_proto::session::v1::EventType;
 use serde_json::json;
@@ -36,16 +36,42 @@ pub struct Config {
     /// How long after closing a session still accepts the results of calls
     /// that were in flight.
     pub closed_grace: Duration,
+    /// An open session with no activity for this long is closed (reason
+    /// `idle_timeout`). Zero: never.
+    pub idle_timeout: Duration,
+    /// A closed session is archived this long after closing: its trace
+    /// leaves the hot table, its metadata stays. Zero: never.
+    pub archive_after: Duration,
+    /// How often the sweeper looks for idle and archivable sessions.
+    pub sweep_every: Duration,
 }
+
+/// Default idle timeout (seed 002: sessions time out).
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(2 * 60 * 60);
+/// Default retention of a closed session's trace in the hot table.
+pub const DEFAULT_ARCHIVE_AFTER: Duration = Duration::from_secs(30 * 24 * 60 * 60);
 
 impl Default for Config {
     fn default() -> Self {
         Config {
             public_url: "http://127.0.0.1:8080".to_owned(),
             closed_grace: Duration::from_secs(300),
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            archive_after: DEFAULT_ARCHIVE_AFTER,
+            sweep_every: Duration::from_secs(60),
         }
     }
 }
+
+/// What one sweep did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Swept {
+    pub closed: usize,
+    pub archived: usize,
+}
+
+/// Sessions handled per sweep step, so one sweep never holds the writer long.
+const SWEEP_BATCH: i64 = 200;
 
 /// Sessions and their traces.
 #[derive(Clone, Debug)]
@@ -61,12 +87,133 @@ impl SessionService {
     pub fn new(store: Store, config: Config, shutdown: CancellationToken) -> Self {
         let notifier = Notifier::default();
         crate::tail::spawn_listener(store.db(), notifier.clone(), shutdown.clone());
-        SessionService {
+        let service = SessionService {
             store,
             notifier,
             config,
             shutdown,
+        };
+        service.spawn_sweeper();
+        service
+    }
+
+    /// Close idle sessions and archive old closed ones, every
+    /// `sweep_every`, until shutdown. Replicas may sweep at once: every
+    /// step is a guarded transition, so each session is handled once.
+    fn spawn_sweeper(&self) {
+        let idle = !self.config.idle_timeout.is_zero();
+        let archive = !self.config.archive_after.is_zero();
+        if !(idle || archive) || self.config.sweep_every.is_zero() {
+            return;
         }
+        let service = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(service.config.sweep_every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = service.shutdown.cancelled() => return,
+                    _ = tick.tick() => {}
+                }
+                match service.sweep(clock::now_ms()).await {
+                    Ok(done) if done != Swept::default() => {
+                        tracing::info!(
+                            closed = done.closed,
+                            archived = done.archived,
+                            "session sweep"
+                        );
+                    }
+                    Ok(_) => {}
+                    Err(err) => tracing::warn!(error = %err, "session sweep failed"),
+                }
+            }
+        });
+    }
+
+    /// One sweep as of `now_ms`: close sessions idle longer than the idle
+    /// timeout (traced as `session_closed` with reason `idle_timeout`), then
+    /// archive sessions closed longer ago than the retention window.
+    pub async fn sweep(&self, now_ms: i64) -> Result<Swept, ServiceError> {
+        let mut done = Swept::default();
+        let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+        if !self.config.idle_timeout.is_zero() {
+            let cutoff = now_ms.saturating_sub(ms(self.config.idle_timeout));
+            loop {
+                let stale = self.store.stale(Status::Open, cutoff, SWEEP_BATCH).await?;
+                let last_batch = (stale.len() as i64) < SWEEP_BATCH;
+                for (tenant_id, session_id) in stale {
+                    let reason = json!({
+                        "reason": "idle_timeout",
+                        "closed_by": "system",
+                        "idle_timeout_ms": ms(self.config.idle_timeout),
+                    });
+                    if self
+                        .close_as(
+                            &Principal::system(tenant_id.as_str()),
+                            &tenant_id,
+                            &session_id,
+                            reason,
+                            now_ms,
+                        )
+                        .await?
+                    {
+                        done.closed += 1;
+                    }
+                }
+                if last_batch {
+                    break;
+                }
+            }
+        }
+        if !self.config.archive_after.is_zero() {
+            let cutoff = now_ms.saturating_sub(ms(self.config.archive_after));
+            loop {
+                let old = self
+                    .store
+                    .stale(Status::Closed, cutoff, SWEEP_BATCH)
+                    .await?;
+                let last_batch = (old.len() as i64) < SWEEP_BATCH;
+                for (tenant_id, session_id) in old {
+                    if self.store.archive(&tenant_id, &session_id, now_ms).await? {
+                        done.archived += 1;
+                    }
+                }
+                if last_batch {
+                    break;
+                }
+            }
+        }
+        Ok(done)
+    }
+
+    /// Close one session: the transition, the agents' current session
+    /// cleared, and `session_closed` with `payload` for watchers. False when
+    /// it was not open.
+    async fn close_as(
+        &self,
+        caller: &Principal,
+        tenant_id: &TenantId,
+        session_id: &SessionId,
+        payload: serde_json::Value,
+        now_ms: i64,
+    ) -> Result<bool, ServiceError> {
+        let closed = self
+            .store
+            .transition(tenant_id, session_id, Status::Open, Status::Closed, now_ms)
+            .await?;
+        if closed {
+            self.store.clear_current(tenant_id, session_id).await?;
+            // Watchers learn the session ended; their streams end after it.
+            self.append_event(
+                caller,
+                session_id.as_str(),
+                EventType::SessionClosed,
+                payload,
+            )
+            .await?;
+            tracing::info!(%session_id, %tenant_id, "session closed");
+        }
+        Ok(closed)
     }
 
     /// The SSE URL of a session's trace; empty when no HTTP edge serves
@@ -92,9 +239,41 @@ impl SessionService {
         title: Option<&str>,
         session_id: Option<&str>,
     ) -> Result<SessionRow, ServiceError> {
+        let request = OpenRequest {
+            prompt,
+            title,
+            session_id,
+            ..OpenRequest::default()
+        };
+        self.open(caller, &request).await
+    }
+
+    /// [`SessionService::session_context`] with every option. Only a person
+    /// (or the system) opens a session on a subject; an agent that resumes
+    /// it works inside that subject.
+    pub async fn open(
+        &self,
+        caller: &Principal,
+        request: &OpenRequest<'_>,
+    ) -> Result<SessionRow, ServiceError> {
+        let OpenRequest {
+            prompt,
+            title,
+            session_id,
+            subject_kind,
+            subject_id,
+        } = *request;
         let tenant_id = TenantId::of(caller)?;
         let agent_id = agent(caller)?;
         model::check_prompt(prompt)?;
+        let subject = model::check_subject(subject_kind, subject_id)?;
+        if subject.is_some() && caller.actor() == Actor::Agent {
+            return Err(ServiceError::denied(
+                "subject_kind: only a person opens a session on a subject (a human key, or the \
+                 console); an agent joins that session with its session_id",
+            )
+            .with_domain("HUMAN_REQUIRED"));
+        }
         let now = clock::now_ms();
         let trace_id = propagation::current_trace_id();
         let reasoning = NewEvent {
@@ -105,6 +284,11 @@ impl SessionService {
 
         if let Some(session_id) = session_id.filter(|s| !s.trim().is_empty()) {
             let session_id = SessionId::parse(session_id)?;
+            if subject.is_some() {
+                return Err(ServiceError::invalid(
+                    "subject_kind: a subject is set when a session is opened, not when it is resumed",
+                ));
+            }
             let scope = AppendScope {
                 tenant_id: &tenant_id,
                 session_id: &session_id,
@@ -132,12 +316,17 @@ impl SessionService {
             closed_at_ms: None,
             last_seq: 0,
             prompt_count: 1,
+            subject_kind: subject.as_ref().map(|s| s.0.clone()),
+            subject_id: subject.as_ref().map(|s| s.1.clone()),
         };
+        let mut open_payload =
+            json!({"title": row.title, "agent_id": agent_id, "actor": caller.actor().as_str()});
+        if let Some((kind, id)) = &subject {
+            open_payload["subject"] = json!({"kind": kind, "id": id});
+        }
         let open = NewEvent {
             event_type: "session_open",
-            payload:
-                json!({"title": row.title, "agent_id": agent_id, "actor": caller.actor().as_str()})
-                    .to_string(),
+            payload: open_payload.to_string(),
             trace_id,
         };
         let events = self.store.create(&row, prompt, &[open, reasoning]).await?;
@@ -147,6 +336,113 @@ impl SessionService {
             last_seq: events.last().map_or(0, |e| e.seq),
             ..row
         })
+    }
+
+    /// [`SessionService::open`], and the open session this agent worked in
+    /// before, when the call moved it to another one (two conversations on
+    /// one key: the earlier one's calls now land in this session).
+    pub async fn open_noting_takeover(
+        &self,
+        caller: &Principal,
+        request: &OpenRequest<'_>,
+    ) -> Result<(SessionRow, Option<SessionId>), ServiceError> {
+        let before = self.current(caller).await.ok();
+        let row = self.open(caller, request).await?;
+        let previous = before
+            .map(|b| b.session_id)
+            .filter(|id| *id != row.session_id);
+        Ok((row, previous))
+    }
+
+    /// The gate and the `tool_call` append of one tool call: the pinned or
+    /// current open session, the subject check (a misfit is traced as a
+    /// `denial` and refused with SUBJECT_REQUIRED), then the event.
+    pub async fn begin_call(
+        &self,
+        caller: &Principal,
+        pin: Option<&str>,
+        tool: &str,
+        arguments: serde_json::Value,
+        subject_kind: &str,
+    ) -> Result<(SessionRow, EventRow), ServiceError> {
+        let session = match pin.map(str::trim).filter(|p| !p.is_empty()) {
+            Some(pin) => {
+                let row = self.get(caller, pin).await.map_err(|_| {
+                    ServiceError::precondition(format!(
+                        "session_id: no open session {pin} in this tenant"
+                    ))
+                    .with_domain(NO_ACTIVE_SESSION)
+                })?;
+                if row.status != Status::Open {
+                    return Err(ServiceError::precondition(format!(
+                        "session_id: session {pin} is {}; open or resume a session with session_context",
+                        row.status
+                    ))
+                    .with_domain(NO_ACTIVE_SESSION));
+                }
+                row
+            }
+            None => self.current(caller).await?,
+        };
+        let fits = subject_kind.is_empty()
+            || caller.actor() == Actor::System
+            || session.subject_kind.as_deref() == Some(subject_kind);
+        if !fits {
+            let payload = json!({
+                "tool": tool,
+                "arguments": arguments,
+                "error": "SUBJECT_REQUIRED",
+                "message": format!(
+                    "{tool} writes to a {subject_kind} and is offered only in a session a person opened on one"
+                ),
+            });
+            self.append_event(
+                caller,
+                session.session_id.as_str(),
+                EventType::Denial,
+                payload,
+            )
+            .await?;
+            return Err(ServiceError::precondition(format!(
+                "{tool} is not offered in this session: it writes to a {subject_kind}"
+            ))
+            .with_domain("SUBJECT_REQUIRED"));
+        }
+        let event = self
+            .append_event(
+                caller,
+                session.session_id.as_str(),
+                EventType::ToolCall,
+                json!({"name": tool, "arguments": arguments}),
+            )
+            .await?;
+        Ok((session, event))
+    }
+
+    /// Append an agent's narrated reasoning to its session.
+    pub async fn record_reasoning(
+        &self,
+        caller: &Principal,
+        text: &str,
+    ) -> Result<EventRow, ServiceError> {
+        let text = text.trim();
+        if text.is_empty() || text.chars().count() > model::MAX_REASONING_CHARS {
+            return Err(ServiceError::invalid(format!(
+                "text: 1 to {} characters of reasoning",
+                model::MAX_REASONING_CHARS
+            )));
+        }
+        let session_id = match caller.session_id() {
+            Some(id) => id.to_owned(),
+            None => self.current(caller).await?.session_id.as_str().to_owned(),
+        };
+        self.append_event(
+            caller,
+            &session_id,
+            EventType::Reasoning,
+            json!({"source": "agent", "text": text}),
+        )
+        .await
     }
 
     /// The caller's current open session, or NO_ACTIVE_SESSION.
@@ -172,7 +468,9 @@ impl SessionService {
             .ok_or_else(|| not_found(&session_id))
     }
 
-    /// Close a session (the current one when `session_id` is absent).
+    /// Close a session (the current one when `session_id` is absent). A
+    /// person may close any session of the tenant, without a session of
+    /// their own; an agent only one it opened or is working in.
     pub async fn close(
         &self,
         caller: &Principal,
@@ -183,15 +481,25 @@ impl SessionService {
             Some(id) => SessionId::parse(id)?,
             None => self.current(caller).await?.session_id,
         };
+        let row = self.get(caller, &session_id).await?;
+        if caller.actor() == Actor::Agent && row.agent_id != caller.agent() {
+            let current = self.store.current(&tenant_id, caller.agent()).await?;
+            if current.is_none_or(|c| c.session_id != session_id) {
+                return Err(ServiceError::denied(format!(
+                    "session_id: an agent closes only a session it opened or joined; {session_id} is \
+                     another agent's (a person can close it)"
+                ))
+                .with_domain("HUMAN_REQUIRED"));
+            }
+        }
+        let by = match caller.actor() {
+            Actor::Human => "person",
+            Actor::Agent => "agent",
+            Actor::System => "system",
+        };
+        let payload = json!({"reason": "closed", "closed_by": by, "agent_id": caller.agent()});
         let closed = self
-            .store
-            .transition(
-                &tenant_id,
-                &session_id,
-                Status::Open,
-                Status::Closed,
-                clock::now_ms(),
-            )
+            .close_as(caller, &tenant_id, &session_id, payload, clock::now_ms())
             .await?;
         let row = self.get(caller, &session_id).await?;
         if !closed && row.status != Status::Closed {
@@ -201,28 +509,6 @@ impl SessionService {
             ))
             .with_domain("SESSION_NOT_OPEN"));
         }
-        self.store.clear_current(&tenant_id, &session_id).await?;
-        if closed {
-            // Watchers learn the session ended; their streams end after it.
-            let by = if caller.actor() == ithaca_kit::principal::Actor::Human {
-                "person"
-            } else {
-                "agent"
-            };
-            let payload = serde_json::json!({
-                "reason": "closed",
-                "closed_by": by,
-                "agent_id": caller.agent(),
-            });
-            self.append_event(
-                caller,
-                session_id.as_str(),
-                EventType::SessionClosed,
-                payload,
-            )
-            .await?;
-        }
-        tracing::info!(%session_id, %tenant_id, "session closed");
         Ok(row)
     }
 
@@ -236,13 +522,7 @@ impl SessionService {
         let session_id = SessionId::parse(session_id)?;
         let changed = self
             .store
-            .transition(
-                &tenant_id,
-                &session_id,
-                Status::Closed,
-                Status::Archived,
-                clock::now_ms(),
-            )
+            .archive(&tenant_id, &session_id, clock::now_ms())
             .await?;
         let row = self.get(caller, &session_id).await?;
         if !changed && row.status != Status::Archived {
@@ -285,6 +565,15 @@ impl SessionService {
             tenant_id: tenant_id.as_str(),
             status,
             agent_id: filter.agent_id.map(str::trim).filter(|s| !s.is_empty()),
+            subject: match (filter.subject_kind, filter.subject_id) {
+                (Some(kind), Some(id)) if !kind.trim().is_empty() => Some((kind.trim(), id.trim())),
+                (Some(kind), _) if !kind.trim().is_empty() => {
+                    return Err(ServiceError::invalid(
+                        "subject_id: required with subject_kind",
+                    ));
+                }
+                _ => None,
+            },
             before: before.as_ref().map(|(ms, id)| (*ms, id.as_str())),
             // One more than asked tells whether another page follows.
             limit: limit + 1,
@@ -371,6 +660,30 @@ impl SessionService {
         Ok(row)
     }
 
+    /// The record of the session's answer, read from its whole trace.
+    pub async fn record(
+        &self,
+        caller: &Principal,
+        session_id: &str,
+    ) -> Result<(SessionRow, crate::record::Record), ServiceError> {
+        let row = self.get(caller, session_id).await?;
+        let mut events = Vec::new();
+        let mut after = 0;
+        loop {
+            let page = self
+                .store
+                .read(&row.session_id, after, MAX_READ_LIMIT)
+                .await?;
+            let full = page.len() as i64 == MAX_READ_LIMIT;
+            after = page.last().map_or(after, |e| e.seq);
+            events.extend(page);
+            if !full {
+                break;
+            }
+        }
+        Ok((row, crate::record::build(&events)))
+    }
+
     /// Events after `after_seq`, and the session's last seq.
     pub async fn read(
         &self,
@@ -431,11 +744,24 @@ impl SessionService {
     }
 }
 
+/// What `session_context` was asked.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OpenRequest<'a> {
+    pub prompt: &'a str,
+    pub title: Option<&'a str>,
+    pub session_id: Option<&'a str>,
+    pub subject_kind: Option<&'a str>,
+    pub subject_id: Option<&'a str>,
+}
+
 /// What the session list is filtered by.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ListFilter<'a> {
     pub status: Option<&'a str>,
     pub agent_id: Option<&'a str>,
+    /// Only sessions opened on this subject.
+    pub subject_kind: Option<&'a str>,
+    pub subject_id: Option<&'a str>,
     pub limit: i32,
     pub page_token: &'a str,
 }

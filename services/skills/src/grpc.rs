@@ -136,15 +136,16 @@ impl Rpc for Grpc {
         )))
     }
 
-    async fn set_strategy_status(
+    async fn promote_strategy(
         &self,
-        request: Request<pb::SetStrategyStatusRequest>,
+        request: Request<pb::PromoteStrategyRequest>,
     ) -> Result<Response<pb::Strategy>, Status> {
         let caller = principal::of(&request)?;
+        let check = ithaca_kit::approval::is_check(&request);
         let r = request.get_ref();
         Ok(Response::new(strategy(
             self.service
-                .set_strategy_status(&caller, &r.strategy_id, &r.status)
+                .promote_strategy(&caller, &r.strategy_id, &r.mode, check)
                 .await?,
         )))
     }

@@ -65,18 +65,25 @@ impl SkillsService {
 
     /// Move a strategy to paper or live (the approvals service does this
     /// once a person approved the promotion).
-    pub async fn set_strategy_status(
+    /// Promote a strategy to paper or live. The approvals service has
+    /// applied the policy and, for an agent, a person approved; with `check`
+    /// (the approval gate's check) validate only and change nothing.
+    pub async fn promote_strategy(
         &self,
         caller: &Principal,
         strategy_id: &str,
-        status: &str,
+        mode: &str,
+        check: bool,
     ) -> Result<StrategyRow, ServiceError> {
         let tenant_id = TenantId::of(caller)?;
-        let status = match StrategyStatus::parse(status) {
+        let status = match StrategyStatus::parse(mode) {
             Some(s @ (StrategyStatus::Paper | StrategyStatus::Live)) => s,
-            _ => return Err(ServiceError::invalid("status: must be paper or live")),
+            _ => return Err(ServiceError::invalid("mode: must be paper or live")),
         };
         let strategy = self.strategy(caller, strategy_id).await?;
+        if check {
+            return Ok(strategy);
+        }
         self.store
             .set_strategy_status(&tenant_id, &strategy.strategy_id, status)
             .await?;

@@ -311,10 +311,11 @@ impl Rpc for Grpc {
         request: Request<pb::ActivateBrokerFilterVersionRequest>,
     ) -> Result<Response<pb::FilterActivation>, Status> {
         let caller = principal::of(&request)?;
+        let check = ithaca_kit::approval::is_check(&request);
         let r = request.into_inner();
         let a = self
             .service
-            .activate(&caller, &r.filter_id, r.version)
+            .activate(&caller, &r.filter_id, r.version, check)
             .await?;
         Ok(Response::new(pb::FilterActivation {
             uri: filter_uri(&a.filter_id),

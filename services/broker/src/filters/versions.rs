@@ -211,11 +211,15 @@ impl FilterService {
 
     /// `activate_broker_filter_version`: the checks of this module's docs,
     /// then the version runs on every newly ingested alert.
+    /// Activate a version, after every check. With `check` (the approval
+    /// gate's check, `ithaca_kit::approval::is_check`) the checks run and
+    /// nothing changes: the answer names the version that would be active.
     pub async fn activate(
         &self,
         caller: &Principal,
         filter_id: &str,
         version: i32,
+        check: bool,
     ) -> Result<Activation, ServiceError> {
         let tenant = tenant_of(caller)?;
         require_write_scope(caller)?;
@@ -269,6 +273,13 @@ impl FilterService {
                 filter.stream_id
             ))
             .with_domain(codes::NOT_PREVIEWED));
+        }
+        if check {
+            return Ok(Activation {
+                filter_id: filter.filter_id,
+                version,
+                previous: filter.active_version,
+            });
         }
         let previous = self
             .store

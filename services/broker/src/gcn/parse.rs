@@ -289,14 +289,10 @@ fn voevent(text: &str) -> Result<Notice, String> {
     let notice_type = packet_name(packet_type)
         .map(str::to_owned)
         .unwrap_or_else(|| match (&instrument, packet_type) {
-            (Some(i), Some(p)) => format!(
-                "{}_{} (packet type {p})",
-                mission.to_uppercase(),
-                i.to_uppercase()
-            ),
-            (Some(i), None) => format!("{}_{}", mission.to_uppercase(), i.to_uppercase()),
-            (None, Some(p)) => format!("{} packet type {p}", mission.to_uppercase()),
-            (None, None) => format!("{} notice", mission.to_uppercase()),
+            // The packet type is its own field; the name says what it is.
+            (Some(i), _) => format!("{}_{}", mission.to_uppercase(), i.to_uppercase()),
+            (None, Some(p)) => format!("{}_PACKET_{p}", mission.to_uppercase()),
+            (None, None) => mission.to_uppercase(),
         });
     let kind = mission_kind(&mission);
     let mut names = Vec::new();

@@ -1,0 +1,504 @@
+//! The HTTP listener of the edge (and of the console beside it): hyper
+//! connections with the limits a public listener needs, which
+//! `axum::serve` does not set.
+//!
+//! - **A cap on connections.** At most [`Limits::max_connections`] are
+//!   served at once; one more is answered `503` with `Retry-After` and
+//!   closed at once, so a flood of idle sockets cannot exhaust the
+//!   process's file descriptors or memory.
+//! - **Header timeout.** A request's headers must be in within
+//!   [`Limits::header_timeout`]: from when a new connection was accepted,
+//!   and on a kept-alive HTTP/1.1 connection from the first byte of the
+//!   next request (partial headers need no authentication, so they are the
+//!   cheapest attack to mount). hyper's own HTTP/1 header timer is not
+//!   used: it also runs while a kept-alive connection waits for its next
+//!   request, which would close every idle connection at the header
+//!   timeout instead of the idle timeout.
+//! - **Body timeout.** The whole request body must arrive within
+//!   [`Limits::body_timeout`] of its headers, however it is trickled; the
+//!   handler reading it gets a [`BodyTimeout`] error (the edge answers 408).
+//! - **Idle timeout.** A connection with no request in flight for
+//!   [`Limits::idle_timeout`] is closed. A streaming response (the SSE trace
+//!   stream) is a request in flight, so it is never idle.
+
+use axum::Router;
+use axum::body::Body;
+use bytes::Bytes;
+use http_body::{Frame, SizeHint};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, watch};
+use tokio::time::{Instant, Sleep};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tower::ServiceExt;
+
+/// The limits of one listener.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// How long a client may take to send a request's headers (for a new
+    /// connection: from the moment it was accepted).
+    pub header_timeout: Duration,
+    /// How long a client may take to send a request's whole body, from the
+    /// end of its headers.
+    pub body_timeout: Duration,
+    /// How long a connection may stay open with no request in flight.
+    pub idle_timeout: Duration,
+    /// Connections served at once; more are refused.
+    pub max_connections: usize,
+}
+
+impl Limits {
+    pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+    pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
+    pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+    pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            header_timeout: Self::DEFAULT_HEADER_TIMEOUT,
+            body_timeout: Self::DEFAULT_BODY_TIMEOUT,
+            idle_timeout: Self::DEFAULT_IDLE_TIMEOUT,
+            max_connections: Self::DEFAULT_MAX_CONNECTIONS,
+        }
+    }
+}
+
+/// A request body did not arrive in time. Reading the body fails with
+/// this (somewhere in the error's source chain; see [`is_body_timeout`]).
+#[derive(Debug, thiserror::Error)]
+#[error("the request body did not arrive within {} ms", .0.as_millis())]
+pub struct BodyTimeout(pub Duration);
+
+/// Whether `error` or anything in its source chain is a [`BodyTimeout`].
+pub fn is_body_timeout(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if e.is::<BodyTimeout>() {
+            return true;
+        }
+        next = e.source();
+    }
+    false
+}
+
+/// What a refused connection reads before it is closed.
+const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\n\
+content-type: text/plain; charset=utf-8\r\n\
+retry-after: 1\r\n\
+connection: close\r\n\
+content-length: 34\r\n\
+\r\n\
+too many connections; retry later\n";
+
+/// How long a connection told to close (idle, or shutting down) may take
+/// to finish what it was writing before it is dropped.
+const CLOSE_GRACE: Duration = Duration::from_secs(5);
+
+/// Serve `app` on `listener` within `limits` until `shutdown` is
+/// cancelled; then stop accepting, let every connection finish its
+/// requests in flight, and return when all are closed. (A caller bounds
+/// that wait: a stream may never finish by itself.)
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    limits: Limits,
+    shutdown: CancellationToken,
+) {
+    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let connections = TaskTracker::new();
+    let mut refusals = Refusals::default();
+    loop {
+        let stream = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(error) => {
+                    accept_failed(&error).await;
+                    continue;
+                }
+            },
+        };
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            refusals.count(limits.max_connections);
+            refuse(&stream);
+            continue;
+        };
+        // Small writes (a JSON answer, an SSE event) go out at once.
+        let _ = stream.set_nodelay(true);
+        let app = app.clone();
+        let shutdown = shutdown.clone();
+        connections.spawn(async move {
+            connection(stream, app, limits, shutdown).await;
+            drop(permit);
+        });
+    }
+    connections.close();
+    connections.wait().await;
+}
+
+/// An accept error: a connection that died in the backlog is nothing; a
+/// lack of file descriptors is waited out instead of spun on.
+async fn accept_failed(error: &std::io::Error) {
+    use std::io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset};
+    if matches!(
+        error.kind(),
+        ConnectionAborted | ConnectionRefused | ConnectionReset
+    ) {
+        return;
+    }
+    tracing::warn!(%error, "accepting a connection failed");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+}
+
+/// Answer `503` without reading anything, then close. Best effort: the
+/// kernel has room for these bytes on a fresh socket, and nothing here
+/// waits for the client.
+fn refuse(stream: &TcpStream) {
+    let _ = stream.try_write(BUSY);
+}
+
+/// Refused connections, logged at most once every ten seconds.
+#[derive(Default)]
+struct Refusals {
+    since_log: u64,
+    logged_at: Option<Instant>,
+}
+
+impl Refusals {
+    fn count(&mut self, limit: usize) {
+        self.since_log += 1;
+        let due = self
+            .logged_at
+            .is_none_or(|at| at.elapsed() >= Duration::from_secs(10));
+        if due {
+            tracing::warn!(
+                refused = self.since_log,
+                max_connections = limit,
+                "connection limit reached; refusing connections"
+            );
+            self.since_log = 0;
+            self.logged_at = Some(Instant::now());
+        }
+    }
+}
+
+/// Whether a connection is busy, and since when it is not.
+#[derive(Clone, Copy, Debug)]
+struct Activity {
+    /// Requests whose response has not been sent in full.
+    in_flight: usize,
+    /// When the connection was accepted or its last request finished.
+    since: Instant,
+    /// Whether any request arrived on it.
+    served: bool,
+    /// When bytes of a request that has not been dispatched yet first
+    /// arrived (HTTP/1 only: an idle HTTP/2 connection also receives
+    /// pings and settings).
+    head_since: Option<Instant>,
+    /// Whether the client speaks HTTP/2 (prior knowledge).
+    http2: bool,
+}
+
+/// Why a connection with no request in flight is closed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Expired {
+    /// It served requests and then sent nothing for the idle timeout.
+    Idle,
+    /// A request's headers did not arrive within the header timeout.
+    Headers,
+}
+
+impl Activity {
+    /// When a connection with no request in flight must be closed, and why.
+    fn deadline(&self, limits: &Limits) -> (Instant, Expired) {
+        let waiting = if self.served {
+            (self.since + limits.idle_timeout, Expired::Idle)
+        } else {
+            (self.since + limits.header_timeout, Expired::Headers)
+        };
+        match self.head_since {
+            Some(at) if at + limits.header_timeout < waiting.0 => {
+                (at + limits.header_timeout, Expired::Headers)
+            }
+            _ => waiting,
+        }
+    }
+}
+
+/// One request in flight on a connection; dropped with the response body.
+struct Busy(Arc<watch::Sender<Activity>>);
+
+impl Busy {
+    fn start(activity: &Arc<watch::Sender<Activity>>) -> Busy {
+        activity.send_modify(|a| {
+            a.in_flight += 1;
+            a.served = true;
+            a.head_since = None;
+        });
+        Busy(activity.clone())
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.send_modify(|a| {
+            a.in_flight = a.in_flight.saturating_sub(1);
+            if a.in_flight == 0 {
+                a.since = Instant::now();
+            }
+        });
+    }
+}
+
+async fn connection(stream: TcpStream, app: Router, limits: Limits, shutdown: CancellationToken) {
+    let (activity, mut watch) = watch::channel(Activity {
+        in_flight: 0,
+        since: Instant::now(),
+        served: false,
+        head_since: None,
+        http2: false,
+    });
+    let activity = Arc::new(activity);
+    let io = Watched {
+        io: stream,
+        activity: activity.clone(),
+        first_read: true,
+    };
+    let service = hyper::service::service_fn(move |request: http::Request<Incoming>| {
+        let busy = Busy::start(&activity);
+        let request = request.map(|body| Body::new(DeadlineBody::new(body, limits.body_timeout)));
+        let app = app.clone();
+        async move {
+            let response = app
+                .oneshot(request)
+                .await
+                .unwrap_or_else(|never| match never {});
+            Ok::<_, Infallible>(response.map(|body| Body::new(Guarded { body, _busy: busy })))
+        }
+    });
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    // The header timeout is ours (see the module docs), not hyper's.
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(None);
+    builder.http2().timer(TokioTimer::new());
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
+    tokio::pin!(conn);
+    let mut closing = false;
+    // Set when this side closes an expired connection: how long it may
+    // take to finish writing. (On shutdown, the caller bounds the drain.)
+    let mut grace: Option<Instant> = None;
+    loop {
+        tokio::select! {
+            result = conn.as_mut() => {
+                if let Err(error) = result {
+                    tracing::debug!(%error, "connection ended with an error");
+                }
+                return;
+            }
+            _ = shutdown.cancelled(), if !closing => {
+                conn.as_mut().graceful_shutdown();
+                closing = true;
+            }
+            why = expired(&mut watch, limits), if !closing => {
+                tracing::debug!(?why, "closing a connection");
+                if why == Expired::Headers {
+                    // Half a request and nothing to answer: just close.
+                    return;
+                }
+                // Idle: tell an HTTP/2 client (GOAWAY) before closing.
+                conn.as_mut().graceful_shutdown();
+                closing = true;
+                grace = Some(Instant::now() + CLOSE_GRACE);
+            }
+            _ = sleep_until_some(grace) => return,
+        }
+    }
+}
+
+async fn sleep_until_some(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Resolves when the connection has had no request in flight for too
+/// long (see [`Activity::deadline`]); the reason.
+async fn expired(watch: &mut watch::Receiver<Activity>, limits: Limits) -> Expired {
+    loop {
+        let now = *watch.borrow_and_update();
+        if now.in_flight > 0 {
+            if watch.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+            continue;
+        }
+        let (deadline, why) = now.deadline(&limits);
+        tokio::select! {
+            _ = tokio::time::sleep_until(deadline) => return why,
+            changed = watch.changed() => {
+                if changed.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            }
+        }
+    }
+}
+
+/// The connection's socket, noting when a new request's first bytes
+/// arrive so the header timeout can start then.
+struct Watched {
+    io: TcpStream,
+    activity: Arc<watch::Sender<Activity>>,
+    first_read: bool,
+}
+
+/// How an HTTP/2 client with prior knowledge opens a connection.
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n";
+
+impl Watched {
+    fn arrived(&mut self, bytes: &[u8]) {
+        if std::mem::take(&mut self.first_read) {
+            let n = bytes.len().min(H2_PREFACE.len());
+            if bytes[..n] == H2_PREFACE[..n] {
+                self.activity.send_modify(|a| a.http2 = true);
+                return;
+            }
+        }
+        let now = *self.activity.borrow();
+        if now.in_flight == 0 && now.head_since.is_none() && !now.http2 {
+            self.activity
+                .send_modify(|a| a.head_since = Some(Instant::now()));
+        }
+    }
+}
+
+impl tokio::io::AsyncRead for Watched {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let poll = Pin::new(&mut this.io).poll_read(cx, buf);
+        if matches!(poll, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            this.arrived(&buf.filled()[before..]);
+        }
+        poll
+    }
+}
+
+impl tokio::io::AsyncWrite for Watched {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
+/// A request body that fails with [`BodyTimeout`] unless it is complete
+/// by its deadline.
+struct DeadlineBody {
+    inner: Incoming,
+    deadline: Pin<Box<Sleep>>,
+    timeout: Duration,
+}
+
+impl DeadlineBody {
+    fn new(inner: Incoming, timeout: Duration) -> Self {
+        DeadlineBody {
+            inner,
+            deadline: Box::pin(tokio::time::sleep(timeout)),
+            timeout,
+        }
+    }
+}
+
+impl http_body::Body for DeadlineBody {
+    type Data = Bytes;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = self.get_mut();
+        if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
+            return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
+        }
+        if this.deadline.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Some(Err(Box::new(BodyTimeout(this.timeout)))));
+        }
+        Poll::Pending
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// A response body that keeps its request counted as in flight until it
+/// has been sent or dropped.
+struct Guarded {
+    body: Body,
+    _busy: Busy,
+}
+
+impl http_body::Body for Guarded {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.get_mut().body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Run every fuzz target for a bounded time (CI), or for a number of
+# executions (FUZZ_RUNS=10000000 fuzz/run.sh 0), starting from the seeds in
+# fuzz/seeds/<target>/ plus whatever earlier runs added to the corpus.
+#
+#   fuzz/run.sh <seconds-per-target> [target ...]
+#
+# Needs the nightly toolchain and cargo-fuzz (`cargo install cargo-fuzz
+# --locked`). Builds into $FUZZ_TARGET_DIR (default /work/targets/fuzz; never
+# the main target directory, the sanitizer flags differ) at low priority so
+# other builds keep the machine. A crash fails the run and leaves its input
+# under fuzz/artifacts/<target>/.
+set -euo pipefail
+
+here="$(cd "$(dirname "$0")" && pwd)"
+seconds="${1:?usage: fuzz/run.sh <seconds-per-target> [target ...]}"
+shift
+targets=("$@")
+if [ ${#targets[@]} -eq 0 ]; then
+    targets=(request_front bearer_token transcode principal)
+fi
+export CARGO_TARGET_DIR="${FUZZ_TARGET_DIR:-/work/targets/fuzz}"
+corpora="$CARGO_TARGET_DIR/corpus"
+
+cd "$here"
+mkdir -p "$CARGO_TARGET_DIR"
+if ! nice -n 10 cargo +nightly fuzz build --fuzz-dir . >"$CARGO_TARGET_DIR/build.log" 2>&1; then
+    tail -n 40 "$CARGO_TARGET_DIR/build.log" >&2
+    echo "fuzz: build failed" >&2
+    exit 1
+fi
+status=0
+for target in "${targets[@]}"; do
+    corpus="$corpora/$target"
+    mkdir -p "$corpus"
+    cp -n "$here/seeds/$target/"* "$corpus/" 2>/dev/null || true
+    limit=(-max_total_time="$seconds")
+    if [ -n "${FUZZ_RUNS:-}" ]; then
+        limit=(-runs="$FUZZ_RUNS")
+    fi
+    echo "fuzz: $target (${FUZZ_RUNS:+$FUZZ_RUNS runs}${FUZZ_RUNS:-$seconds s})"
+    log="$CARGO_TARGET_DIR/$target.log"
+    if nice -n 10 cargo +nightly fuzz run --fuzz-dir . "$target" "$corpus" -- \
+        "${limit[@]}" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 >"$log" 2>&1; then
+        runs=$(grep -m1 '^stat::number_of_executed_units' "$log" | awk '{print $2}')
+        echo "fuzz: $target ok, ${runs:-?} executions, corpus $(ls "$corpus" | wc -l)"
+    else
+        echo "fuzz: $target FAILED; see $log and $here/artifacts/$target/" >&2
+        tail -n 40 "$log" >&2
+        status=1
+    fi
+done
+exit $status
