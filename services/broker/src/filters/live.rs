@@ -11,7 +11,7 @@
 //! trip per alert or per filter).
 
 use super::model::Autosave;
-use super::pipeline::scan::object_subset;
+use super::pipeline::scan::{KeySet, object_subset};
 use super::pipeline::{self, CandidateNeeds, Pipeline};
 use super::preview::alert_document;
 use super::store::{FilterStore, MatchRow};
@@ -301,8 +301,8 @@ enum Reading {
     Packet,
     /// The whole candidate record.
     Candidate,
-    /// These candidate fields (sorted), `programid` among them.
-    Keys(Vec<String>),
+    /// These candidate fields, `programid` among them.
+    Keys(KeySet),
 }
 
 impl Reading {
@@ -319,9 +319,7 @@ impl Reading {
                 CandidateNeeds::Nothing => {}
             }
         }
-        keys.sort();
-        keys.dedup();
-        Reading::Keys(keys)
+        Reading::Keys(KeySet::new(keys))
     }
 
     fn document(&self, schema: &Schema, alert: &NewAlert) -> Result<Json, String> {

@@ -869,7 +869,7 @@ fn plausible(rng: &mut Rng, depth: usize) -> Value {
     const OPS: [&str; 10] = [
         "$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$exists", "$not",
     ];
-    if depth < 3 && rng.next() % 4 == 0 {
+    if depth < 3 && rng.next().is_multiple_of(4) {
         let op = rng.pick(&["$and", "$or", "$nor"]);
         let parts: Vec<Value> = (0..1 + rng.next() % 3)
             .map(|_| plausible(rng, depth + 1))
@@ -881,7 +881,7 @@ fn plausible(rng: &mut Rng, depth: usize) -> Value {
     let operand = match op {
         "$in" | "$nin" => Value::Array((0..rng.next() % 3).map(|_| garbage(rng, 5)).collect()),
         "$not" => json!({"$gt": garbage(rng, 7)}),
-        "$exists" => Value::Bool(rng.next() % 2 == 0),
+        "$exists" => Value::Bool(rng.next().is_multiple_of(2)),
         _ => garbage(rng, 7),
     };
     json!({path: {op: operand}})
@@ -895,7 +895,7 @@ fn garbage(rng: &mut Rng, depth: usize) -> Value {
     };
     match choice {
         0 => Value::Null,
-        1 => Value::Bool(rng.next() % 2 == 0),
+        1 => Value::Bool(rng.next().is_multiple_of(2)),
         2 => json!((rng.next() % 7) as i64 - 3),
         3 => [
             json!(1.5e308),
@@ -936,7 +936,7 @@ fn garbage_never_panics() {
             .map(|_| {
                 let mut stage = serde_json::Map::new();
                 let name = rng.pick(&["$match", "$project", "$addFields", "$set", "$match", "$x"]);
-                let body = if name == "$match" && rng.next() % 2 == 0 {
+                let body = if name == "$match" && rng.next().is_multiple_of(2) {
                     plausible(&mut rng, 0)
                 } else {
                     garbage(&mut rng, 0)
