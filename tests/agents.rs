@@ -1543,6 +1543,7 @@ async fn the_filter_story_through_the_edge() {
         )
         .await);
         assert_eq!(active["active_version"], version, "{active}");
+        activated.push(filter_id.clone());
 
         // The record of the answer: the calls, and the previewed proposal.
         let uri = format!("doomberg://sessions/{sid}/record");

@@ -348,7 +348,7 @@ async fn the_whole_flow_from_post_filter_to_activation(broker: &Broker) {
         format!("doomberg://filters/{}", filter.filter_id)
     );
     assert_eq!(filter.active_version, None);
-    let autosave = filter.autosave.clone().expect("autosave");
+    let autosave = filter.autosave.expect("autosave");
     assert!(autosave.enabled);
     assert_eq!(autosave.keep, 1000);
     let id = filter.filter_id.clone();

@@ -585,7 +585,7 @@ impl GcnService {
             return Err(ServiceError::denied(message).with_domain("SUBJECT_MISMATCH"));
         }
         let comment = CommentRow {
-            comment_id: uuid::Uuid::new_v4().to_string(),
+            comment_id: uuid::Uuid::now_v7().to_string(),
             tenant_id: caller.tenant_id().to_owned(),
             dateobs: row.dateobs,
             author: caller.agent().to_owned(),
