@@ -981,6 +981,53 @@ async fn bad_input_gets_a_clear_error_and_writes_nothing(broker: &Broker) {
         .expect_err("not an administrator");
     assert_eq!(err.code(), Code::PermissionDenied);
 
+    let mut admin = broker.filters(&Principal::system(""));
+    let group_req = |tenant: &str, name: &str, streams: &[&str]| pb::AddFilterGroupRequest {
+        tenant_id: tenant.into(),
+        name: name.into(),
+        stream_ids: streams.iter().map(|s| (*s).to_owned()).collect(),
+    };
+    for (req, code, field) in [
+        (
+            group_req("", "g", &["ztf-public"]),
+            Code::InvalidArgument,
+            "tenant_id",
+        ),
+        (
+            group_req("tenant-e", "", &["ztf-public"]),
+            Code::InvalidArgument,
+            "name",
+        ),
+        (
+            group_req("tenant-e", "g", &[]),
+            Code::InvalidArgument,
+            "stream_ids",
+        ),
+        (
+            group_req("tenant-e", "g", &["a b"]),
+            Code::InvalidArgument,
+            "stream_ids",
+        ),
+        (
+            group_req("tenant-e", "g", &["ztf-public", "ztf-nowhere"]),
+            Code::NotFound,
+            "stream_ids",
+        ),
+        (
+            group_req("tenant-e", "default", &["ztf-public"]),
+            Code::AlreadyExists,
+            "name",
+        ),
+    ] {
+        let err = admin.add_filter_group(req).await.expect_err(field);
+        assert_eq!(err.code(), code, "{field}: {err:?}");
+        assert!(
+            err.message().starts_with(field),
+            "{field}: {}",
+            err.message()
+        );
+    }
+
     // Nothing half-written: one filter, no versions, still the one group.
     let back = read(broker, &erin, &id).await;
     assert!(back.versions.is_empty() && back.active_version.is_none());

@@ -11,7 +11,7 @@
 //! trip per alert or per filter).
 
 use super::model::Autosave;
-use super::pipeline::scan::object_subset;
+use super::pipeline::scan::{KeySet, object_subset};
 use super::pipeline::{self, CandidateNeeds, Pipeline};
 use super::preview::alert_document;
 use super::store::{FilterStore, MatchRow};
@@ -105,7 +105,14 @@ impl LiveFilters {
         }
         // Clear the flag first: an activation during the load marks it again.
         self.inner.stale.store(false, Ordering::SeqCst);
-        let set = Arc::new(self.load().await?);
+        let set = match self.load().await {
+            Ok(set) => Arc::new(set),
+            Err(e) => {
+                // Not loaded: the next batch tries again.
+                self.inner.stale.store(true, Ordering::SeqCst);
+                return Err(e);
+            }
+        };
         if let Ok(mut l) = self.inner.loaded.lock() {
             *l = Some((Instant::now(), set.clone()));
         }
@@ -294,8 +301,8 @@ enum Reading {
     Packet,
     /// The whole candidate record.
     Candidate,
-    /// These candidate fields (sorted), `programid` among them.
-    Keys(Vec<String>),
+    /// These candidate fields, `programid` among them.
+    Keys(KeySet),
 }
 
 impl Reading {
@@ -312,9 +319,7 @@ impl Reading {
                 CandidateNeeds::Nothing => {}
             }
         }
-        keys.sort();
-        keys.dedup();
-        Reading::Keys(keys)
+        Reading::Keys(KeySet::new(keys))
     }
 
     fn document(&self, schema: &Schema, alert: &NewAlert) -> Result<Json, String> {

@@ -10,7 +10,7 @@
 //! `candidate` is read only for the fields the pipeline needs, and parsed
 //! whole only for the alerts that enter the top `limit`.
 
-use super::pipeline::scan::object_subset;
+use super::pipeline::scan::{KeySet, fill_subset};
 use super::pipeline::{CandidateNeeds, Pipeline, compare_values, needs_of, value_at};
 use crate::alerts::avro;
 use crate::alerts::service::time_window;
@@ -246,7 +246,8 @@ pub async fn preview(
     };
     let mut scanner = Scanner {
         pipeline: pipeline.clone(),
-        keys,
+        keys: keys.map(KeySet::new),
+        doc: alert_document("", 0, "", Value::Object(Map::new())),
         packet,
         schemas,
         programids: q.programids.clone(),
@@ -314,6 +315,43 @@ pub fn packet_document(mut packet: Value) -> Value {
         }
     }
     packet
+}
+
+/// Refill a document made by [`alert_document`] for the next alert, reading
+/// only `keys` of its candidate.
+fn fill_document(
+    doc: &mut Value,
+    object_id: &str,
+    candid: i64,
+    schemavsn: &str,
+    candidate: &str,
+    keys: &KeySet,
+) -> Result<(), serde_json::Error> {
+    let Value::Object(top) = doc else {
+        *doc = alert_document(object_id, candid, schemavsn, Value::Object(Map::new()));
+        return fill_document(doc, object_id, candid, schemavsn, candidate, keys);
+    };
+    for (name, text) in [("objectId", object_id), ("schemavsn", schemavsn)] {
+        match top.get_mut(name) {
+            Some(Value::String(s)) => {
+                s.clear();
+                s.push_str(text);
+            }
+            _ => {
+                top.insert(name.to_owned(), Value::from(text));
+            }
+        }
+    }
+    top.insert("candid".to_owned(), Value::from(candid));
+    match top.get_mut("candidate") {
+        Some(Value::Object(c)) => fill_subset(candidate, keys, c),
+        _ => {
+            let mut c = Map::new();
+            fill_subset(candidate, keys, &mut c)?;
+            top.insert("candidate".to_owned(), Value::Object(c));
+            Ok(())
+        }
+    }
 }
 
 /// The `hpx` ranges (inclusive, depth 29) to read for `moc`, and whether
@@ -404,7 +442,10 @@ where
 struct Scanner {
     pipeline: Pipeline,
     /// Candidate keys to read; `None` reads the whole record.
-    keys: Option<Vec<String>>,
+    keys: Option<KeySet>,
+    /// The current alert's document; with `keys`, one map whose values each
+    /// alert overwrites (no allocation per field).
+    doc: Value,
     /// Decode the packet (the pipeline reads beyond the candidate).
     packet: bool,
     schemas: HashMap<String, Arc<Schema>>,
@@ -452,37 +493,43 @@ impl Scanner {
         let object_id: &str = row.try_get(1)?;
         let schemavsn: &str = row.try_get(2)?;
         let candidate: &str = row.try_get(4)?;
-        let doc = if self.packet {
+        if self.packet {
             let schema_id: &str = row.try_get(5)?;
             let datum: &[u8] = row.try_get(6)?;
             let schema = self
                 .schemas
                 .get(schema_id)
                 .ok_or_else(|| corrupt("schema"))?;
-            packet_document(avro::decode_packet(schema, datum).map_err(|_| corrupt("packet"))?)
+            self.doc =
+                packet_document(avro::decode_packet(schema, datum).map_err(|_| corrupt("packet"))?);
         } else {
-            let part = match &self.keys {
+            match &self.keys {
                 Some(keys) => {
-                    Value::Object(object_subset(candidate, keys).map_err(|_| corrupt("candidate"))?)
+                    fill_document(&mut self.doc, object_id, candid, schemavsn, candidate, keys)
+                        .map_err(|_| corrupt("candidate"))?
                 }
-                None => serde_json::from_str(candidate).map_err(|_| corrupt("candidate"))?,
-            };
-            alert_document(object_id, candid, schemavsn, part)
-        };
+                None => {
+                    let whole =
+                        serde_json::from_str(candidate).map_err(|_| corrupt("candidate"))?;
+                    self.doc = alert_document(object_id, candid, schemavsn, whole);
+                }
+            }
+        }
+        let doc = &self.doc;
         if !self.programids.is_empty() {
-            let programid = value_at(&doc, "candidate.programid").and_then(Value::as_i64);
+            let programid = value_at(doc, "candidate.programid").and_then(Value::as_i64);
             if !programid.is_some_and(|p| self.programids.iter().any(|w| i64::from(*w) == p)) {
                 return Ok(());
             }
         }
         self.evaluated += 1;
         let Some(sort) = &mut self.sort else {
-            if self.pipeline.passes(&doc) {
+            if self.pipeline.passes(doc) {
                 self.matched += 1;
             }
             return Ok(());
         };
-        let Some(out) = self.pipeline.eval(&doc) else {
+        let Some(out) = self.pipeline.eval(doc) else {
             return Ok(());
         };
         self.matched += 1;

@@ -199,9 +199,13 @@ impl FilterService {
         let known = self.store.streams().await?;
         let mut streams = Vec::new();
         for raw in stream_ids {
-            let id = StreamId::parse(raw)?;
+            let id = StreamId::parse(raw).map_err(|_| {
+                ServiceError::invalid(format!(
+                    "stream_ids: {raw:?} is not a stream id (ztf-public, ztf-partnership)"
+                ))
+            })?;
             if !known.iter().any(|s| s.stream_id == id.as_str()) {
-                return Err(unknown_stream(&id, &known));
+                return Err(unknown_stream("stream_ids", &id, &known));
             }
             if !streams.contains(&id.to_string()) {
                 streams.push(id.into_string());
@@ -295,7 +299,7 @@ impl FilterService {
             .find(|s| s.stream_id == stream_id.as_str())
             .cloned()
         else {
-            return Err(unknown_stream(&stream_id, &streams));
+            return Err(unknown_stream("stream_id", &stream_id, &streams));
         };
         if !group.streams.contains(&stream.stream_id) {
             return Err(ServiceError::denied(format!(
@@ -517,10 +521,10 @@ pub(super) fn unknown_filter(filter_id: &FilterId) -> ServiceError {
         .with_domain(codes::UNKNOWN_FILTER)
 }
 
-fn unknown_stream(id: &StreamId, known: &[StreamRow]) -> ServiceError {
+fn unknown_stream(field: &str, id: &StreamId, known: &[StreamRow]) -> ServiceError {
     let names: Vec<&str> = known.iter().map(|s| s.stream_id.as_str()).collect();
     ServiceError::not_found(format!(
-        "stream_id: no stream {id}; streams: {}",
+        "{field}: no stream {id}; streams: {}",
         names.join(", ")
     ))
     .with_domain(codes::UNKNOWN_STREAM)
