@@ -364,6 +364,10 @@ async def astro(args: argparse.Namespace) -> None:
     check("no response carries a broker credential or connection detail", not leaked, leaked=len(leaked))
 
 
+def conn_label(args: argparse.Namespace) -> str:
+    return args.mode if MCP_MAJOR >= 2 else (args.protocol_version or "latest")
+
+
 async def filters(args: argparse.Namespace) -> None:
     """The filter story (issue 11, seed 003) against a stack loaded with the real ZTF alerts: a person
     opens a session on a new filter, the agent joins it and sees the filter's write tools, goes
@@ -378,7 +382,7 @@ async def filters(args: argparse.Namespace) -> None:
         await call(person, "session_context", {"prompt": "Set up a filter for bright transients"})
         targets = await call(person, "get_filter_targets", {})
         group = ((targets or {}).get("groups") or [{}])[0].get("group_id")
-        made = await call(person, "post_filter", {"name": f"bright ({args.mode})", "group_id": group,
+        made = await call(person, "post_filter", {"name": f"bright ({SDK} {conn_label(args)} {os.getpid()})", "group_id": group,
                                                    "stream_id": "ztf-public"})
         filter_id = (made or {}).get("filter_id")
         opened = await call(person, "session_context", {"prompt": "Catch bright transients on the public stream",
@@ -393,7 +397,7 @@ async def filters(args: argparse.Namespace) -> None:
         pipeline = [{"$match": {"candidate.magpsf": {"$lt": 18.5}}}]
         await call(agent, "run_broker_filter", {"filter_id": filter_id,
                                                 "pipeline": [{"$match": {"candidate.magpfs": {"$lt": 18.5}}}]},
-                   expect_error="INVALID_ARGUMENT", hard=False, label="a misspelt path is refused")
+                   expect_error="INVALID_PIPELINE", hard=False, label="a misspelt path is refused")
         preview = await call(agent, "run_broker_filter", {"filter_id": filter_id, "pipeline": pipeline})
         check("the preview evaluated alerts", isinstance((preview or {}).get("evaluated"), int)
               and preview["evaluated"] > 0, preview=preview)
