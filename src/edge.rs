@@ -258,6 +258,7 @@ fn console_for(
         args.session_url.as_deref(),
         args.approvals_url.as_deref(),
         args.skills_url.as_deref(),
+        args.broker_url.as_deref(),
         Duration::from_millis(args.backend_timeout_ms),
     )?;
     let authenticator = Authenticator::new(

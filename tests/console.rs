@@ -53,8 +53,14 @@ fn up() -> Up {
     }
 }
 
-/// One `tools/call` as an MCP client sends it (2026-07-28, stateless).
+/// One `tools/call` as an MCP client sends it (2026-07-28, stateless),
+/// with the agent's key.
 async fn call(up: &Up, tool: &str, arguments: Value) -> Value {
+    call_as(up, &up.agent.clone(), tool, arguments).await
+}
+
+/// One `tools/call` with `token`.
+async fn call_as(up: &Up, token: &str, tool: &str, arguments: Value) -> Value {
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
         "name": tool, "arguments": arguments,
         "_meta": {
@@ -63,7 +69,7 @@ async fn call(up: &Up, tool: &str, arguments: Value) -> Value {
             "io.modelcontextprotocol/clientInfo": {"name": "console-test", "version": "1"},
         },
     }});
-    let auth = format!("Bearer {}", up.agent);
+    let auth = format!("Bearer {token}");
     let reply = http::request(
         &up.url,
         "POST",
@@ -654,5 +660,247 @@ async fn browser_approval_decided_and_run_artifacts() {
         .await;
     assert_eq!(headers[0], json!("image/svg+xml"));
     assert!(headers[1].as_str().unwrap_or("").contains("sandbox"));
+    let _ = b.client.close().await;
+}
+
+/// `ithaca ingest <what> <paths…>` into the stack's data directory.
+fn ingest(up: &Up, what: &str, paths: &[PathBuf]) {
+    let out = common::ithaca()
+        .args(["ingest", what])
+        .args(paths)
+        .arg("--data-dir")
+        .arg(&up.data_dir)
+        .output()
+        .expect("run ithaca ingest");
+    assert!(
+        out.status.success(),
+        "ingest {what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The structured content of a successful tool result.
+fn ok(result: &Value) -> Value {
+    assert_eq!(result["isError"], false, "{result}");
+    result["structuredContent"].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn browser_filter_and_gcn_event_pages() {
+    let Some(b) = browser("browser_filter_and_gcn_event_pages").await else {
+        return;
+    };
+    let up = up();
+    let (human, agent) = (up.human.clone(), up.agent.clone());
+    b.sign_in(&up, &human).await;
+
+    // Empty states first.
+    b.goto(&format!("{}/console/filters", up.url)).await;
+    assert!(b.text("#empty").await.contains("No filters yet"));
+    b.goto(&format!("{}/console/gcn", up.url)).await;
+    assert!(b.text("#empty").await.contains("ithaca ingest gcn"));
+
+    // A night of alerts, and the GCN circulars and notices.
+    ingest(&up, "ztf", &[common::astro::alerts_dir().join("v4.02")]);
+    ingest(
+        &up,
+        "gcn",
+        &[common::gcn::circulars_file(), common::gcn::notices_dir()],
+    );
+
+    // A person creates a filter and opens a session on it; the agent joins,
+    // previews two pipelines, posts both as versions, and asks to activate
+    // the second; the person approves.
+    ok(&call_as(&up, &human, "session_context", json!({"prompt": "set up"})).await);
+    let targets = ok(&call_as(&up, &human, "get_filter_targets", json!({})).await);
+    let group = targets["groups"][0]["group_id"].clone();
+    let filter = ok(&call_as(
+        &up,
+        &human,
+        "post_filter",
+        json!({"name": "bright and real", "group_id": group, "stream_id": "ztf-public"}),
+    )
+    .await);
+    let filter_id = filter["filter_id"].as_str().expect("filter_id").to_owned();
+    let opened = ok(&call_as(
+        &up,
+        &human,
+        "session_context",
+        json!({"prompt": "Catch bright, real transients", "title": "Bright transients",
+               "subject_kind": "filter", "subject_id": filter_id}),
+    )
+    .await);
+    let sid = opened["session_id"].as_str().expect("sid").to_owned();
+    ok(&call(
+        &up,
+        "session_context",
+        json!({"prompt": "joining", "session_id": sid}),
+    )
+    .await);
+    let first = json!([{"$match": {"candidate.magpsf": {"$lt": 18.5}}}]);
+    let second =
+        json!([{"$match": {"candidate.magpsf": {"$lt": 18.5}, "candidate.drb": {"$gt": 0.9}}}]);
+    let mut version = 0;
+    for pipeline in [&first, &second] {
+        ok(&call(
+            &up,
+            "run_broker_filter",
+            json!({"filter_id": filter_id, "pipeline": pipeline}),
+        )
+        .await);
+        let verdict = ok(&call(
+            &up,
+            "post_broker_filter_version",
+            json!({"filter_id": filter_id, "pipeline": pipeline}),
+        )
+        .await);
+        assert_eq!(verdict["passed"], true, "{verdict}");
+        version = verdict["version"].as_i64().expect("version");
+    }
+    let pending = ok(&call(
+        &up,
+        "activate_broker_filter_version",
+        json!({"filter_id": filter_id, "version": version}),
+    )
+    .await);
+    let approval_id = pending["approval_id"].clone();
+    let decided = ok(&call_as(
+        &up,
+        &human,
+        "decide_approval",
+        json!({"approval_id": approval_id, "decision": "approve", "note": "fine"}),
+    )
+    .await);
+    assert_eq!(decided["status"], "executed", "{decided}");
+    // The next night's alerts pass through the active version.
+    ingest(&up, "ztf", &[common::astro::alerts_dir().join("v4.01")]);
+
+    // The list, then the filter's page.
+    b.goto(&format!("{}/console/filters", up.url)).await;
+    assert!(b.text("#filters").await.contains("bright and real"));
+    b.submit(&format!("tr[data-filter='{filter_id}'] a")).await;
+    assert_eq!(b.path().await, format!("/console/filters/{filter_id}"));
+    assert_eq!(
+        b.text("#active-version").await,
+        format!("v{version} active")
+    );
+    let versions = b
+        .js("return document.querySelectorAll('#versions tbody tr').length")
+        .await;
+    assert_eq!(versions, json!(2));
+    assert!(b.text("tr.active-version").await.contains("passed"));
+    // The default diff is the last version against the one before: the
+    // added condition shows as an added line.
+    let added = b
+        .js("return [...document.querySelectorAll('#diff .add')].map(e => e.textContent).join('\\n')")
+        .await;
+    assert!(
+        added.as_str().unwrap_or("").contains("candidate.drb"),
+        "{added}"
+    );
+    let matches = b
+        .js("return document.querySelectorAll('#matches tbody tr').length")
+        .await;
+    assert!(
+        matches.as_i64().unwrap_or(0) > 0,
+        "the active version saved matches: {matches}"
+    );
+    // The record of the answer: the agent's calls and its proposal.
+    let record = b
+        .text(&format!("article.record[data-session='{sid}']"))
+        .await;
+    assert!(record.contains("Bright transients"), "{record}");
+    b.js("document.querySelectorAll('details.calls').forEach(d => d.open = true); return true")
+        .await;
+    let calls = b
+        .text(&format!(
+            "article.record[data-session='{sid}'] .record-calls"
+        ))
+        .await;
+    for tool in [
+        "run_broker_filter",
+        "post_broker_filter_version",
+        "activate_broker_filter_version",
+    ] {
+        assert!(calls.contains(tool), "{tool} in {calls}");
+    }
+    assert!(
+        b.text(&format!(
+            "article.record[data-session='{sid}'] .proposal pre"
+        ))
+        .await
+        .contains("candidate.drb"),
+        "the proposal is the last previewed pipeline"
+    );
+    b.screenshot("filter").await;
+    // Any two versions: v1 against itself is identical.
+    b.mark().await;
+    b.js("const f = document.getElementById('diff-form'); f.from.value = '1'; f.to.value = '1'; f.submit(); return true")
+        .await;
+    b.new_page().await;
+    assert!(b.text("#diff-identical").await.contains("same pipeline"));
+    // The session page links back to its subject.
+    b.goto(&format!("{}/console/sessions/{sid}", up.url)).await;
+    b.submit("#session-subject").await;
+    assert_eq!(b.path().await, format!("/console/filters/{filter_id}"));
+    // Someone else's, or no, filter: not found.
+    b.goto(&format!(
+        "{}/console/filters/0191d2a4-0000-7000-8000-000000000000",
+        up.url
+    ))
+    .await;
+    assert_eq!(b.text("h2").await, "Not found");
+
+    // GCN events: search, open one, start a session on it from its page;
+    // the agent joins and comments; the comment shows on the page.
+    b.goto(&format!("{}/console/gcn", up.url)).await;
+    let listed = b
+        .js("return document.querySelectorAll('#events tbody tr').length")
+        .await;
+    assert_eq!(listed, json!(25), "a full first page");
+    assert!(b.client.find(Locator::Css("#next-page")).await.is_ok());
+    b.screenshot("gcn-events").await;
+    b.fill("#gcn-search input[name=q]", "GRB 230812B").await;
+    b.submit("#gcn-search button").await;
+    let rows = b
+        .js("return document.querySelectorAll('#events tbody tr').length")
+        .await;
+    assert_eq!(rows, json!(1), "one event goes by that name");
+    b.submit("#events tbody tr a").await;
+    assert_eq!(b.text("#event-name").await, "GRB 230812B");
+    let circulars = b
+        .js("return document.querySelectorAll('#circulars > li').length")
+        .await;
+    assert!(circulars.as_i64().unwrap_or(0) >= 60, "{circulars}");
+    assert!(b.text("#no-comments").await.contains("No comments yet"));
+    let dateobs = b.text("#event-dateobs").await;
+    b.click("#start-on-subject summary").await;
+    b.fill("#subject-prompt", "Summarise the optical counterpart")
+        .await;
+    b.submit("#start-on-subject button[type=submit]").await;
+    assert_eq!(b.text("#session-subject").await, dateobs);
+    let event_session = b.text("#session-id").await;
+    ok(&call(
+        &up,
+        "session_context",
+        json!({"prompt": "joining", "session_id": event_session}),
+    )
+    .await);
+    ok(&call(
+        &up,
+        "post_gcn_event_comment",
+        json!({"dateobs": dateobs, "text": "ZTF23aaxeacr fades by 1 mag/day."}),
+    )
+    .await);
+    b.submit("#session-subject").await;
+    assert!(b.text("#comments").await.contains("fades by 1 mag/day"));
+    assert!(
+        b.text(&format!("article.record[data-session='{event_session}']"))
+            .await
+            .contains("Summarise the optical counterpart")
+    );
+    b.js("document.querySelector('#circulars details').open = true; return true")
+        .await;
+    b.screenshot("gcn-event").await;
     let _ = b.client.close().await;
 }

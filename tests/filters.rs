@@ -56,6 +56,7 @@ macro_rules! on_both_databases {
 }
 
 on_both_databases!(
+    the_console_lists_a_tenants_filters_a_page_at_a_time,
     the_whole_flow_from_post_filter_to_activation,
     activation_needs_a_verdict_and_a_preview_in_the_same_session,
     a_misspelt_path_is_refused_with_the_path_named,
@@ -1033,6 +1034,68 @@ async fn bad_input_gets_a_clear_error_and_writes_nothing(broker: &Broker) {
     assert!(back.versions.is_empty() && back.active_version.is_none());
     let after = default_group(broker, &erin).await;
     assert_eq!(after.groups, targets.groups);
+}
+
+async fn the_console_lists_a_tenants_filters_a_page_at_a_time(broker: &Broker) {
+    let (hana, ivan) = (person("tenant-h"), person("tenant-i"));
+    let list = |who: &Principal, limit: Option<i32>, offset: Option<i32>| {
+        let mut client = broker.filters(who);
+        async move {
+            client
+                .list_broker_filters(pb::ListBrokerFiltersRequest { limit, offset })
+                .await
+        }
+    };
+    let empty = list(&hana, None, None).await.expect("list").into_inner();
+    assert_eq!(
+        (empty.filters.len(), empty.total, empty.next_offset),
+        (0, 0, None)
+    );
+    let mut posted = Vec::new();
+    for _ in 0..3 {
+        posted.push(new_filter(broker, &hana, "ztf-public").await.filter_id);
+        // Distinct creation times, so "newest first" is one order.
+        tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+    }
+    new_filter(broker, &ivan, "ztf-public").await;
+    let first = list(&hana, Some(2), None)
+        .await
+        .expect("page 1")
+        .into_inner();
+    assert_eq!(first.total, 3, "only Hana's filters count");
+    assert_eq!(first.next_offset, Some(2));
+    let ids: Vec<&str> = first.filters.iter().map(|f| f.filter_id.as_str()).collect();
+    assert_eq!(
+        ids,
+        [posted[2].as_str(), posted[1].as_str()],
+        "newest first"
+    );
+    assert!(
+        first
+            .filters
+            .iter()
+            .all(|f| f.versions.is_empty() && f.uri.starts_with("doomberg://filters/"))
+    );
+    let second = list(&hana, Some(2), first.next_offset)
+        .await
+        .expect("page 2")
+        .into_inner();
+    let ids: Vec<&str> = second
+        .filters
+        .iter()
+        .map(|f| f.filter_id.as_str())
+        .collect();
+    assert_eq!(ids, [posted[0].as_str()]);
+    assert_eq!(second.next_offset, None);
+    for (limit, offset, field) in [
+        (Some(0), None, "limit"),
+        (Some(101), None, "limit"),
+        (None, Some(-1), "offset"),
+    ] {
+        let err = list(&hana, limit, offset).await.expect_err("bad paging");
+        assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+        assert!(err.message().starts_with(field), "{err:?}");
+    }
 }
 
 async fn tenants_never_see_each_others_groups_or_filters(broker: &Broker) {

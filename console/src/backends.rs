@@ -4,6 +4,8 @@
 use ithaca_kit::principal::{InternalKey, Principal};
 use ithaca_proto::approvals::v1::approvals_service_client::ApprovalsServiceClient;
 use ithaca_proto::auth::v1::auth_service_client::AuthServiceClient;
+use ithaca_proto::broker::v1::filter_service_client::FilterServiceClient;
+use ithaca_proto::broker::v1::gcn_service_client::GcnServiceClient;
 use ithaca_proto::session::v1::session_service_client::SessionServiceClient;
 use ithaca_proto::skills::v1::skills_service_client::SkillsServiceClient;
 use std::time::Duration;
@@ -16,6 +18,8 @@ pub struct Backends {
     pub session: Option<Channel>,
     pub approvals: Option<Channel>,
     pub skills: Option<Channel>,
+    /// The broker: its filters and GCN events.
+    pub broker: Option<Channel>,
     /// Deadline of each call.
     pub timeout: Duration,
 }
@@ -36,6 +40,7 @@ impl Backends {
         session: Option<&str>,
         approvals: Option<&str>,
         skills: Option<&str>,
+        broker: Option<&str>,
         timeout: Duration,
     ) -> Result<Backends, ithaca_kit::client::BadUrl> {
         let channel = |url: Option<&str>| url.map(ithaca_kit::client::channel).transpose();
@@ -44,6 +49,7 @@ impl Backends {
             session: channel(session)?,
             approvals: channel(approvals)?,
             skills: channel(skills)?,
+            broker: channel(broker)?,
             timeout,
         })
     }
@@ -71,6 +77,20 @@ impl Backends {
             .clone()
             .map(SkillsServiceClient::new)
             .ok_or(CallError::Missing("skills"))
+    }
+
+    pub fn filters(&self) -> Result<FilterServiceClient<Channel>, CallError> {
+        self.broker
+            .clone()
+            .map(FilterServiceClient::new)
+            .ok_or(CallError::Missing("broker"))
+    }
+
+    pub fn gcn(&self) -> Result<GcnServiceClient<Channel>, CallError> {
+        self.broker
+            .clone()
+            .map(GcnServiceClient::new)
+            .ok_or(CallError::Missing("broker"))
     }
 }
 

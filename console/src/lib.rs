@@ -9,7 +9,8 @@
 //!
 //! - [`cookie`]: the sealed sign-in cookie and CSRF tokens.
 //! - [`gate`]: sign-in, sign-out, who a request is, Host/Origin and CSRF checks.
-//! - [`pages`]: one module per area (sessions, approvals, runs, keys).
+//! - [`pages`]: one module per area (sessions, approvals, runs, filters,
+//!   GCN events, keys).
 //! - [`backends`]: the signed gRPC calls every page makes.
 //!
 //! Architecture invariant: like the edge, the console owns no durable state.
@@ -100,7 +101,7 @@ impl ithaca_edge::http::BrowserAuth for Console {
 
 /// The console's routes, all under `/console`.
 pub fn router(console: Arc<Console>) -> Router {
-    use pages::{approvals, keys, runs, sessions};
+    use pages::{approvals, filters, gcn, keys, runs, sessions};
     let routes = Router::new()
         .route("/", get(gate::home))
         .route("/sign-in", get(gate::sign_in_page).post(gate::sign_in))
@@ -116,6 +117,10 @@ pub fn router(console: Arc<Console>) -> Router {
         .route("/runs", get(runs::find))
         .route("/runs/{id}", get(runs::show))
         .route("/runs/{id}/artifacts/{artifact}", get(runs::artifact))
+        .route("/filters", get(filters::list))
+        .route("/filters/{id}", get(filters::show))
+        .route("/gcn", get(gcn::list))
+        .route("/gcn/{dateobs}", get(gcn::show))
         .route("/keys", get(keys::list).post(keys::create))
         .route("/keys/{id}/revoke", post(keys::revoke))
         .fallback(pages::not_found)
@@ -196,6 +201,7 @@ mod tests {
                 session: None,
                 approvals: None,
                 skills: None,
+                broker: None,
                 timeout: Duration::from_secs(1),
             },
             public_url: "http://127.0.0.1:8080".to_owned(),

@@ -30,6 +30,21 @@ pub fn from_struct(s: Struct) -> serde_json::Value {
     )
 }
 
+/// A protobuf `ListValue` as a JSON array.
+pub fn from_list(list: ListValue) -> serde_json::Value {
+    serde_json::Value::Array(list.values.into_iter().map(from_value).collect())
+}
+
+/// A JSON array as a protobuf `ListValue` (anything else as an empty list).
+pub fn to_list(json: serde_json::Value) -> ListValue {
+    match json {
+        serde_json::Value::Array(items) => ListValue {
+            values: items.into_iter().map(to_value).collect(),
+        },
+        _ => ListValue::default(),
+    }
+}
+
 /// A JSON value as a `google.protobuf.Value`.
 pub fn to_value(json: serde_json::Value) -> Value {
     let kind = match json {
@@ -71,6 +86,13 @@ fn number(n: f64) -> serde_json::Value {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn round_trips_lists() {
+        let v = json!([{"$match": {"a": {"$gt": 1}}}, 2.5, "x"]);
+        assert_eq!(from_list(to_list(v.clone())), v);
+        assert_eq!(to_list(json!({"a": 1})).values.len(), 0);
+    }
 
     #[test]
     fn round_trips_nested_json() {

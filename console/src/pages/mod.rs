@@ -2,6 +2,8 @@
 //! navigation bar, rendering, error pages and paging.
 
 pub mod approvals;
+pub mod filters;
+pub mod gcn;
 pub mod keys;
 pub mod runs;
 pub mod sessions;
@@ -18,7 +20,8 @@ pub struct Nav {
     pub tenant_id: String,
     /// The sign-out form's CSRF token.
     pub csrf: String,
-    /// Which area is shown: `sessions`, `approvals`, `runs` or `keys`.
+    /// Which area is shown: `sessions`, `approvals`, `runs`, `filters`,
+    /// `gcn` or `keys`.
     pub active: &'static str,
 }
 

@@ -323,6 +323,111 @@ pub async fn close(
     }
 }
 
+/// A session a person opened on an object, with its record: the tool calls
+/// its trace holds and the pipeline the agent arrived at.
+pub struct OnSubject {
+    pub session_id: String,
+    pub title: String,
+    pub status: String,
+    pub created_at: String,
+    pub calls: Vec<RecordedCall>,
+    /// The proposed pipeline, pretty JSON, when the agent previewed one.
+    pub proposal: String,
+    /// The version the proposal was for, when it named the filter.
+    pub proposal_filter: String,
+    /// Why no pipeline is offered, when one was seen but never previewed.
+    pub withheld: String,
+}
+
+/// One tool call of a session's record.
+pub struct RecordedCall {
+    pub seq: i64,
+    pub name: String,
+    /// The arguments, compact JSON.
+    pub arguments: String,
+    pub ok: bool,
+    pub summary: String,
+}
+
+/// At most `chars` characters of `text`, with an ellipsis when cut.
+fn brief(text: &str, chars: usize) -> String {
+    match text.char_indices().nth(chars) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_owned(),
+    }
+}
+
+/// How many sessions on one object a page shows with their records.
+pub const ON_SUBJECT_LIMIT: i32 = 10;
+
+/// The newest sessions opened on `kind`/`id`, each with its record, for the
+/// filter and event pages.
+pub async fn on_subject(
+    console: &Console,
+    person: &Person,
+    kind: &str,
+    id: &str,
+) -> Result<Vec<OnSubject>, crate::backends::CallError> {
+    let mut client = console.backends.session()?;
+    let (key, timeout) = (&console.key, console.backends.timeout);
+    let list = pb::ListSessionsRequest {
+        subject_kind: Some(kind.to_owned()),
+        subject_id: Some(id.to_owned()),
+        limit: ON_SUBJECT_LIMIT,
+        ..Default::default()
+    };
+    let sessions = client
+        .list_sessions(signed(key, &person.principal, timeout, list))
+        .await?
+        .into_inner()
+        .sessions;
+    let mut out = Vec::with_capacity(sessions.len());
+    for summary in sessions {
+        let Some(d) = summary.session else { continue };
+        let get = pb::GetSessionRecordRequest {
+            session_id: d.session_id.clone(),
+        };
+        let record = client
+            .get_session_record(signed(key, &person.principal, timeout, get))
+            .await?
+            .into_inner();
+        let (proposal, proposal_filter) = match record.proposal {
+            Some(p) => (
+                serde_json::to_string_pretty(&ithaca_kit::json::from_list(
+                    p.pipeline.unwrap_or_default(),
+                ))
+                .unwrap_or_default(),
+                p.filter_id.unwrap_or_default(),
+            ),
+            None => (String::new(), String::new()),
+        };
+        out.push(OnSubject {
+            session_id: d.session_id,
+            title: d.title,
+            status: d.status,
+            created_at: d.created_at,
+            calls: record
+                .calls
+                .into_iter()
+                .map(|c| RecordedCall {
+                    seq: c.seq,
+                    name: c.name,
+                    arguments: c
+                        .arguments
+                        .map(|a| ithaca_kit::json::from_struct(a).to_string())
+                        .unwrap_or_default(),
+                    ok: c.ok,
+                    summary: brief(&c.summary, 140),
+                })
+                .collect(),
+            proposal,
+            proposal_filter,
+            withheld: record.proposal_withheld.unwrap_or_default(),
+        });
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -332,6 +437,12 @@ mod tests {
         let args: serde_json::Value =
             serde_json::from_str(snippet.trim_start_matches("session_context ")).expect("json");
         assert_eq!(args["session_id"], "abc");
+    }
+
+    #[test]
+    fn briefs_cut_on_characters() {
+        assert_eq!(super::brief("héllo", 2), "hé…");
+        assert_eq!(super::brief("abc", 3), "abc");
     }
 
     #[test]

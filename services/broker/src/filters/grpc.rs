@@ -9,6 +9,7 @@ use super::store::{MatchRow, StreamRow, VersionRow};
 use super::versions::VerdictView;
 use crate::grpc_astro::{alert_uri, n};
 use ithaca_kit::error::ServiceError;
+use ithaca_kit::json::{from_list, to_list};
 use ithaca_kit::{clock, json, principal};
 use ithaca_proto::broker::v1 as pb;
 use ithaca_proto::broker::v1::filter_service_server::FilterService as Rpc;
@@ -25,33 +26,6 @@ pub struct Grpc {
 /// The resource of a filter.
 pub fn filter_uri(filter_id: &str) -> String {
     format!("doomberg://filters/{filter_id}")
-}
-
-/// A `ListValue` as a JSON array.
-fn from_list(list: ListValue) -> Json {
-    let wrapped = prost_types::Struct {
-        fields: [(
-            "list".to_owned(),
-            prost_types::Value {
-                kind: Some(prost_types::value::Kind::ListValue(list)),
-            },
-        )]
-        .into_iter()
-        .collect(),
-    };
-    json::from_struct(wrapped)
-        .get_mut("list")
-        .map(Json::take)
-        .unwrap_or(Json::Array(Vec::new()))
-}
-
-/// A JSON array as a `ListValue` (anything else as an empty list).
-fn to_list(value: Json) -> ListValue {
-    let s = json::to_struct(serde_json::json!({ "list": value }));
-    match s.fields.into_iter().next().and_then(|(_, v)| v.kind) {
-        Some(prost_types::value::Kind::ListValue(l)) => l,
-        _ => ListValue::default(),
-    }
 }
 
 fn required_pipeline(p: Option<ListValue>) -> Result<Json, Status> {
@@ -354,6 +328,33 @@ impl Rpc for Grpc {
             from_version: n(d.from),
             to_version: n(d.to),
             diff: d.diff,
+        }))
+    }
+
+    async fn list_broker_filters(
+        &self,
+        request: Request<pb::ListBrokerFiltersRequest>,
+    ) -> Result<Response<pb::BrokerFilters>, Status> {
+        let caller = principal::of(&request)?;
+        let r = request.into_inner();
+        let (rows, total) = self.service.list(&caller, r.limit, r.offset).await?;
+        let offset = i64::from(r.offset.unwrap_or(0));
+        let end = offset + rows.len() as i64;
+        let filters = rows
+            .into_iter()
+            .map(|row| {
+                filter(FilterView {
+                    row,
+                    versions: Vec::new(),
+                    matches: Vec::new(),
+                    matches_saved: 0,
+                })
+            })
+            .collect();
+        Ok(Response::new(pb::BrokerFilters {
+            filters,
+            total: n(total),
+            next_offset: (end < total).then(|| n(end)),
         }))
     }
 

@@ -385,6 +385,31 @@ impl FilterService {
         })
     }
 
+    /// The console's list: one page of the tenant's filters, newest first.
+    pub async fn list(
+        &self,
+        caller: &Principal,
+        limit: Option<i32>,
+        offset: Option<i32>,
+    ) -> Result<(Vec<FilterRow>, i64), ServiceError> {
+        let tenant = tenant_of(caller)?;
+        let limit = match limit {
+            None => 25,
+            Some(n) if (1..=100).contains(&n) => i64::from(n),
+            Some(n) => return Err(ServiceError::invalid(format!("limit: 1 to 100 (got {n})"))),
+        };
+        let offset = match offset {
+            None => 0,
+            Some(n) if n >= 0 => i64::from(n),
+            Some(n) => {
+                return Err(ServiceError::invalid(format!(
+                    "offset: 0 or more (got {n})"
+                )));
+            }
+        };
+        Ok(self.store.filters_of(tenant, limit, offset).await?)
+    }
+
     /// `diff_broker_filter_versions`.
     pub async fn diff(
         &self,

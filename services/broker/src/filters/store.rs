@@ -255,6 +255,31 @@ impl FilterStore {
             .await)
     }
 
+    /// One page of the tenant's filters, newest first, and how many it has.
+    pub async fn filters_of(
+        &self,
+        tenant_id: &str,
+        limit: i64,
+        offset: i64,
+    ) -> Result<(Vec<FilterRow>, i64), sqlx::Error> {
+        let sql = format!(
+            "SELECT {FILTER_COLUMNS} FROM filters WHERE tenant_id = $1 \
+             ORDER BY created_at_ms DESC, filter_id LIMIT $2 OFFSET $3"
+        );
+        let rows = with_pool!(self.db, pool => sqlx::query_as::<_, FilterRow>(&sql)
+            .bind(tenant_id)
+            .bind(limit)
+            .bind(offset)
+            .fetch_all(pool)
+            .await)?;
+        let total = with_pool!(self.db, pool => sqlx::query_scalar::<_, i64>(
+                "SELECT COUNT(*) FROM filters WHERE tenant_id = $1")
+            .bind(tenant_id)
+            .fetch_one(pool)
+            .await)?;
+        Ok((rows, total))
+    }
+
     // ---- versions ------------------------------------------------------------
 
     /// Number the filter's next version and store it with its verdict, in
