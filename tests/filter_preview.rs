@@ -309,8 +309,67 @@ async fn suite(db: Db) {
         "without its cutouts"
     );
 
+    withheld_paths(&alerts, &all).await;
     regions(&alerts, &all).await;
     bad_queries(&alerts, &p).await;
+}
+
+/// On a stream that withholds paths (`ztf-public`: `candidate.programpi`,
+/// `fp_hists`), the preview sees documents without them, as the live path
+/// does: nothing counts on them, and no alert returned carries them.
+async fn withheld_paths(alerts: &AlertService, all: &[Stored]) {
+    let store = alerts.store();
+    let withheld = vec!["candidate.programpi".to_owned(), "fp_hists".to_owned()];
+    let has_pi = all
+        .iter()
+        .filter(|s| s.candidate.get("programpi").is_some_and(|v| !v.is_null()))
+        .count() as u64;
+    assert!(has_pi > 0, "the real alerts carry programpi");
+    let on_pi = compiled(
+        alerts,
+        &json!([{"$match": {"candidate.programpi": {"$exists": true}}}]),
+    )
+    .await;
+    let open = preview::preview(store, &on_pi, &query())
+        .await
+        .expect("open");
+    let public = preview::preview(
+        store,
+        &on_pi,
+        &PreviewQuery {
+            withheld: withheld.clone(),
+            ..query()
+        },
+    )
+    .await
+    .expect("public");
+    assert_eq!(open.matched, has_pi, "without withholding, it counts");
+    assert_eq!(public.matched, 0, "a withheld path is absent");
+    // The whole documents returned (from the candidate, and from the packet).
+    for stages in [
+        json!([{"$match": {"candidate.magpsf": {"$lt": 30}}}]),
+        json!([{"$match": {"prv_candidates.magpsf": {"$lt": 30}}}]),
+    ] {
+        let p = compiled(alerts, &stages).await;
+        let r = preview::preview(
+            store,
+            &p,
+            &PreviewQuery {
+                sort_by: Some("candidate.jd".into()),
+                limit: 40,
+                withheld: withheld.clone(),
+                ..query()
+            },
+        )
+        .await
+        .expect("sorted");
+        assert!(!r.alerts.is_empty(), "{stages}");
+        for a in &r.alerts {
+            assert!(a["candidate"].get("programpi").is_none(), "{stages}: {a}");
+            assert!(a.get("fp_hists").is_none(), "{stages}");
+            assert!(a["candidate"]["magpsf"].is_number(), "the rest is kept");
+        }
+    }
 }
 
 /// A cone becomes a MOC: every alert inside is found, the nearest alert

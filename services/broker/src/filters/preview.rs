@@ -10,6 +10,7 @@
 //! `candidate` is read only for the fields the pipeline needs, and parsed
 //! whole only for the alerts that enter the top `limit`.
 
+use super::live::strip;
 use super::pipeline::scan::{KeySet, fill_subset};
 use super::pipeline::{CandidateNeeds, Pipeline, compare_values, needs_of, value_at};
 use crate::alerts::avro;
@@ -153,6 +154,10 @@ pub struct PreviewQuery {
     pub sort_by: Option<String>,
     pub ascending: bool,
     pub limit: usize,
+    /// Paths the stream withholds (`candidate.programpi`, `fp_hists`): the
+    /// pipeline runs on documents without them, as on the live stream, so
+    /// neither the counts nor the alerts returned depend on them.
+    pub withheld: Vec<String>,
 }
 
 /// What a preview found.
@@ -236,6 +241,12 @@ pub async fn preview(
                 .collect();
             keys.sort();
             keys.dedup();
+            // A withheld candidate field is never read, so it is absent.
+            keys.retain(|k| {
+                !q.withheld
+                    .iter()
+                    .any(|w| w.strip_prefix("candidate.") == Some(k))
+            });
             Some(keys)
         }
     };
@@ -251,6 +262,7 @@ pub async fn preview(
         packet,
         schemas,
         programids: q.programids.clone(),
+        withheld: q.withheld.clone(),
         exact,
         sort,
         evaluated: 0,
@@ -450,6 +462,8 @@ struct Scanner {
     packet: bool,
     schemas: HashMap<String, Arc<Schema>>,
     programids: Vec<i32>,
+    /// Paths stripped from every document before the pipeline sees it.
+    withheld: Vec<String>,
     /// The region's MOC, when the index ranges read were a coarser cover.
     exact: Option<Arc<SkyMoc>>,
     sort: Option<Sort>,
@@ -502,6 +516,7 @@ impl Scanner {
                 .ok_or_else(|| corrupt("schema"))?;
             self.doc =
                 packet_document(avro::decode_packet(schema, datum).map_err(|_| corrupt("packet"))?);
+            strip(&mut self.doc, &self.withheld);
         } else {
             match &self.keys {
                 Some(keys) => {
@@ -512,6 +527,7 @@ impl Scanner {
                     let whole =
                         serde_json::from_str(candidate).map_err(|_| corrupt("candidate"))?;
                     self.doc = alert_document(object_id, candid, schemavsn, whole);
+                    strip(&mut self.doc, &self.withheld);
                 }
             }
         }
@@ -547,9 +563,9 @@ impl Scanner {
             out
         } else {
             let full: Value = serde_json::from_str(candidate).map_err(|_| corrupt("candidate"))?;
-            self.pipeline
-                .eval(&alert_document(object_id, candid, schemavsn, full))
-                .unwrap_or(out)
+            let mut full = alert_document(object_id, candid, schemavsn, full);
+            strip(&mut full, &self.withheld);
+            self.pipeline.eval(&full).unwrap_or(out)
         };
         sort.heap.push(Ranked {
             doc: whole,

@@ -119,6 +119,7 @@ impl FilterService {
             sort_by,
             ascending: order == SortOrder::Ascending,
             limit,
+            withheld: stream.withheld(),
         };
         let result = preview::preview(self.alerts.store(), &checked.pipeline, &query).await?;
 
