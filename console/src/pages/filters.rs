@@ -4,27 +4,16 @@
 //! agents called and proposed (the record of an answer).
 
 use super::sessions::{OnSubject, on_subject};
-use super::{Nav, failed, html, missing_scope};
+use super::{Nav, failed, html, reader};
 use crate::Console;
 use crate::backends::signed;
-use crate::gate::Person;
 use askama::Template;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use ithaca_proto::broker::v1 as pb;
-use ithaca_proto::scopes::DATA_READ;
 use serde::Deserialize;
 use std::sync::Arc;
-
-/// What every filter page needs first: a person who may read data.
-async fn reader(console: &Console, headers: &HeaderMap) -> Result<Person, Response> {
-    let person = console.person(headers).await?;
-    if !person.has_scope(DATA_READ) {
-        return Err(missing_scope(DATA_READ));
-    }
-    Ok(person)
-}
 
 #[derive(Deserialize, Default)]
 pub struct ListQuery {

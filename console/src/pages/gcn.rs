@@ -3,7 +3,7 @@
 //! the team's comments, and the sessions people opened on it.
 
 use super::sessions::{OnSubject, on_subject};
-use super::{Nav, failed, html, missing_scope};
+use super::{Nav, failed, html, reader};
 use crate::Console;
 use crate::backends::signed;
 use askama::Template;
@@ -11,7 +11,6 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use ithaca_proto::broker::v1 as pb;
-use ithaca_proto::scopes::DATA_READ;
 use serde::Deserialize;
 use std::sync::Arc;
 
@@ -48,13 +47,10 @@ pub async fn list(
     headers: HeaderMap,
     Query(query): Query<ListQuery>,
 ) -> Response {
-    let person = match console.person(&headers).await {
+    let person = match reader(&console, &headers).await {
         Ok(p) => p,
         Err(r) => return r,
     };
-    if !person.has_scope(DATA_READ) {
-        return missing_scope(DATA_READ);
-    }
     let mut client = match console.backends.gcn() {
         Ok(c) => c,
         Err(e) => return failed(e),
@@ -134,13 +130,10 @@ pub async fn show(
     headers: HeaderMap,
     Path(dateobs): Path<String>,
 ) -> Response {
-    let person = match console.person(&headers).await {
+    let person = match reader(&console, &headers).await {
         Ok(p) => p,
         Err(r) => return r,
     };
-    if !person.has_scope(DATA_READ) {
-        return missing_scope(DATA_READ);
-    }
     let mut client = match console.backends.gcn() {
         Ok(c) => c,
         Err(e) => return failed(e),

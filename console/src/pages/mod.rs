@@ -92,6 +92,18 @@ pub fn failed(err: CallError) -> Response {
     }
 }
 
+/// What most pages need first: a signed-in person whose key may read data.
+pub async fn reader(
+    console: &crate::Console,
+    headers: &axum::http::HeaderMap,
+) -> Result<crate::gate::Person, Response> {
+    let person = console.person(headers).await?;
+    if !person.has_scope(ithaca_proto::scopes::DATA_READ) {
+        return Err(missing_scope(ithaca_proto::scopes::DATA_READ));
+    }
+    Ok(person)
+}
+
 /// The page for a missing scope.
 pub fn missing_scope(scope: &str) -> Response {
     error(

@@ -3,7 +3,7 @@
 //! that forbids scripts and any load (and the page shows it through `<img>`,
 //! where browsers never run a script anyway); CSV as a download.
 
-use super::{Nav, failed, html, missing_scope, pretty};
+use super::{Nav, failed, html, missing_scope, pretty, reader};
 use crate::Console;
 use crate::backends::signed;
 use askama::Template;
@@ -11,7 +11,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use ithaca_proto::mcp::v1 as mcp;
-use ithaca_proto::scopes::{ARTIFACTS_READ, DATA_READ};
+use ithaca_proto::scopes::ARTIFACTS_READ;
 use ithaca_proto::skills::v1 as pb;
 use serde::Deserialize;
 use std::sync::Arc;
@@ -76,13 +76,10 @@ pub async fn show(
     headers: HeaderMap,
     Path(run_id): Path<String>,
 ) -> Response {
-    let person = match console.person(&headers).await {
+    let person = match reader(&console, &headers).await {
         Ok(p) => p,
         Err(r) => return r,
     };
-    if !person.has_scope(DATA_READ) {
-        return missing_scope(DATA_READ);
-    }
     let mut client = match console.backends.skills() {
         Ok(c) => c,
         Err(e) => return failed(e),

@@ -1,7 +1,7 @@
 //! Sessions: the list (filters, pages), starting one for an agent to join,
 //! one session's prompts and live trace, and closing it.
 
-use super::{Nav, failed, html, missing_scope};
+use super::{Nav, failed, html, missing_scope, reader};
 use crate::Console;
 use crate::backends::signed;
 use crate::gate::Person;
@@ -47,15 +47,6 @@ pub struct ListQuery {
     agent: String,
     #[serde(default)]
     page: String,
-}
-
-/// What every session page needs first: a person who may read data.
-async fn reader(console: &Console, headers: &HeaderMap) -> Result<Person, Response> {
-    let person = console.person(headers).await?;
-    if !person.has_scope(DATA_READ) {
-        return Err(missing_scope(DATA_READ));
-    }
-    Ok(person)
 }
 
 /// `GET /console/sessions?status=&agent=&page=`.
