@@ -32,10 +32,20 @@ pub struct Target {
 /// Every `.avro` file under `paths` (files as given, folders walked), sorted
 /// within each folder.
 pub fn avro_files(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
+    files_under(paths, |p| p.extension().is_some_and(|x| x == "avro"))
+}
+
+/// The files under `paths`: each file as given (whatever its name), and in
+/// each folder, walked in name order, those `wanted` picks. A path that does
+/// not exist is an error naming it.
+pub(crate) fn files_under(
+    paths: &[PathBuf],
+    wanted: impl Fn(&Path) -> bool + Copy,
+) -> anyhow::Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     for p in paths {
         if p.is_dir() {
-            walk(p, &mut out).with_context(|| format!("reading {}", p.display()))?;
+            walk(p, wanted, &mut out).with_context(|| format!("reading {}", p.display()))?;
         } else if p.exists() {
             out.push(p.clone());
         } else {
@@ -45,15 +55,19 @@ pub fn avro_files(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+fn walk(
+    dir: &Path,
+    wanted: impl Fn(&Path) -> bool + Copy,
+    out: &mut Vec<PathBuf>,
+) -> std::io::Result<()> {
     let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)?
         .map(|e| e.map(|e| e.path()))
         .collect::<Result<_, _>>()?;
     entries.sort();
     for e in entries {
         if e.is_dir() {
-            walk(&e, out)?;
-        } else if e.extension().is_some_and(|x| x == "avro") {
+            walk(&e, wanted, out)?;
+        } else if wanted(&e) {
             out.push(e);
         }
     }

@@ -8,7 +8,6 @@
 
 use crate::ingest_astro::{Progress, Target};
 use crate::stack::{self, StackInfo};
-use anyhow::Context;
 use ithaca_kit::client::{self, Outbound};
 use ithaca_kit::config::CommonArgs;
 use ithaca_kit::principal::Principal;
@@ -33,32 +32,7 @@ fn is_gcn_file(p: &Path) -> bool {
 /// Every GCN file under `paths` (files as given, folders walked), sorted
 /// within each folder.
 pub fn gcn_files(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
-    let mut out = Vec::new();
-    for p in paths {
-        if p.is_dir() {
-            walk(p, &mut out).with_context(|| format!("reading {}", p.display()))?;
-        } else if p.exists() {
-            out.push(p.clone());
-        } else {
-            anyhow::bail!("{}: no such file or folder", p.display());
-        }
-    }
-    Ok(out)
-}
-
-fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)?
-        .map(|e| e.map(|e| e.path()))
-        .collect::<Result<_, _>>()?;
-    entries.sort();
-    for e in entries {
-        if e.is_dir() {
-            walk(&e, out)?;
-        } else if is_gcn_file(&e) {
-            out.push(e);
-        }
-    }
-    Ok(())
+    crate::ingest_astro::files_under(paths, is_gcn_file)
 }
 
 fn connect(common: &CommonArgs, target: &Target) -> anyhow::Result<Client> {

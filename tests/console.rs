@@ -691,7 +691,7 @@ async fn browser_filter_and_gcn_event_pages() {
         return;
     };
     let up = up();
-    let (human, agent) = (up.human.clone(), up.agent.clone());
+    let human = up.human.clone();
     b.sign_in(&up, &human).await;
 
     // Empty states first.
