@@ -221,9 +221,16 @@ pub struct Stack {
 
 /// `serve <service>` on PostgreSQL schema `schema`, plus `extra` flags.
 fn serve_args(service: &str, pg: &str, schema: &str, extra: &[String]) -> Vec<String> {
-    let mut args: Vec<String> = ["serve", service, "--database-url", pg, "--db-schema", schema]
-        .map(str::to_owned)
-        .to_vec();
+    let mut args: Vec<String> = [
+        "serve",
+        service,
+        "--database-url",
+        pg,
+        "--db-schema",
+        schema,
+    ]
+    .map(str::to_owned)
+    .to_vec();
     args.extend_from_slice(extra);
     args
 }
@@ -238,12 +245,7 @@ fn flags(pairs: &[(&str, String)]) -> Vec<String> {
 impl Stack {
     /// Start everything, with `agents` agent keys and one human key.
     /// `backend` is an extra gRPC backend both edges learn by reflection.
-    pub async fn start(
-        pg: &str,
-        haproxy: &PathBuf,
-        agents: usize,
-        backend: Option<&str>,
-    ) -> Stack {
+    pub async fn start(pg: &str, haproxy: &PathBuf, agents: usize, backend: Option<&str>) -> Stack {
         let run = super::unique_schema("rep");
         let schema = |svc: &str| format!("{run}_{svc}");
         let auth = Node::start("auth", serve_args("auth", pg, &schema("auth"), &[]));
@@ -438,6 +440,8 @@ pub struct Answer {
     pub outcome: Outcome,
     /// The edge that answered (the balancer's `X-Ithaca-Edge`).
     pub edge: Option<String>,
+    /// The `Retry-After` of an HTTP error.
+    pub retry_after: Option<String>,
     pub took: Duration,
 }
 
@@ -500,10 +504,12 @@ pub async fn call(base: &str, token: &str, tool: &str, arguments: Value) -> Answ
     );
     let reply = exchange(base, head, body.as_bytes()).await;
     let took = started.elapsed();
+    let mut retry_after = None;
     let (outcome, edge) = match reply {
         Err(why) => (Outcome::NoAnswer(why), None),
         Ok(reply) => {
             let edge = reply.header("x-ithaca-edge").map(str::to_owned);
+            retry_after = reply.header("retry-after").map(str::to_owned);
             let outcome = if reply.status != 200 {
                 Outcome::Http(reply.status, reply.text())
             } else {
@@ -524,6 +530,7 @@ pub async fn call(base: &str, token: &str, tool: &str, arguments: Value) -> Answ
     Answer {
         outcome,
         edge,
+        retry_after,
         took,
     }
 }
@@ -652,7 +659,10 @@ impl TraceStream {
 // Reading a trace back and checking it.
 
 /// Every event of `session_id`, read page by page.
-pub async fn read_trace(client: &mut super::SessionClient, session_id: &str) -> Vec<spb::TraceEvent> {
+pub async fn read_trace(
+    client: &mut super::SessionClient,
+    session_id: &str,
+) -> Vec<spb::TraceEvent> {
     let mut events = Vec::new();
     let mut after = 0;
     loop {
@@ -758,7 +768,9 @@ pub fn check_trace(events: &[spb::TraceEvent], told: &[String]) -> TraceCheck {
     }
     for (seq, n) in &results {
         if *n > 1 {
-            check.results_wrong.push(format!("tool_result of seq {seq} ×{n}"));
+            check
+                .results_wrong
+                .push(format!("tool_result of seq {seq} ×{n}"));
         }
     }
     check
