@@ -15,6 +15,7 @@
 #   ITHACA_LOCAL_BASE    first service port (default 51051): auth, session A, session B,
 #                        broker, skills, approvals, edge A, edge B on the next ones
 #   ITHACA_LOCAL_BIND    the balancer's address (default 127.0.0.1)
+#   ITHACA_LOCAL_SCHEMA  prefix of the schemas (default ithaca: ithaca_auth, ithaca_session, …)
 #
 # tests/replicas.rs and tests/faults.rs run the same haproxy.cfg.
 set -euo pipefail
@@ -24,6 +25,7 @@ STATE="${ITHACA_LOCAL_STATE:-./.ithaca-local}"
 PORT="${ITHACA_LOCAL_PORT:-8080}"
 BASE="${ITHACA_LOCAL_BASE:-51051}"
 BIND="${ITHACA_LOCAL_BIND:-127.0.0.1}"
+SCHEMA="${ITHACA_LOCAL_SCHEMA:-ithaca}"
 
 fail() { printf 'run.sh: %s\n' "$*" >&2; exit 1; }
 
@@ -50,7 +52,9 @@ stop() {
     for ((i = ${#pids[@]} - 1; i >= 0; i--)); do kill -TERM "${pids[i]}" 2>/dev/null || true; done
     wait 2>/dev/null || true
 }
-trap stop INT TERM EXIT
+trap 'stop; exit 130' INT
+trap 'stop; exit 143' TERM
+trap stop EXIT
 
 # start NAME PORT ARGS...: run `ithaca ARGS --listen 127.0.0.1:PORT`, wait
 # until it says it listens.
@@ -68,13 +72,13 @@ start() {
 }
 url() { echo "http://127.0.0.1:$(($BASE + $1))"; }
 
-db=(--database-url "$PG_URL")
-start auth "$BASE" serve auth "${db[@]}"
-start session-a "$((BASE + 1))" serve session "${db[@]}"
-start session-b "$((BASE + 2))" serve session "${db[@]}"
-start broker "$((BASE + 3))" serve broker "${db[@]}"
-start skills "$((BASE + 4))" serve skills "${db[@]}" --broker-url "$(url 3)" --session-url "$(url 1)"
-start approvals "$((BASE + 5))" serve approvals "${db[@]}" \
+db() { echo --database-url "$PG_URL" --db-schema "${SCHEMA}_$1"; }
+start auth "$BASE" serve auth $(db auth)
+start session-a "$((BASE + 1))" serve session $(db session)
+start session-b "$((BASE + 2))" serve session $(db session)
+start broker "$((BASE + 3))" serve broker $(db broker)
+start skills "$((BASE + 4))" serve skills $(db skills) --broker-url "$(url 3)" --session-url "$(url 1)"
+start approvals "$((BASE + 5))" serve approvals $(db approvals) \
     --broker-url "$(url 3)" --session-url "$(url 1)" --skills-url "$(url 4)"
 # Each edge talks to its own session replica: calls balanced over the edges
 # are spread over both, and they share the trace through PostgreSQL.
