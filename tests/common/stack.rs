@@ -18,7 +18,7 @@ use ithaca_proto::auth::v1 as apb;
 use ithaca_proto::session::v1 as spb;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -157,7 +157,7 @@ pub fn haproxy_config(listen: &str, edge_a: &str, edge_b: &str) -> String {
 }
 
 impl Balancer {
-    async fn start(binary: &PathBuf, edge_a: &str, edge_b: &str) -> Balancer {
+    async fn start(binary: &Path, edge_a: &str, edge_b: &str) -> Balancer {
         // HAProxy binds its own port; take a free one and hand it over.
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
@@ -245,7 +245,7 @@ fn flags(pairs: &[(&str, String)]) -> Vec<String> {
 impl Stack {
     /// Start everything, with `agents` agent keys and one human key.
     /// `backend` is an extra gRPC backend both edges learn by reflection.
-    pub async fn start(pg: &str, haproxy: &PathBuf, agents: usize, backend: Option<&str>) -> Stack {
+    pub async fn start(pg: &str, haproxy: &Path, agents: usize, backend: Option<&str>) -> Stack {
         let run = super::unique_schema("rep");
         let schema = |svc: &str| format!("{run}_{svc}");
         let auth = Node::start("auth", serve_args("auth", pg, &schema("auth"), &[]));
