@@ -100,8 +100,10 @@ impl Backend {
     /// A failed call to `service` on this backend, made clear for the
     /// agent: a call cut at its deadline (which tonic reports as CANCELLED
     /// "Timeout expired") becomes DEADLINE_EXCEEDED naming the service, its
-    /// URL and the deadline; a connection failure becomes UNAVAILABLE
-    /// naming them. A status the service itself answered passes unchanged.
+    /// URL and the deadline; a connection failure, before or during the
+    /// call, becomes UNAVAILABLE naming them; the service's own UNAVAILABLE
+    /// is prefixed with its name. Other statuses the service answered pass
+    /// unchanged.
     pub fn explain(&self, service: &str, status: Status) -> Status {
         self.explain_within(service, status, self.timeout)
     }
@@ -113,14 +115,35 @@ impl Backend {
         // A status built from a transport error carries that error as its
         // source; one the service sent does not.
         let from_transport = std::error::Error::source(&status).is_some();
-        if status.code() == tonic::Code::Unavailable && from_transport {
-            return Status::unavailable(format!(
+        match status.code() {
+            tonic::Code::Unavailable if from_transport => Status::unavailable(format!(
                 "{service} ({}) is unreachable: {}",
                 self.url,
                 status.message()
-            ));
+            )),
+            // The connection broke after the request went out (the service
+            // was killed mid-call): tonic says UNKNOWN "transport error",
+            // which would read as the service's own failure. The service may
+            // be back at once (another replica, a restart), so this is
+            // UNAVAILABLE, retryable, and says the outcome is unknown.
+            tonic::Code::Unknown | tonic::Code::Internal | tonic::Code::Cancelled
+                if from_transport =>
+            {
+                Status::unavailable(format!(
+                    "{service} ({}) dropped the call, whose outcome is unknown: {}",
+                    self.url,
+                    status.message()
+                ))
+            }
+            // The service answered that it cannot serve now (its database
+            // is down, say): the agent hears which service.
+            tonic::Code::Unavailable => Status::with_metadata(
+                tonic::Code::Unavailable,
+                format!("{service}: {}", status.message()),
+                status.metadata().clone(),
+            ),
+            _ => status,
         }
-        status
     }
 
     fn timed_out(&self, service: &str, deadline: Duration) -> Status {

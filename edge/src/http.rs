@@ -291,10 +291,16 @@ impl Edge {
     fn unauthorized(&self, failure: &AuthFailure) -> Response {
         if let AuthFailure::Unavailable(why) = failure {
             tracing::warn!(error = %why, "authentication unavailable");
-            return plain(
+            // Retryable, and said so: the auth service (or its database)
+            // is down for a moment, as during a restart.
+            let mut response = plain(
                 StatusCode::SERVICE_UNAVAILABLE,
-                "authentication is unavailable, retry later",
+                "authentication (ithaca.auth.v1.AuthService) is unavailable, retry later",
             );
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+            return response;
         }
         let challenge = format!(
             "Bearer realm=\"{REALM}\", resource_metadata=\"{}\"",

@@ -77,13 +77,28 @@ impl ServiceError {
 
 impl From<sqlx::Error> for ServiceError {
     fn from(err: sqlx::Error) -> Self {
-        match err {
-            sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) => {
-                tracing::error!(error = %err, "database unavailable");
-                Self::new(Code::Unavailable, "database unavailable, retry later")
-            }
-            other => Self::internal(&other),
+        if database_unavailable(&err) {
+            tracing::error!(error = %err, "database unavailable");
+            return Self::new(Code::Unavailable, "database unavailable, retry later");
         }
+        Self::internal(&err)
+    }
+}
+
+/// Whether `err` says the database, not the request, failed, so the same
+/// request may succeed in a moment: the pool or the connection is gone, or
+/// PostgreSQL ended the connection or refuses new ones while it shuts down,
+/// restarts or is out of connections (SQLSTATE class 08, class 57P such as
+/// 57P01 "terminating connection due to administrator command", and 53300).
+/// Without the SQLSTATE cases a restart of PostgreSQL reached callers as a
+/// non-retryable INTERNAL.
+fn database_unavailable(err: &sqlx::Error) -> bool {
+    match err {
+        sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) => true,
+        sqlx::Error::Database(db) => db
+            .code()
+            .is_some_and(|c| c.starts_with("08") || c.starts_with("57P") || c == "53300"),
+        _ => false,
     }
 }
 

@@ -97,7 +97,7 @@ pub async fn read_until(
     text
 }
 
-fn parse(raw: &[u8]) -> Reply {
+pub fn parse(raw: &[u8]) -> Reply {
     let split = raw
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
