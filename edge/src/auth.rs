@@ -73,7 +73,7 @@ impl Authenticator {
     /// and with the same deadline.
     pub fn quota_store(&self) -> crate::limits::Store {
         crate::limits::Store::Shared {
-            client: self.client.clone(),
+            client: Box::new(self.client.clone()),
             timeout: self.timeout,
         }
     }
