@@ -76,6 +76,46 @@ pub struct EdgeArgs {
     pub no_session_gate: bool,
     #[command(flatten)]
     pub listener: ListenerArgs,
+    #[command(flatten)]
+    pub limits: LimitArgs,
+}
+
+/// Rate limits, quotas and backend concurrency (`ithaca serve edge`,
+/// `ithaca up`).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct LimitArgs {
+    /// Requests one API key may make per window, as N/PERIOD: `120/1m`,
+    /// `10/s`, a daily quota `50000/1d` (repeatable or comma-separated;
+    /// none by default). Over it the edge answers 429 with Retry-After.
+    /// Counted in the auth service, so every edge replica shares one budget.
+    #[arg(
+        long = "rate-limit-key",
+        env = "ITHACA_RATE_LIMIT_KEY",
+        value_delimiter = ','
+    )]
+    pub per_key: Vec<ithaca_edge::limits::Rule>,
+    /// Requests all keys of one tenant may make together per window, as
+    /// N/PERIOD (repeatable or comma-separated; none by default).
+    #[arg(
+        long = "rate-limit-tenant",
+        env = "ITHACA_RATE_LIMIT_TENANT",
+        value_delimiter = ','
+    )]
+    pub per_tenant: Vec<ithaca_edge::limits::Rule>,
+    /// Calls the edge keeps in flight to one backend at most; more are
+    /// refused at once with the retryable BACKEND_BUSY, so one slow service
+    /// cannot hold every connection of the edge.
+    #[arg(long, env = "ITHACA_BACKEND_MAX_IN_FLIGHT", default_value_t = ithaca_edge::backend::DEFAULT_MAX_IN_FLIGHT, value_parser = clap::builder::TypedValueParser::map(clap::value_parser!(u32).range(1..), |n| n as usize))]
+    pub backend_max_in_flight: usize,
+}
+
+impl LimitArgs {
+    fn rate_limits(&self) -> ithaca_edge::limits::RateLimits {
+        ithaca_edge::limits::RateLimits {
+            per_key: self.per_key.clone(),
+            per_tenant: self.per_tenant.clone(),
+        }
+    }
 }
 
 /// The HTTP listener's limits (`ithaca serve edge`, `ithaca up`): what a
@@ -148,6 +188,10 @@ impl EdgeArgs {
             cors_origins: Vec::new(),
             no_session_gate: false,
             listener: ListenerArgs::default(),
+            limits: LimitArgs {
+                backend_max_in_flight: ithaca_edge::backend::DEFAULT_MAX_IN_FLIGHT,
+                ..LimitArgs::default()
+            },
         }
     }
 }
@@ -174,6 +218,7 @@ async fn core(args: &EdgeArgs, key: &InternalKey) -> anyhow::Result<Arc<ithaca_e
         approvals_url: args.approvals_url.clone(),
         reflected: args.backends.clone(),
         timeout: Duration::from_millis(args.backend_timeout_ms),
+        max_in_flight: args.limits.backend_max_in_flight,
         ungated: args.no_session_gate,
     };
     let core = ithaca_edge::build_core(&backends, key.clone())
@@ -221,6 +266,7 @@ pub async fn start_http(
         body_limit: args.body_limit,
         request_timeout: Duration::from_millis(args.request_timeout_ms),
         cors_origins: args.cors_origins.clone(),
+        rate_limits: args.limits.rate_limits(),
     };
     // The console is mounted beside the edge's routes; the edge's trace
     // stream accepts its sign-ins, and nothing else of the edge knows it.

@@ -62,6 +62,9 @@ enum Command {
     Up(up::UpArgs),
     /// Run one service (edge, auth, session, skills, broker, approvals).
     Serve(serve::ServeArgs),
+    /// Apply one service's database migrations and exit (the init step of
+    /// a rolling upgrade).
+    Migrate(serve::MigrateArgs),
     /// Create, list, revoke and verify API keys on a running auth service.
     #[command(subcommand)]
     Keys(admin::KeysCommand),
@@ -111,6 +114,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Up(args) => up::run(&cli.common, args).await,
             Command::Serve(args) => serve::run(&cli.common, args).await,
+            Command::Migrate(args) => serve::migrate(&cli.common, args).await,
             Command::Keys(cmd) => admin::keys(&cli.common, cmd).await,
             Command::Tenants(cmd) => admin::tenants(&cli.common, cmd).await,
             Command::Ingest(cmd) => ingest::run(&cli.common, cmd).await,

@@ -48,6 +48,7 @@ pub async fn run(common: &CommonArgs, args: McpArgs) -> anyhow::Result<()> {
             database: args.database,
             backend_timeout_ms: args.edge.backend_timeout_ms,
             listener: args.edge.listener,
+            limits: args.edge.limits,
         };
         return up::run(common, up_args).await;
     }

@@ -84,17 +84,21 @@ pub async fn start(spec: Spec) -> anyhow::Result<JoinHandle<anyhow::Result<()>>>
         skills_url,
         shutdown,
     } = spec;
-    let options = match service {
+    // The database whose migrations the server's health follows.
+    let schema_db;
+    let mut options = match service {
         Service::Auth => {
             let db = ithaca_auth::open_db(&database_url, &schema)
                 .await
                 .with_context(|| format!("opening the {service} database"))?;
+            schema_db = Some(db.clone());
             ithaca_auth::serve_options(db, key)
         }
         Service::Session => {
             let db = ithaca_session::open_db(&database_url, &schema)
                 .await
                 .with_context(|| format!("opening the {service} database"))?;
+            schema_db = Some(db.clone());
             let config = ithaca_session::Config {
                 public_url,
                 idle_timeout: env_secs(
@@ -113,6 +117,7 @@ pub async fn start(spec: Spec) -> anyhow::Result<JoinHandle<anyhow::Result<()>>>
             let db = ithaca_broker::open_db(&database_url, &schema)
                 .await
                 .with_context(|| format!("opening the {service} database"))?;
+            schema_db = Some(db.clone());
             // Account configs written before they were sealed are sealed
             // now, before anything is served.
             ithaca_broker::service(db.clone(), &key)
@@ -125,6 +130,7 @@ pub async fn start(spec: Spec) -> anyhow::Result<JoinHandle<anyhow::Result<()>>>
             let db = ithaca_skills::open_db(&database_url, &schema)
                 .await
                 .with_context(|| format!("opening the {service} database"))?;
+            schema_db = Some(db.clone());
             let config = ithaca_skills::Config {
                 broker_url,
                 session_url,
@@ -135,6 +141,7 @@ pub async fn start(spec: Spec) -> anyhow::Result<JoinHandle<anyhow::Result<()>>>
             let db = ithaca_approvals::open_db(&database_url, &schema)
                 .await
                 .with_context(|| format!("opening the {service} database"))?;
+            schema_db = Some(db.clone());
             let config = ithaca_approvals::Config {
                 skills_url,
                 session_url,
@@ -144,6 +151,7 @@ pub async fn start(spec: Spec) -> anyhow::Result<JoinHandle<anyhow::Result<()>>>
         }
         Service::Edge => bail!("the edge has no database; start it with `ithaca serve edge`"),
     };
+    options.schema = schema_db;
     Ok(tokio::spawn(async move {
         ithaca_kit::server::serve(listener, options, shutdown)
             .await
@@ -190,6 +198,60 @@ pub async fn run(common: &CommonArgs, args: ServeArgs) -> anyhow::Result<()> {
     println!("ithaca: {} listening on {addr}", args.service);
     // The server task ends after the service's background tasks finished.
     task.await.context("server task")?
+}
+
+/// `ithaca migrate <service>`: the database of one service.
+#[derive(Debug, clap::Args)]
+pub struct MigrateArgs {
+    /// The service whose schema to migrate: auth, session, skills, broker or
+    /// approvals.
+    pub service: Service,
+    /// A PostgreSQL URL or a SQLite file path.
+    #[arg(long, env = "ITHACA_DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+    /// Seed 000's name for the database URL, used when --database-url is not.
+    #[arg(long = "doomberg-db", env = "DOOMBERG_DB", hide_env_values = true)]
+    pub doomberg_db: Option<String>,
+    /// The PostgreSQL schema (default: ithaca_<service>).
+    #[arg(long, env = "ITHACA_DB_SCHEMA")]
+    pub db_schema: Option<String>,
+}
+
+/// Apply a service's migrations and exit: the init container of a rolling
+/// upgrade (deploy/README.md). Replicas migrating together take turns
+/// (sqlx holds an advisory lock on PostgreSQL), and a schema already
+/// current is left as it is.
+pub async fn migrate(common: &CommonArgs, args: MigrateArgs) -> anyhow::Result<()> {
+    let _telemetry = telemetry::init(
+        &format!("ithaca-migrate-{}", args.service),
+        common.log_format,
+    )?;
+    let url = args.database_url.or(args.doomberg_db).with_context(
+        || "no database: pass --database-url or set ITHACA_DATABASE_URL or DOOMBERG_DB",
+    )?;
+    let schema = args
+        .db_schema
+        .unwrap_or_else(|| format!("ithaca_{}", args.service));
+    let service = args.service;
+    let opened = match service {
+        Service::Auth => ithaca_auth::open_db(&url, &schema).await,
+        Service::Session => ithaca_session::open_db(&url, &schema).await,
+        Service::Skills => ithaca_skills::open_db(&url, &schema).await,
+        Service::Broker => ithaca_broker::open_db(&url, &schema).await,
+        Service::Approvals => ithaca_approvals::open_db(&url, &schema).await,
+        Service::Edge => bail!("the edge has no database to migrate"),
+    };
+    let db = opened.with_context(|| format!("migrating the {service} database"))?;
+    let state = db
+        .schema_state()
+        .await
+        .context("reading the applied migrations")?;
+    db.close().await;
+    if state != ithaca_kit::db::SchemaState::Current {
+        bail!("the {service} schema is not this version's after migrating: {state:?}");
+    }
+    println!("ithaca: {service} schema is current");
+    Ok(())
 }
 
 async fn run_edge(key: InternalKey, args: ServeArgs) -> anyhow::Result<()> {

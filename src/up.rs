@@ -73,6 +73,8 @@ pub struct UpArgs {
     pub backend_timeout_ms: u64,
     #[command(flatten)]
     pub listener: edge::ListenerArgs,
+    #[command(flatten)]
+    pub limits: edge::LimitArgs,
 }
 
 /// A running local stack.
@@ -195,6 +197,7 @@ pub async fn run(common: &CommonArgs, args: UpArgs) -> anyhow::Result<()> {
     let edge_args = EdgeArgs {
         backend_timeout_ms: args.backend_timeout_ms,
         listener: args.listener.clone(),
+        limits: args.limits.clone(),
         ..EdgeArgs::local(|s| stack.url(s), &stack.tenant_id)
     };
     let edge_task = edge::start_http(

@@ -134,6 +134,7 @@ async fn stack(store: Store) -> Stack {
         reflected: Vec::new(),
         timeout: Duration::from_secs(20),
         ungated: false,
+        max_in_flight: 0,
     };
     let core = ithaca_edge::build_core(&backends, common::key())
         .await

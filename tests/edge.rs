@@ -90,6 +90,7 @@ async fn stack_with(options: HttpOptions, cache: Duration, session_url: Option<S
         reflected: Vec::new(),
         timeout: Duration::from_secs(2),
         ungated: false,
+        max_in_flight: 0,
     };
     let core = ithaca_edge::build_core(&backends, common::key())
         .await

@@ -69,6 +69,15 @@ impl Authenticator {
         self
     }
 
+    /// The rate limiter's shared counters, through the same auth service
+    /// and with the same deadline.
+    pub fn quota_store(&self) -> crate::limits::Store {
+        crate::limits::Store::Shared {
+            client: Box::new(self.client.clone()),
+            timeout: self.timeout,
+        }
+    }
+
     /// How often a long-lived request (the SSE trace stream) re-verifies
     /// its key: as often as a verified key may be cached, so revoking it
     /// ends the stream within the cache window plus one check.

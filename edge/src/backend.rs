@@ -5,18 +5,56 @@
 use ithaca_kit::principal::{InternalKey, Principal};
 use prost::Message;
 use prost_reflect::{DynamicMessage, MessageDescriptor, MethodDescriptor};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+use tokio::sync::Semaphore;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::transport::Channel;
 use tonic::{Request, Status};
 
-/// A backend service's channel and call deadline.
+/// Calls in flight to one backend when none is configured: a quarter of
+/// the listener's default connection cap, so one stalled service cannot
+/// hold every connection of the edge.
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 256;
+
+/// The domain code of a call refused because its backend is saturated.
+pub const BACKEND_BUSY: &str = "BACKEND_BUSY";
+
+/// A backend service's channel, call deadline and concurrency gate.
 #[derive(Clone, Debug)]
 pub struct Backend {
     /// The base URL, for messages.
     pub url: String,
     channel: Channel,
     timeout: Duration,
+    /// Shared by every clone, so every service on this URL counts against
+    /// one limit.
+    gate: Arc<Gate>,
+}
+
+/// The calls in flight to one backend, at most `max`: a call beyond it is
+/// refused at once (RESOURCE_EXHAUSTED, retryable) instead of queueing
+/// behind a slow service. tower's `ConcurrencyLimit` would queue, and
+/// `LoadShed` around it would change the channel's type for every client
+/// built on it; a semaphore checked in [`Backend::unary_within`] does the
+/// same job where the edge's tool, resource and prompt calls pass.
+#[derive(Debug)]
+struct Gate {
+    permits: Arc<Semaphore>,
+    max: usize,
+    refused: AtomicU64,
+}
+
+impl Gate {
+    fn new(max: usize) -> Arc<Gate> {
+        let max = if max == 0 { DEFAULT_MAX_IN_FLIGHT } else { max };
+        Arc::new(Gate {
+            permits: Arc::new(Semaphore::new(max)),
+            max,
+            refused: AtomicU64::new(0),
+        })
+    }
 }
 
 impl Backend {
@@ -25,6 +63,42 @@ impl Backend {
             url: url.to_owned(),
             channel: ithaca_kit::client::channel(url)?,
             timeout,
+            gate: Gate::new(DEFAULT_MAX_IN_FLIGHT),
+        })
+    }
+
+    /// The same backend with at most `max` calls in flight (0: the
+    /// default, [`DEFAULT_MAX_IN_FLIGHT`]).
+    pub fn with_max_in_flight(mut self, max: usize) -> Self {
+        self.gate = Gate::new(max);
+        self
+    }
+
+    /// Calls in flight now.
+    pub fn in_flight(&self) -> usize {
+        self.gate.max - self.gate.permits.available_permits()
+    }
+
+    /// Calls refused so far because `max` were in flight.
+    pub fn refused(&self) -> u64 {
+        self.gate.refused.load(Ordering::Relaxed)
+    }
+
+    /// A place among the calls in flight, or the retryable refusal that
+    /// names this backend.
+    fn admit(&self, service: &str) -> Result<tokio::sync::OwnedSemaphorePermit, Status> {
+        self.gate.permits.clone().try_acquire_owned().map_err(|_| {
+            self.gate.refused.fetch_add(1, Ordering::Relaxed);
+            let mut status = Status::resource_exhausted(format!(
+                "{service} ({}) already has {} calls in flight, the most this edge sends it; \
+                 retry shortly",
+                self.url, self.gate.max
+            ));
+            status.metadata_mut().insert(
+                ithaca_kit::error::DOMAIN_CODE_KEY,
+                tonic::metadata::MetadataValue::from_static(BACKEND_BUSY),
+            );
+            status
         })
     }
 
@@ -75,6 +149,7 @@ impl Backend {
             output: method.output(),
         };
         let service = method.parent_service();
+        let _permit = self.admit(service.full_name())?;
         let mut grpc = tonic::client::Grpc::new(self.channel.clone());
         let call = async {
             grpc.ready().await.map_err(|e| {

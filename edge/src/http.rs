@@ -56,6 +56,8 @@ pub struct HttpOptions {
     /// Browser origins (`https://console.example`) allowed to call the edge
     /// cross-origin. Empty: CORS is off and preflights are refused.
     pub cors_origins: Vec<String>,
+    /// Rate limits and quotas per key and per tenant (none by default).
+    pub rate_limits: crate::limits::RateLimits,
 }
 
 /// The defaults `ithaca up`, `ithaca serve edge` and tests share.
@@ -72,6 +74,7 @@ impl Default for HttpOptions {
             body_limit: Self::DEFAULT_BODY_LIMIT,
             request_timeout: Self::DEFAULT_REQUEST_TIMEOUT,
             cors_origins: Vec::new(),
+            rate_limits: crate::limits::RateLimits::default(),
         }
     }
 }
@@ -164,6 +167,8 @@ struct Edge {
     public_host: String,
     /// Console sign-ins, accepted by the trace stream only.
     browser: Option<Arc<dyn BrowserAuth>>,
+    /// Rate limits and quotas, checked once the caller is known.
+    limiter: crate::limits::Limiter,
 }
 
 /// The edge's axum router.
@@ -193,6 +198,13 @@ pub fn router_with(
         config,
     );
     let public_host = host_of(&options.public_url).unwrap_or_default();
+    // Keys share their counters through the auth service that verifies
+    // them; a local caller's are kept here.
+    let store = match &callers {
+        Callers::Keys(auth) => auth.quota_store(),
+        Callers::Local(_) => crate::limits::Store::local(),
+    };
+    let limiter = crate::limits::Limiter::new(options.rate_limits.clone(), store);
     let edge = Arc::new(Edge {
         core,
         callers,
@@ -201,6 +213,7 @@ pub fn router_with(
         mcp,
         public_host,
         browser,
+        limiter,
     });
     Router::new()
         .route("/mcp", any(mcp_entry))
@@ -821,6 +834,10 @@ async fn mcp_request(
         Ok(p) => p,
         Err(refused) => return refused,
     };
+    // Before the body is read: a caller over its limit costs no more.
+    if let Err(limited) = edge.limiter.admit(&principal).await {
+        return limited.response();
+    }
     // Responses are JSON unless a call streams, so a client that accepts
     // only JSON (or anything) is served; rmcp wants both MCP types listed.
     let accept = parts
@@ -947,7 +964,7 @@ async fn metrics(State(edge): State<Arc<Edge>>) -> Response {
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        edge.metrics.render(),
+        edge.metrics.render() + &edge.limiter.render(&edge.core.backends()),
     )
         .into_response()
 }

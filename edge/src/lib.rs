@@ -10,7 +10,8 @@
 //!   front (Host/Origin, keys, scopes, limits, SSE trace stream, health,
 //!   metrics); [`auth`]: key verification with a short cache;
 //!   [`listener`]: the HTTP listener's connection cap and header, body and
-//!   idle timeouts.
+//!   idle timeouts; [`limits`]: rate limits and quotas per key and tenant
+//!   (counters shared through the auth service).
 //!
 //! Architecture invariant: the edge owns no durable state and opens no
 //! database; everything it knows it asks a service for over gRPC.
@@ -23,6 +24,7 @@ pub mod catalog;
 pub mod core;
 pub mod discover;
 pub mod http;
+pub mod limits;
 pub mod listener;
 pub mod mcp;
 pub mod metrics;
@@ -55,6 +57,10 @@ pub struct Backends {
     pub reflected: Vec<String>,
     /// Deadline of each backend call (zero: [`DEFAULT_BACKEND_TIMEOUT`]).
     pub timeout: Duration,
+    /// Calls in flight to one backend URL at most; more are refused with
+    /// the retryable `BACKEND_BUSY` (zero:
+    /// [`backend::DEFAULT_MAX_IN_FLIGHT`]).
+    pub max_in_flight: usize,
     /// Serve tools with no session service, so no session gate and no
     /// trace: only for protocol fixtures such as the conformance suite's.
     /// Without it an edge with tools and no session service refuses to
@@ -101,15 +107,26 @@ pub async fn build_core(backends: &Backends, key: InternalKey) -> Result<core::C
         ),
         (ithaca_proto::service_names::SKILLS, &backends.skills_url),
     ];
+    // One backend (channel and concurrency gate) per URL: the broker's
+    // three services share their process's limit.
+    let mut by_url: HashMap<String, Backend> = HashMap::new();
+    let mut backend_at = |url: &str| -> Result<Backend, BuildError> {
+        if let Some(b) = by_url.get(url) {
+            return Ok(b.clone());
+        }
+        let b = Backend::new(url, timeout)?.with_max_in_flight(backends.max_in_flight);
+        by_url.insert(url.to_owned(), b.clone());
+        Ok(b)
+    };
     let mut routes = HashMap::new();
     for (service, url) in built_in {
         if let Some(url) = url {
-            routes.insert(service.to_owned(), Backend::new(url, timeout)?);
+            routes.insert(service.to_owned(), backend_at(url)?);
         }
     }
     let mut catalog = Catalog::from_pool(ithaca_proto::annotations::pool())?;
     for url in &backends.reflected {
-        let backend = Backend::new(url, timeout)?;
+        let backend = backend_at(url)?;
         let (services, pool) = discover::reflect(backend.channel())
             .await
             .map_err(|source| BuildError::Discover {

@@ -52,6 +52,21 @@ pub struct Db {
     write_gate: Option<Arc<Mutex<()>>>,
     /// The PostgreSQL schema (empty on SQLite), for LISTEN channel names.
     schema: String,
+    /// The migrations this binary knows, to compare with those the
+    /// database has applied ([`Db::schema_state`]).
+    migrator: &'static Migrator,
+}
+
+/// How the database's schema compares with this binary's migrations.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SchemaState {
+    /// Exactly the migrations this binary knows are applied.
+    Current,
+    /// Some of this binary's migrations are not applied yet.
+    Behind { missing: Vec<i64> },
+    /// The database has migrations this binary does not know: a newer
+    /// version migrated it.
+    Ahead { unknown: Vec<i64> },
 }
 
 /// The migrations of one service, one set per dialect.
@@ -93,7 +108,11 @@ impl Db {
         }
     }
 
-    async fn open_postgres(url: &str, schema: &str, migrator: &Migrator) -> Result<Db, DbError> {
+    async fn open_postgres(
+        url: &str,
+        schema: &str,
+        migrator: &'static Migrator,
+    ) -> Result<Db, DbError> {
         if schema.is_empty()
             || !schema
                 .chars()
@@ -132,10 +151,11 @@ impl Db {
             pool: Pool::Postgres(pool),
             write_gate: None,
             schema: schema.to_owned(),
+            migrator,
         })
     }
 
-    async fn open_sqlite(url: &str, migrator: &Migrator) -> Result<Db, DbError> {
+    async fn open_sqlite(url: &str, migrator: &'static Migrator) -> Result<Db, DbError> {
         let path = url
             .strip_prefix("sqlite://")
             .or_else(|| url.strip_prefix("sqlite:"))
@@ -175,6 +195,7 @@ impl Db {
             pool: Pool::Sqlite(pool),
             write_gate: Some(Arc::new(Mutex::new(()))),
             schema: String::new(),
+            migrator,
         })
     }
 
@@ -197,6 +218,31 @@ impl Db {
         match &self.write_gate {
             Some(gate) => Some(gate.lock().await),
             None => None,
+        }
+    }
+
+    /// Compare the migrations the database has applied with this binary's.
+    /// A rolling upgrade uses it: a replica of the old version sees the new
+    /// version's migrations as [`SchemaState::Ahead`] and stops reporting
+    /// ready (see `server::serve`).
+    pub async fn schema_state(&self) -> Result<SchemaState, sqlx::Error> {
+        let sql = "SELECT version FROM _sqlx_migrations WHERE success ORDER BY version";
+        let applied: Vec<i64> =
+            with_pool!(self, pool => sqlx::query_scalar(sql).fetch_all(pool).await)?;
+        let known: Vec<i64> = self.migrator.iter().map(|m| m.version).collect();
+        let unknown: Vec<i64> = applied
+            .iter()
+            .copied()
+            .filter(|v| !known.contains(v))
+            .collect();
+        if !unknown.is_empty() {
+            return Ok(SchemaState::Ahead { unknown });
+        }
+        let missing: Vec<i64> = known.into_iter().filter(|v| !applied.contains(v)).collect();
+        if missing.is_empty() {
+            Ok(SchemaState::Current)
+        } else {
+            Ok(SchemaState::Behind { missing })
         }
     }
 

@@ -26,7 +26,18 @@ pub struct ServeOptions {
     /// the same shutdown signal; `serve` returns only after they finished
     /// (within the drain bound), so no task is cut off mid-write.
     pub background: TaskTracker,
+    /// The service's database, when its health should follow the schema:
+    /// SERVING only while the applied migrations are exactly this binary's
+    /// (checked every [`SCHEMA_CHECK_INTERVAL`]). A rolling upgrade's new
+    /// version migrates, and the old version's replicas then report
+    /// NOT_SERVING, so their readiness probes take them out of rotation:
+    /// two versions do not serve on one schema.
+    pub schema: Option<crate::db::Db>,
 }
+
+/// How often a server with [`ServeOptions::schema`] compares the database's
+/// migrations with its own.
+pub const SCHEMA_CHECK_INTERVAL: Duration = Duration::from_secs(5);
 
 impl ServeOptions {
     /// A service with no background tasks.
@@ -35,6 +46,7 @@ impl ServeOptions {
             service_names,
             routes,
             background: TaskTracker::new(),
+            schema: None,
         }
     }
 }
@@ -74,6 +86,11 @@ pub async fn serve(
     let reflection = reflection.build_v1()?;
     let routes = options.routes.add_service(health).add_service(reflection);
 
+    if let Some(db) = options.schema.clone() {
+        let reporter = reporter.clone();
+        let names = options.service_names.clone();
+        tokio::spawn(watch_schema(db, reporter, names, shutdown.clone()));
+    }
     let stopping = shutdown.clone();
     let names = options.service_names.clone();
     let signal = async move {
@@ -111,5 +128,52 @@ pub async fn serve(
             tracing::warn!(timeout_s = DRAIN_TIMEOUT.as_secs(), tasks = background.len(), "in-flight calls or background tasks did not finish in time; stopping anyway");
             Ok(())
         }
+    }
+}
+
+/// Keep the health of `names` in step with the schema (see
+/// [`ServeOptions::schema`]) until `shutdown`. A check that fails (the
+/// database unreachable) changes nothing: the calls themselves report that.
+async fn watch_schema(
+    db: crate::db::Db,
+    reporter: tonic_health::server::HealthReporter,
+    names: Vec<&'static str>,
+    shutdown: CancellationToken,
+) {
+    use crate::db::SchemaState;
+    let mut serving = true;
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(SCHEMA_CHECK_INTERVAL) => {}
+        }
+        let state = match db.schema_state().await {
+            Ok(state) => state,
+            Err(error) => {
+                tracing::debug!(%error, "checking the schema version failed");
+                continue;
+            }
+        };
+        let current = state == SchemaState::Current;
+        if current == serving || shutdown.is_cancelled() {
+            continue;
+        }
+        if current {
+            tracing::info!("the schema matches this version again; serving");
+        } else {
+            tracing::warn!(
+                ?state,
+                "the database schema is not this version's; reporting NOT_SERVING until it is"
+            );
+        }
+        let status = if current {
+            ServingStatus::Serving
+        } else {
+            ServingStatus::NotServing
+        };
+        for name in &names {
+            reporter.set_service_status(*name, status).await;
+        }
+        serving = current;
     }
 }

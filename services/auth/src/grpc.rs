@@ -142,4 +142,21 @@ impl Rpc for Grpc {
             actor: actor_to_pb(verified.actor),
         }))
     }
+
+    async fn lease_quota(
+        &self,
+        request: Request<pb::LeaseQuotaRequest>,
+    ) -> Result<Response<pb::LeaseQuotaResponse>, Status> {
+        let caller = principal::of(&request)?;
+        let req = request.get_ref();
+        let lease = self
+            .service
+            .lease_quota(&caller, &req.subject, req.window_ms, req.limit, req.want)
+            .await?;
+        Ok(Response::new(pb::LeaseQuotaResponse {
+            granted: lease.granted,
+            used: lease.used,
+            resets_in_ms: lease.resets_in_ms,
+        }))
+    }
 }

@@ -2,7 +2,8 @@
 //!
 //! - [`model`]: scopes, actors and the `dmbg_<env>_<keyid>_<secret>` format.
 //! - [`service`]: who may do what; minting and verifying tokens.
-//! - [`store`]: the `tenants` and `api_keys` tables (SQLite and PostgreSQL).
+//! - [`store`]: the `tenants`, `api_keys` and `quota_usage` tables (SQLite
+//!   and PostgreSQL); the last holds the edges' shared rate-limit counters.
 //! - [`grpc`]: the `ithaca.auth.v1.AuthService` adapter.
 //!
 //! Secrets are never stored, logged or returned: only `sha256(salt + secret)`

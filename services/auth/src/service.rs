@@ -44,15 +44,101 @@ pub struct KeySpec {
     pub env: String,
 }
 
+/// What a quota lease granted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuotaLease {
+    pub granted: i64,
+    pub used: i64,
+    /// Milliseconds until the window ends.
+    pub resets_in_ms: i64,
+}
+
+/// The longest quota window: a month.
+const MAX_WINDOW_MS: i64 = 31 * 24 * 3600 * 1000;
+
+/// The most units one lease may ask for.
+const MAX_WANT: i64 = 10_000;
+
+/// How often ended quota windows are swept at most.
+const SWEEP_INTERVAL_MS: i64 = 60_000;
+
 /// Tenants and keys.
 #[derive(Clone, Debug)]
 pub struct AuthService {
     store: Store,
+    /// When ended quota windows were last swept (ms since the epoch), so
+    /// the sweep runs about once a minute whatever the lease rate.
+    swept_at_ms: std::sync::Arc<std::sync::atomic::AtomicI64>,
 }
 
 impl AuthService {
     pub fn new(store: Store) -> Self {
-        AuthService { store }
+        AuthService {
+            store,
+            swept_at_ms: Default::default(),
+        }
+    }
+
+    /// Take up to `want` units of `subject`'s budget of `limit` per window
+    /// of `window_ms`. Windows are aligned to the epoch on this service's
+    /// clock, so edges need no synchronised clocks.
+    pub async fn lease_quota(
+        &self,
+        caller: &Principal,
+        subject: &str,
+        window_ms: i64,
+        limit: i64,
+        want: i64,
+    ) -> Result<QuotaLease, ServiceError> {
+        require_system(caller)?;
+        if subject.is_empty() || subject.len() > 200 {
+            return Err(ServiceError::invalid(
+                "subject: must be 1 to 200 characters",
+            ));
+        }
+        if !(1000..=MAX_WINDOW_MS).contains(&window_ms) {
+            return Err(ServiceError::invalid(format!(
+                "window_ms: must be 1000 to {MAX_WINDOW_MS}"
+            )));
+        }
+        if limit < 1 {
+            return Err(ServiceError::invalid("limit: must be at least 1"));
+        }
+        if !(1..=MAX_WANT).contains(&want) {
+            return Err(ServiceError::invalid(format!(
+                "want: must be 1 to {MAX_WANT}"
+            )));
+        }
+        let now = clock::now_ms();
+        let start = now - now.rem_euclid(window_ms);
+        let leased = self
+            .store
+            .lease_quota(subject, window_ms, start, limit, want)
+            .await?;
+        self.sweep_quota(now).await;
+        Ok(QuotaLease {
+            granted: leased.granted,
+            used: leased.used,
+            resets_in_ms: start + window_ms - now,
+        })
+    }
+
+    /// Delete ended windows, at most once per [`SWEEP_INTERVAL_MS`]. A
+    /// failed sweep is retried by a later lease; it loses nothing.
+    async fn sweep_quota(&self, now: i64) {
+        use std::sync::atomic::Ordering;
+        let last = self.swept_at_ms.load(Ordering::Relaxed);
+        if now - last < SWEEP_INTERVAL_MS
+            || self
+                .swept_at_ms
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        if let Err(error) = self.store.sweep_quota(now).await {
+            tracing::warn!(%error, "sweeping ended quota windows failed");
+        }
     }
 
     pub async fn create_tenant(

@@ -48,6 +48,15 @@ pub struct KeyRow {
 const KEY_COLUMNS: &str = "key_id, tenant_id, env, salt, secret_hash, scopes, actor, label, \
      created_at_ms, revoked_at_ms, last_used_at_ms";
 
+/// What one lease took from a quota window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Leased {
+    /// Units granted by this lease.
+    pub granted: i64,
+    /// Units of the window spent so far, these included.
+    pub used: i64,
+}
+
 /// The auth tables.
 #[derive(Clone, Debug)]
 pub struct Store {
@@ -177,5 +186,51 @@ impl Store {
             .await
             .map(|r| r.rows_affected()))?;
         Ok(())
+    }
+
+    /// Take up to `want` units (at most `limit` per window) from the window
+    /// of `subject` that starts at `window_start_ms`, in one statement: the
+    /// row lock of the upsert (PostgreSQL) or the single writer (SQLite)
+    /// makes concurrent leases from several edges add up exactly. Every
+    /// right-hand side of `SET` reads the row as it was, so `granted` and
+    /// `used` are computed from the same old `used`.
+    pub async fn lease_quota(
+        &self,
+        subject: &str,
+        window_ms: i64,
+        window_start_ms: i64,
+        limit: i64,
+        want: i64,
+    ) -> Result<Leased, sqlx::Error> {
+        let _gate = self.db.write_gate().await;
+        let sql = "INSERT INTO quota_usage (subject, window_ms, window_start_ms, used, granted) \
+                   VALUES ($1, $2, $3, $4, $4) \
+                   ON CONFLICT (subject, window_ms, window_start_ms) DO UPDATE SET \
+                   granted = CASE WHEN quota_usage.used + $5 <= $6 THEN $5 \
+                       WHEN quota_usage.used < $6 THEN $6 - quota_usage.used ELSE 0 END, \
+                   used = CASE WHEN quota_usage.used + $5 <= $6 THEN quota_usage.used + $5 \
+                       WHEN quota_usage.used < $6 THEN $6 ELSE quota_usage.used END \
+                   RETURNING granted, used";
+        let (granted, used): (i64, i64) = with_pool!(self.db, pool => sqlx::query_as(sql)
+            .bind(subject)
+            .bind(window_ms)
+            .bind(window_start_ms)
+            .bind(want.min(limit))
+            .bind(want)
+            .bind(limit)
+            .fetch_one(pool)
+            .await)?;
+        Ok(Leased { granted, used })
+    }
+
+    /// Delete the quota windows that ended before `now_ms`.
+    pub async fn sweep_quota(&self, now_ms: i64) -> Result<u64, sqlx::Error> {
+        let _gate = self.db.write_gate().await;
+        let sql = "DELETE FROM quota_usage WHERE window_start_ms + window_ms < $1";
+        with_pool!(self.db, pool => sqlx::query(sql)
+            .bind(now_ms)
+            .execute(pool)
+            .await
+            .map(|r| r.rows_affected()))
     }
 }
