@@ -259,10 +259,7 @@ pub fn fill_context(
     context: &mcp::CallContext,
 ) -> Result<(), Status> {
     let descriptor = request.descriptor();
-    let Some(field) = descriptor
-        .fields()
-        .find(|f| crate::schema::is_call_context(f))
-    else {
+    let Some(field) = descriptor.fields().find(crate::schema::is_call_context) else {
         return Ok(());
     };
     let prost_reflect::Kind::Message(kind) = field.kind() else {
