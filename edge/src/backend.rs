@@ -172,6 +172,61 @@ impl Backend {
         }
     }
 
+    /// Open a server-streaming call on behalf of `principal` (a streaming
+    /// tool or prompt, `stream.proto`): signed and traced like a unary
+    /// call, with `deadline` (or the backend's, whichever is longer) as the
+    /// `grpc-timeout` of the whole stream. Returns the stream and that
+    /// deadline, which the caller enforces while it reads.
+    pub async fn server_streaming(
+        &self,
+        method: &MethodDescriptor,
+        message: DynamicMessage,
+        principal: &Principal,
+        key: &InternalKey,
+        deadline: Option<Duration>,
+    ) -> Result<(tonic::Streaming<DynamicMessage>, Duration), Status> {
+        let timeout = deadline.map_or(self.timeout, |d| d.max(self.timeout));
+        let path = format!("/{}/{}", method.parent_service().full_name(), method.name());
+        let path: http::uri::PathAndQuery = path
+            .parse()
+            .map_err(|_| Status::internal("invalid method path"))?;
+        let mut request = Request::new(message);
+        request.set_timeout(timeout);
+        key.sign(&mut request, principal);
+        let codec = DynamicCodec {
+            output: method.output(),
+        };
+        let service = method.parent_service();
+        let mut grpc = tonic::client::Grpc::new(self.channel.clone());
+        let call = async {
+            grpc.ready().await.map_err(|e| {
+                Status::unavailable(format!(
+                    "{} ({}) is unreachable: {e}",
+                    service.full_name(),
+                    self.url
+                ))
+            })?;
+            grpc.server_streaming(request, path, codec).await
+        };
+        match tokio::time::timeout(timeout, call).await {
+            Ok(result) => result
+                .map(|r| (r.into_inner(), timeout))
+                .map_err(|status| self.explain_within(service.full_name(), status, timeout)),
+            Err(_) => Err(self.timed_out(service.full_name(), timeout)),
+        }
+    }
+
+    /// A stream message that did not come within the call's deadline, or a
+    /// status the stream ended with, made clear like [`Backend::explain`].
+    pub fn explain_stream(&self, service: &str, status: Status, deadline: Duration) -> Status {
+        self.explain_within(service, status, deadline)
+    }
+
+    /// The status of a stream that outlived its deadline.
+    pub fn stream_timed_out(&self, service: &str, deadline: Duration) -> Status {
+        self.timed_out(service, deadline)
+    }
+
     /// A failed call to `service` on this backend, made clear for the
     /// agent: a call cut at its deadline (which tonic reports as CANCELLED
     /// "Timeout expired") becomes DEADLINE_EXCEEDED naming the service, its

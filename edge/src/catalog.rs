@@ -14,6 +14,8 @@ use std::collections::BTreeMap;
 pub const CONTENT_MESSAGE: &str = "ithaca.mcp.v1.ToolContent";
 /// The message type whose responses are prompt messages.
 pub const PROMPT_MESSAGE: &str = "ithaca.mcp.v1.PromptReply";
+/// The stream type of a streaming tool or prompt RPC (`stream.proto`).
+pub const EVENT_MESSAGE: &str = "ithaca.mcp.v1.CallEvent";
 /// The scope every tool call and resource read needs.
 pub const BASE_SCOPE: &str = "data:read";
 
@@ -27,6 +29,9 @@ pub struct Tool {
     pub output_schema: Option<Value>,
     pub options: ToolOptions,
     pub method: MethodDescriptor,
+    /// Whether the RPC is server-streaming (`returns (stream CallEvent)`):
+    /// it may report progress and logs and ask the client for input.
+    pub streaming: bool,
 }
 
 impl Tool {
@@ -157,6 +162,8 @@ pub struct Prompt {
     pub title: String,
     pub description: String,
     pub method: MethodDescriptor,
+    /// Whether the RPC is server-streaming (`returns (stream CallEvent)`).
+    pub streaming: bool,
 }
 
 impl Prompt {
@@ -166,6 +173,7 @@ impl Prompt {
             .method
             .input()
             .fields()
+            .filter(|f| !schema::is_call_context(f))
             .map(|f| {
                 let mut arg = json!({"name": f.name(), "required": schema::is_required(&f)});
                 if let Some(c) = annotations::field_comment(&f) {
@@ -198,6 +206,10 @@ pub enum CatalogError {
     },
     #[error("{method}: resource template {template:?} is malformed")]
     BadTemplate { method: String, template: String },
+    #[error(
+        "{method}: a streaming MCP method must be server-streaming only and stream {EVENT_MESSAGE}"
+    )]
+    BadStream { method: String },
     #[error("{method}: template variable {variable:?} is not a field of {input}")]
     UnknownVariable {
         method: String,
@@ -244,8 +256,10 @@ impl Catalog {
                     second: t.method.full_name().to_owned(),
                 });
             }
+            let streaming = streaming(&t.method)?;
             let output = t.method.output();
-            let output_schema = (output.full_name() != CONTENT_MESSAGE).then(|| {
+            // A streaming tool's result is content blocks (`ToolContent`).
+            let output_schema = (output.full_name() != CONTENT_MESSAGE && !streaming).then(|| {
                 let schema = schema::message_schema(&output, Direction::Output);
                 if t.options.approval_required {
                     schema::or_pending_approval(schema)
@@ -261,9 +275,16 @@ impl Catalog {
                 name,
                 options: t.options,
                 method: t.method,
+                streaming,
             });
         }
         for r in annotations::resources(pool) {
+            // Resources are read in one answer.
+            if streaming(&r.method)? {
+                return Err(CatalogError::BadStream {
+                    method: r.method.full_name().to_owned(),
+                });
+            }
             let parts = parse_template(&r.options.uri_template).ok_or_else(|| {
                 CatalogError::BadTemplate {
                     method: r.method.full_name().to_owned(),
@@ -308,6 +329,7 @@ impl Catalog {
                 name: p.options.name.clone(),
                 title: p.options.title.clone(),
                 description: p.description,
+                streaming: streaming(&p.method)?,
                 method: p.method,
             });
         }
@@ -331,6 +353,21 @@ impl Catalog {
             .chain(self.resources.iter().filter(|r| r.is_template()))
             .find_map(|r| r.matches(uri).map(|vars| (r, vars)))
     }
+}
+
+/// Whether an annotated RPC streams: server-streaming with
+/// [`EVENT_MESSAGE`] as its stream type. A client-streaming RPC, or a
+/// stream of anything else, cannot be mapped and is refused.
+fn streaming(method: &MethodDescriptor) -> Result<bool, CatalogError> {
+    let streams = method.is_server_streaming();
+    let fits = !method.is_client_streaming()
+        && (streams == (method.output().full_name() == EVENT_MESSAGE));
+    if !fits {
+        return Err(CatalogError::BadStream {
+            method: method.full_name().to_owned(),
+        });
+    }
+    Ok(streams)
 }
 
 /// Split `a/{b}/c` into literals and variables (RFC 6570 level 1).

@@ -4,6 +4,7 @@
 
 use crate::backend::Backend;
 use crate::catalog::{self, Catalog, Resource, Tool};
+use crate::stream::{self, CallIo, Rounds, StateSealer, Streamed, Terminal};
 use crate::transcode;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
@@ -95,6 +96,19 @@ pub struct RpcError {
 impl RpcError {
     pub const INVALID_PARAMS: i32 = -32602;
     pub const INTERNAL: i32 = -32603;
+    /// 2026-07-28's MissingRequiredClientCapability.
+    pub const MISSING_CAPABILITY: i32 = -32021;
+
+    /// A call needs a client capability the request did not declare.
+    pub fn missing_capability(capability: &str) -> Self {
+        RpcError {
+            code: Self::MISSING_CAPABILITY,
+            message: format!(
+                "this call needs the client's {capability} capability, which the request did not declare"
+            ),
+            data: Some(json!({"requiredCapabilities": {capability: {}}})),
+        }
+    }
 
     pub fn invalid_params(message: impl Into<String>, data: Option<Value>) -> Self {
         RpcError {
@@ -103,6 +117,23 @@ impl RpcError {
             data,
         }
     }
+}
+
+/// How a tool call or a prompt ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answer {
+    /// The result (`CallToolResult` or `GetPromptResult` JSON).
+    Complete(Value),
+    /// A 2026-07-28 client must answer these requests and call again: the
+    /// `InputRequiredResult` JSON.
+    InputRequired(Value),
+}
+
+/// What step 5 of a tool call came to.
+enum Ran {
+    Done(Result<Value, ToolFailure>),
+    Input(Value),
+    Refused(RpcError),
 }
 
 /// The edge's view of the backends.
@@ -116,17 +147,21 @@ pub struct Core {
     session: Option<Backend>,
     /// Calls whose result could not be recorded, to report when it can.
     orphans: std::sync::Mutex<Vec<Orphan>>,
+    /// Seals the state a 2026-07-28 client carries between input rounds.
+    sealer: StateSealer,
 }
 
 impl Core {
     pub fn new(catalog: Catalog, routes: HashMap<String, Backend>, key: InternalKey) -> Self {
         let session = routes.get(ithaca_proto::service_names::SESSION).cloned();
+        let sealer = StateSealer::new(&key);
         Core {
             catalog,
             routes,
             key,
             session,
             orphans: std::sync::Mutex::new(Vec::new()),
+            sealer,
         }
     }
 
@@ -275,14 +310,17 @@ impl Core {
         })
     }
 
-    /// Run one tool call and return the `CallToolResult` JSON.
+    /// Run one tool call: its `CallToolResult` JSON, or the input a
+    /// 2026-07-28 client must give first. `io` is how the call reaches its
+    /// client while it runs (progress, logs, input requests).
     pub async fn call_tool(
         &self,
         caller: &Principal,
         pin: Option<&str>,
         name: &str,
         arguments: Option<Value>,
-    ) -> Result<Value, RpcError> {
+        io: &CallIo<'_>,
+    ) -> Result<Answer, RpcError> {
         // 1. The tool exists and the caller's key may use it. A tool it may
         //    not use looks exactly like a missing one.
         let unknown = || {
@@ -294,6 +332,13 @@ impl Core {
             .filter(|t| self.permitted(caller, t))
         else {
             return Err(unknown());
+        };
+        // A retry's sealed state is checked before anything runs.
+        let round = if tool.streaming {
+            stream::open_retry(&self.sealer, caller, &format!("tool:{name}"), &io.retry)
+                .map_err(|e| RpcError::invalid_params(e, Some(json!({"tool": name}))))?
+        } else {
+            stream::Round::default()
         };
         let started = Instant::now();
         let mut principal = caller.clone();
@@ -326,7 +371,7 @@ impl Core {
                         && tool.options.human_session_exempt
                         && caller.actor() == Actor::Human
                         && pin.is_none() => {}
-                Err(status) => return Ok(status_failure(&status).to_result()),
+                Err(status) => return Ok(Answer::Complete(status_failure(&status).to_result())),
             }
         }
         // Without a session service (a protocol fixture) nothing is scoped.
@@ -339,11 +384,36 @@ impl Core {
         }
 
         // 5. Run it: through a person's approval when the tool needs one.
-        let outcome = if tool.options.approval_required {
-            self.through_approval(tool, &principal, arguments, &arguments_seen)
-                .await
+        let ran = if tool.options.approval_required {
+            Ran::Done(
+                self.through_approval(tool, &principal, arguments, &arguments_seen)
+                    .await,
+            )
         } else {
-            self.invoke(tool, &principal, arguments).await
+            self.invoke(tool, &principal, arguments, io, round).await
+        };
+        // What the trace records, and what the caller hears when that is
+        // not the plain outcome: a call waiting for input is recorded as
+        // such, a refused one as its error.
+        let (outcome, reply) = match ran {
+            Ran::Done(outcome) => (outcome, None),
+            Ran::Input(input) => (
+                Ok(
+                    json!({"content": [{"type": "text", "text": "input_required: waiting for the client's answers"}]}),
+                ),
+                Some(Ok(Answer::InputRequired(input))),
+            ),
+            Ran::Refused(error) => (
+                Err(ToolFailure::new(
+                    "CAPABILITY_MISSING",
+                    &error.message,
+                    false,
+                )),
+                Some(Err(error)),
+            ),
+        };
+        let answer = move |outcome: Result<Value, ToolFailure>| {
+            reply.unwrap_or_else(|| Ok(Answer::Complete(finish(outcome))))
         };
 
         // 6. session_context opened (or joined) a session: record the call
@@ -358,7 +428,7 @@ impl Core {
             _ => None,
         };
         let (Some(session_id), Some(_)) = (session_id, &self.session) else {
-            return Ok(finish(outcome));
+            return answer(outcome);
         };
         principal = principal.in_session(Some(session_id.clone()));
         if tool.options.session_exempt {
@@ -394,13 +464,15 @@ impl Core {
             if let Some(seq) = call_seq {
                 self.remember_orphan(&principal, &session_id, seq, name);
             }
-            return Ok(ToolFailure::new(
-                "TRACE_UNAVAILABLE",
-                "the call's result could not be recorded in the session's trace; the trace will \
-                 say so, and the call may be retried",
-                true,
-            )
-            .to_result());
+            return Ok(Answer::Complete(
+                ToolFailure::new(
+                    "TRACE_UNAVAILABLE",
+                    "the call's result could not be recorded in the session's trace; the trace \
+                     will say so, and the call may be retried",
+                    true,
+                )
+                .to_result(),
+            ));
         }
         if let Err(failure) = &outcome {
             let kind = if DENIAL_CODES.contains(&failure.code.as_str()) {
@@ -419,7 +491,7 @@ impl Core {
                 tracing::warn!(error = %status.message(), tool = name, "recording a failure failed");
             }
         }
-        Ok(finish(outcome))
+        answer(outcome)
     }
 
     /// Remember a call whose result could not be recorded, to report it in
@@ -472,21 +544,60 @@ impl Core {
         }
     }
 
-    /// Transcode, call the backend, render the result.
+    /// Transcode, call the backend (once, or a streaming RPC for as many
+    /// rounds as it takes), render the result.
     async fn invoke(
         &self,
         tool: &Tool,
         principal: &Principal,
         arguments: Option<Value>,
-    ) -> Result<Value, ToolFailure> {
-        let request = transcode::to_message(&tool.method.input(), arguments)
-            .map_err(|e| ToolFailure::new("INVALID_ARGUMENT", &e.message, false))?;
-        let backend = self.backend(&tool.method).map_err(|s| status_failure(&s))?;
-        let response = backend
-            .unary_within(&tool.method, request, principal, &self.key, tool.deadline())
-            .await
-            .map_err(|s| status_failure(&s))?;
-        Ok(render_tool_result(&response))
+        io: &CallIo<'_>,
+        round: stream::Round,
+    ) -> Ran {
+        let request = match transcode::to_message(&tool.method.input(), arguments) {
+            Ok(request) => request,
+            Err(e) => {
+                return Ran::Done(Err(ToolFailure::new("INVALID_ARGUMENT", &e.message, false)));
+            }
+        };
+        let backend = match self.backend(&tool.method) {
+            Ok(backend) => backend,
+            Err(status) => return Ran::Done(Err(status_failure(&status))),
+        };
+        if !tool.streaming {
+            let response = backend
+                .unary_within(&tool.method, request, principal, &self.key, tool.deadline())
+                .await;
+            return Ran::Done(
+                response
+                    .map(|r| render_tool_result(&r))
+                    .map_err(|s| status_failure(&s)),
+            );
+        }
+        let target = format!("tool:{}", tool.name);
+        let rounds = Rounds {
+            backend,
+            method: &tool.method,
+            target: &target,
+            principal,
+            key: &self.key,
+            sealer: &self.sealer,
+            deadline: tool.deadline(),
+            io,
+        };
+        match rounds.run(request, round).await {
+            Streamed::Done(Ok(Terminal::Result(content))) => Ran::Done(Ok(render_content(content))),
+            Streamed::Done(Ok(_)) => Ran::Done(Err(ToolFailure::new(
+                "INTERNAL",
+                "the service answered a tool call with a prompt",
+                false,
+            ))),
+            Streamed::Done(Err(status)) => Ran::Done(Err(status_failure(&status))),
+            Streamed::Input(input) => Ran::Input(input),
+            Streamed::MissingCapability(capability) => {
+                Ran::Refused(RpcError::missing_capability(capability))
+            }
+        }
     }
 
     /// File the call with the approvals service instead of running it: an
@@ -662,13 +773,15 @@ impl Core {
         }
     }
 
-    /// Get a prompt: the `GetPromptResult` JSON.
+    /// Get a prompt: the `GetPromptResult` JSON, or (a streaming prompt)
+    /// the input a 2026-07-28 client must give first.
     pub async fn get_prompt(
         &self,
         caller: &Principal,
         name: &str,
         arguments: Option<Value>,
-    ) -> Result<Value, RpcError> {
+        io: &CallIo<'_>,
+    ) -> Result<Answer, RpcError> {
         let Some(prompt) = self.catalog.prompt(name) else {
             return Err(RpcError::invalid_params(
                 format!("unknown prompt: {name}"),
@@ -678,15 +791,46 @@ impl Core {
         let request = transcode::to_message(&prompt.method.input(), arguments)
             .map_err(|e| RpcError::invalid_params(e.message, None))?;
         let backend = self.backend(&prompt.method).map_err(|s| internal(&s))?;
-        let response = backend
-            .unary(&prompt.method, request, caller, &self.key)
-            .await
-            .map_err(|s| internal(&s))?;
-        let reply: mcp::PromptReply = response.transcode_to().map_err(|e| RpcError {
-            code: RpcError::INTERNAL,
-            message: format!("prompt reply: {e}"),
-            data: None,
-        })?;
+        let reply: mcp::PromptReply = if prompt.streaming {
+            let target = format!("prompt:{name}");
+            let round = stream::open_retry(&self.sealer, caller, &target, &io.retry)
+                .map_err(|e| RpcError::invalid_params(e, Some(json!({"prompt": name}))))?;
+            let rounds = Rounds {
+                backend,
+                method: &prompt.method,
+                target: &target,
+                principal: caller,
+                key: &self.key,
+                sealer: &self.sealer,
+                deadline: None,
+                io,
+            };
+            match rounds.run(request, round).await {
+                Streamed::Done(Ok(Terminal::Prompt(reply))) => reply,
+                Streamed::Done(Ok(_)) => {
+                    return Err(RpcError {
+                        code: RpcError::INTERNAL,
+                        message: "the service answered a prompt with a tool result".to_owned(),
+                        data: None,
+                    });
+                }
+                Streamed::Done(Err(status)) => return Err(internal(&status)),
+                Streamed::Input(input) => return Ok(Answer::InputRequired(input)),
+                Streamed::MissingCapability(capability) => {
+                    return Err(RpcError::missing_capability(capability));
+                }
+            }
+        } else {
+            let response = backend
+                .unary(&prompt.method, request, caller, &self.key)
+                .await
+                .map_err(|s| internal(&s))?;
+            response.transcode_to().map_err(|e| RpcError {
+                code: RpcError::INTERNAL,
+                message: format!("prompt reply: {e}"),
+                data: None,
+            })?
+        };
         let messages: Vec<Value> = reply
             .messages
             .into_iter()
@@ -696,7 +840,7 @@ impl Core {
         if !reply.description.is_empty() {
             result["description"] = json!(reply.description);
         }
-        Ok(result)
+        Ok(Answer::Complete(result))
     }
 }
 
@@ -838,12 +982,7 @@ fn render_tool_result(response: &DynamicMessage) -> Value {
     if response.descriptor().full_name() == catalog::CONTENT_MESSAGE
         && let Ok(content) = response.transcode_to::<mcp::ToolContent>()
     {
-        let blocks: Vec<Value> = content.content.into_iter().map(content_block).collect();
-        let mut result = json!({"content": blocks, "isError": false});
-        if let Some(structured) = content.structured {
-            result["structuredContent"] = json::from_struct(structured);
-        }
-        return result;
+        return render_content(content);
     }
     let structured = transcode::to_json(response);
     json!({
@@ -851,6 +990,16 @@ fn render_tool_result(response: &DynamicMessage) -> Value {
         "structuredContent": structured,
         "isError": false,
     })
+}
+
+/// Content blocks (and structured JSON) as `CallToolResult` JSON.
+fn render_content(content: mcp::ToolContent) -> Value {
+    let blocks: Vec<Value> = content.content.into_iter().map(content_block).collect();
+    let mut result = json!({"content": blocks, "isError": false});
+    if let Some(structured) = content.structured {
+        result["structuredContent"] = json::from_struct(structured);
+    }
+    result
 }
 
 /// One MCP content block.

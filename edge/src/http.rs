@@ -163,6 +163,9 @@ struct Edge {
     options: HttpOptions,
     metrics: Metrics,
     mcp: StreamableHttpService<Gateway, NeverSessionManager>,
+    /// Where a legacy client's answer to a request made during a call goes
+    /// (`relay`): rmcp refuses responses on a stateless server.
+    asks: Arc<crate::relay::Asks>,
     /// `host[:port]` of the public URL, lowercased.
     public_host: String,
     /// Console sign-ins, accepted by the trace stream only.
@@ -185,6 +188,7 @@ pub fn router_with(
     browser: Option<Arc<dyn BrowserAuth>>,
 ) -> Router {
     let gateway = Gateway::http(core.clone());
+    let asks = gateway.asks();
     let config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
         .with_json_response(true)
@@ -211,6 +215,7 @@ pub fn router_with(
         options,
         metrics: Metrics::default(),
         mcp,
+        asks,
         public_host,
         browser,
         limiter,
@@ -893,6 +898,12 @@ async fn mcp_request(
         return edge.missing_scope(missing);
     }
 
+    // A legacy client's answer to a request a running call made on its
+    // response stream.
+    if message.get("method").is_none() && edge.asks.answer(&principal, message.clone()) {
+        edge.metrics.record(&method, "", started.elapsed());
+        return StatusCode::ACCEPTED.into_response();
+    }
     edge.count_handshake(&message);
     let span = request_span(&message, &parts.headers);
     parts.extensions.insert(CallerInfo {
@@ -920,6 +931,7 @@ async fn mcp_request(
             )
         }
     };
+    let response = relay_asks(&message, response);
     let status = response.status();
     let error_type = if status.is_client_error() || status.is_server_error() {
         status.as_u16().to_string()
@@ -931,6 +943,37 @@ async fn mcp_request(
     }
     edge.metrics.record(&method, &error_type, started.elapsed());
     response
+}
+
+/// A legacy call's response stream with its marker notifications
+/// rewritten into requests to the client (`relay::rewrite_event`); any
+/// other response unchanged.
+fn relay_asks(message: &Value, response: Response) -> Response {
+    let may_ask = matches!(
+        message["method"].as_str(),
+        Some("tools/call" | "prompts/get")
+    ) && !is_modern(message);
+    let streams = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    if !may_ask || !streams {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let mut pending: Vec<u8> = Vec::new();
+    let events = body.into_data_stream().map(move |chunk| {
+        let chunk = chunk?;
+        pending.extend_from_slice(&chunk);
+        let mut out = Vec::new();
+        while let Some(end) = pending.windows(2).position(|w| w == b"\n\n") {
+            let event: Vec<u8> = pending.drain(..end + 2).collect();
+            out.extend_from_slice(&crate::relay::rewrite_event(&event));
+        }
+        Ok::<_, axum::Error>(bytes::Bytes::from(out))
+    });
+    Response::from_parts(parts, Body::from_stream(events))
 }
 
 async fn readyz(State(edge): State<Arc<Edge>>) -> Response {

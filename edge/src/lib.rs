@@ -5,10 +5,13 @@
 //! - [`discover`]: descriptors of other backends through gRPC reflection.
 //! - [`transcode`] and [`backend`]: JSON ⇄ dynamic protobuf and the unary
 //!   gRPC hop, with deadline, principal assertion and trace context.
-//! - [`core`]: the tool pipeline (offering, session gate, trace, errors).
+//! - [`core`]: the tool pipeline (offering, session gate, trace, errors);
+//!   [`stream`]: the streaming mapping (progress, logs, input during a
+//!   call, the sealed `requestState`).
 //! - [`mcp`]: the `rmcp` handler for both protocol eras; [`http`]: the HTTP
 //!   front (Host/Origin, keys, scopes, limits, SSE trace stream, health,
-//!   metrics); [`auth`]: key verification with a short cache;
+//!   metrics); [`relay`]: a running call's notices and legacy input
+//!   requests to its client; [`auth`]: key verification with a short cache;
 //!   [`listener`]: the HTTP listener's connection cap and header, body and
 //!   idle timeouts; [`limits`]: rate limits and quotas per key and tenant
 //!   (counters shared through the auth service).
@@ -28,7 +31,9 @@ pub mod limits;
 pub mod listener;
 pub mod mcp;
 pub mod metrics;
+pub mod relay;
 pub mod schema;
+pub mod stream;
 pub mod transcode;
 
 use crate::backend::Backend;

@@ -8,14 +8,16 @@
 //! do the way we need (parse and batch errors, scopes, authentication,
 //! Host/Origin) happens in the HTTP layer before it (see `http.rs`).
 
-use crate::core::{Core, RpcError};
+use crate::core::{Answer, Core, RpcError};
+use crate::relay::{Asker, Asks, LogLevels, RequestSink};
+use crate::stream::{CallIo, ClientCaps, LogLevel, Retry};
 use ithaca_kit::principal::Principal;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, DiscoverResult, ErrorCode,
     GetPromptRequestParams, GetPromptResponse, GetPromptResult, InitializeResult,
-    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
-    PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
-    ReadResourceResult, ServerCapabilities, Tool,
+    InputRequiredResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams,
+    ReadResourceResponse, ReadResourceResult, ServerCapabilities, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -38,6 +40,9 @@ pub const VERSIONS: &[ProtocolVersion] = &[
 
 /// The first revision without `initialize` (revisions compare as strings).
 pub const NO_INITIALIZE_FROM: &str = "2026-07-28";
+
+/// The request `_meta` key of 2026-07-28 that asks for log messages.
+pub const LOG_LEVEL_META: &str = "io.modelcontextprotocol/logLevel";
 
 /// How long list results may be cached by a client.
 const LIST_TTL_MS: u64 = 60_000;
@@ -104,6 +109,11 @@ pub struct Gateway {
     /// The principal of a stdio session (no authentication there).
     fixed: Option<Principal>,
     version: String,
+    /// Legacy HTTP clients' answers to requests made during a call; the
+    /// HTTP layer delivers them ([`Gateway::asks`]).
+    asks: Arc<Asks>,
+    /// The level each legacy caller set with `logging/setLevel`.
+    levels: Arc<LogLevels>,
 }
 
 impl Gateway {
@@ -113,6 +123,8 @@ impl Gateway {
             core,
             fixed: None,
             version: env!("CARGO_PKG_VERSION").to_owned(),
+            asks: Arc::default(),
+            levels: Arc::default(),
         }
     }
 
@@ -122,7 +134,75 @@ impl Gateway {
             core,
             fixed: Some(principal),
             version: env!("CARGO_PKG_VERSION").to_owned(),
+            asks: Arc::default(),
+            levels: Arc::default(),
         }
+    }
+
+    /// Where the HTTP layer delivers legacy clients' answers.
+    pub fn asks(&self) -> Arc<Asks> {
+        self.asks.clone()
+    }
+
+    /// How a request's call reaches its client while it runs: the sink for
+    /// its notices and input requests, the client's capabilities, and
+    /// whether it answers on the response stream (legacy) or by retrying
+    /// (2026-07-28, whose answers and state `retry` holds).
+    fn call_io(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+        caller: &Principal,
+    ) -> Result<(RequestSink, ClientCaps, bool), ErrorData> {
+        let modern = ctx
+            .protocol_version()
+            .is_some_and(|v| v.as_str() >= NO_INITIALIZE_FROM);
+        let log_level = if modern {
+            // 2026-07-28: the request names its level, or gets no messages.
+            match ctx.meta.get(LOG_LEVEL_META) {
+                None | Some(Value::Null) => None,
+                Some(Value::String(name)) => Some(LogLevel::parse(name).ok_or_else(|| {
+                    ErrorData::invalid_params(
+                        format!("_meta.{LOG_LEVEL_META}: unknown level {name:?}"),
+                        None,
+                    )
+                })?),
+                Some(_) => {
+                    return Err(ErrorData::invalid_params(
+                        format!("_meta.{LOG_LEVEL_META}: must be a level name"),
+                        None,
+                    ));
+                }
+            }
+        } else {
+            Some(self.levels.get(caller))
+        };
+        let declared = || {
+            ctx.client_capabilities()
+                .and_then(|c| serde_json::to_value(c).ok())
+                .map(|c| ClientCaps::from_json(&c))
+                .unwrap_or_default()
+        };
+        let (asker, client) = match (modern, &self.fixed) {
+            (true, _) => (Asker::Never, declared()),
+            (false, Some(_)) => (Asker::Peer, declared()),
+            // A legacy HTTP client declared its capabilities in an
+            // `initialize` the stateless edge did not keep: it is asked, and
+            // one that cannot answer says so with an error.
+            (false, None) => (
+                Asker::Http {
+                    asks: self.asks.clone(),
+                    owner: crate::relay::owner_of(caller),
+                },
+                ClientCaps::assumed(),
+            ),
+        };
+        let sink = RequestSink {
+            peer: ctx.peer.clone(),
+            progress_token: ctx.meta.get_progress_token(),
+            log_level,
+            asker,
+        };
+        Ok((sink, client, !modern))
     }
 
     fn caller(&self, ctx: &RequestContext<RoleServer>) -> Result<CallerInfo, ErrorData> {
@@ -177,6 +257,12 @@ fn without_structured_output(mut tool: Value) -> Value {
     tool
 }
 
+/// An `InputRequiredResult` from its JSON.
+fn input_required(input: Value) -> Result<InputRequiredResult, ErrorData> {
+    serde_json::from_value(input)
+        .map_err(|e| ErrorData::internal_error(format!("building input_required: {e}"), None))
+}
+
 fn rpc_error(e: RpcError) -> ErrorData {
     ErrorData::new(ErrorCode(e.code), e.message, e.data)
 }
@@ -187,9 +273,9 @@ fn capabilities() -> ServerCapabilities {
         "resources": {"listChanged": false, "subscribe": false},
         "prompts": {"listChanged": false},
         // Completions are not advertised: no argument has suggestions yet,
-        // and an empty list for every request would only mislead. A log
-        // level is accepted; log notifications come with the streaming
-        // contract.
+        // and an empty list for every request would only mislead. Streaming
+        // tools send log messages at or above the level the client set
+        // (`logging/setLevel`, or 2026-07-28's `_meta` logLevel).
         "logging": {},
     });
     serde_json::from_value(caps).expect("static capabilities deserialize")
@@ -226,10 +312,16 @@ impl ServerHandler for Gateway {
     #[allow(deprecated)] // logging/setLevel is deprecated (SEP-2577) but legacy clients send it
     async fn set_level(
         &self,
-        _request: rmcp::model::SetLevelRequestParams,
+        request: rmcp::model::SetLevelRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.caller(&ctx)?;
+        let caller = self.caller(&ctx)?;
+        let name = serde_json::to_value(request.level).unwrap_or(Value::Null);
+        let level = name
+            .as_str()
+            .and_then(LogLevel::parse)
+            .ok_or_else(|| ErrorData::invalid_params(format!("unknown log level {name}"), None))?;
+        self.levels.set(&caller.principal, level);
         Ok(())
     }
 
@@ -295,17 +387,32 @@ impl ServerHandler for Gateway {
         let structured = has_structured_output(ctx.protocol_version().as_ref());
         let arguments = request.arguments.map(Value::Object);
         let name = request.name.to_string();
-        let result = self
+        let (sink, client, asks_inline) = self.call_io(&ctx, &caller.principal)?;
+        let io = CallIo {
+            sink: &sink,
+            client,
+            asks_inline,
+            retry: Retry {
+                input_responses: request.input_responses.map(|r| r.into_iter().collect()),
+                request_state: request.request_state,
+            },
+        };
+        let answer = self
             .core
             .call_tool(
                 &caller.principal,
                 session_pin(&ctx)?.as_deref(),
                 &name,
                 arguments,
+                &io,
             )
             .instrument(caller.span.clone())
             .await
             .map_err(rpc_error)?;
+        let result = match answer {
+            Answer::Complete(result) => result,
+            Answer::InputRequired(input) => return input_required(input).map(Into::into),
+        };
         let mut result: CallToolResult = serde_json::from_value(result)
             .map_err(|e| ErrorData::internal_error(format!("building tool result: {e}"), None))?;
         // rmcp drops the field again for legacy peers.
@@ -397,12 +504,26 @@ impl ServerHandler for Gateway {
         let arguments = request
             .arguments
             .map(|args| Value::Object(args.into_iter().collect()));
-        let body = self
+        let (sink, client, asks_inline) = self.call_io(&ctx, &caller.principal)?;
+        let io = CallIo {
+            sink: &sink,
+            client,
+            asks_inline,
+            retry: Retry {
+                input_responses: request.input_responses.map(|r| r.into_iter().collect()),
+                request_state: request.request_state,
+            },
+        };
+        let answer = self
             .core
-            .get_prompt(&caller.principal, &request.name, arguments)
+            .get_prompt(&caller.principal, &request.name, arguments, &io)
             .instrument(caller.span.clone())
             .await
             .map_err(rpc_error)?;
+        let body = match answer {
+            Answer::Complete(body) => body,
+            Answer::InputRequired(input) => return input_required(input).map(Into::into),
+        };
         let mut result: GetPromptResult = serde_json::from_value(body)
             .map_err(|e| ErrorData::internal_error(format!("building prompt: {e}"), None))?;
         result.result_type = Some(rmcp::model::ResultType::COMPLETE);

@@ -66,6 +66,15 @@ pub fn pending_approval() -> Value {
     })
 }
 
+/// The message a streaming RPC's request may carry for the edge to fill
+/// (`stream.proto`): never an argument, so never in a schema.
+pub const CALL_CONTEXT_MESSAGE: &str = "ithaca.mcp.v1.CallContext";
+
+/// Whether `field` is the edge's [`CALL_CONTEXT_MESSAGE`] field.
+pub fn is_call_context(field: &FieldDescriptor) -> bool {
+    matches!(field.kind(), Kind::Message(m) if m.full_name() == CALL_CONTEXT_MESSAGE)
+}
+
 /// Whether a field must be present in tool arguments.
 pub fn is_required(field: &FieldDescriptor) -> bool {
     !field.is_list()
@@ -83,7 +92,7 @@ fn object_schema(message: &MessageDescriptor, direction: Direction, depth: usize
     }
     let mut properties = Map::new();
     let mut required = Vec::new();
-    for field in message.fields() {
+    for field in message.fields().filter(|f| !is_call_context(f)) {
         let mut schema = field_schema(&field, direction, depth);
         if let Some(comment) = ithaca_proto::annotations::field_comment(&field)
             && let Value::Object(map) = &mut schema

@@ -145,11 +145,18 @@ fn check_message(
     };
     let mut oneofs_seen: Vec<(String, String)> = Vec::new();
     for (key, v) in map {
+        // The edge's own call context is filled by the edge, never by the
+        // caller, so it reads as unknown.
         let field = message
             .get_field_by_name(key)
-            .or_else(|| message.get_field_by_json_name(key));
+            .or_else(|| message.get_field_by_json_name(key))
+            .filter(|f| !crate::schema::is_call_context(f));
         let Some(field) = field else {
-            let names: Vec<_> = message.fields().map(|f| f.name().to_owned()).collect();
+            let names: Vec<_> = message
+                .fields()
+                .filter(|f| !crate::schema::is_call_context(f))
+                .map(|f| f.name().to_owned())
+                .collect();
             let expected = if names.is_empty() {
                 "this takes no arguments".to_owned()
             } else {

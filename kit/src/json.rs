@@ -60,7 +60,8 @@ pub fn to_value(json: serde_json::Value) -> Value {
     Value { kind: Some(kind) }
 }
 
-fn from_value(v: Value) -> serde_json::Value {
+/// A `google.protobuf.Value` as JSON (whole numbers as integers).
+pub fn from_value(v: Value) -> serde_json::Value {
     match v.kind {
         None | Some(Kind::NullValue(_)) => serde_json::Value::Null,
         Some(Kind::BoolValue(b)) => serde_json::Value::Bool(b),

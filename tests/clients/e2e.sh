@@ -28,7 +28,12 @@ done
 
 work="$(mktemp -d)"
 pid=""
-cleanup() { [[ -n "$pid" ]] && kill "$pid" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$work"; }
+more_pids=()
+cleanup() {
+  [[ -n "$pid" ]] && kill "$pid" 2>/dev/null
+  for p in "${more_pids[@]}"; do kill "$p" 2>/dev/null; done
+  wait 2>/dev/null || true; rm -rf "$work"
+}
 trap cleanup EXIT
 export HOME="$work/home"   # the inspector keeps state under ~/.mcp-inspector
 mkdir -p "$HOME"
@@ -179,6 +184,26 @@ if [[ -n "${3:-}" ]]; then
   fi
   kill "$pgpid" 2>/dev/null; wait "$pgpid" 2>/dev/null || true
   psql "$pg" -qAt -c "DROP DATABASE IF EXISTS $db" >/dev/null
+fi
+
+# The streaming mapping (issue 14): progress, log messages and an elicitation round trip
+# through the Python SDK in both eras, against an edge fronting the conformance fixture.
+if [[ -x "$bin/ithaca-fixture" ]]; then
+  "$bin/ithaca-fixture" --listen 127.0.0.1:0 >"$work/fixture.log" 2>&1 &
+  more_pids+=("$!")
+  for _ in $(seq 1 100); do grep -q "listening on" "$work/fixture.log" && break; sleep 0.1; done
+  fixture="$(sed -n 's/.*listening on \([0-9.:]*\).*/\1/p' "$work/fixture.log" | head -n1)"
+  ITHACA_INTERNAL_KEY="e2e-streaming-internal-key-0123456789abc" RUST_LOG=warn "$bin/ithaca" serve edge \
+    --auth off --no-session-gate --listen 127.0.0.1:0 --backend "http://$fixture" >"$work/fedge.log" 2>&1 &
+  more_pids+=("$!")
+  for _ in $(seq 1 100); do grep -q "listening on" "$work/fedge.log" && break; sleep 0.1; done
+  fedge="$(sed -n 's/.*listening on \([0-9.:]*\).*/\1/p' "$work/fedge.log" | head -n1)"
+  for mode in 2026-07-28 legacy; do
+    run "python mcp 2.3 ($mode): progress, logs and an elicitation through a streaming backend" \
+      "$tools/bin/python" "$here/streaming.py" "http://$fedge/mcp" --mode "$mode"
+  done
+else
+  echo "  FAIL  $bin/ithaca-fixture is missing (cargo build -p ithaca-fixture)"; failures=$((failures + 1))
 fi
 
 if (( failures > 0 )); then

@@ -1,0 +1,755 @@
+//! The streaming mapping (`proto/ithaca/mcp/v1/stream.proto`) on the edge's
+//! side: reading a streaming RPC's `CallEvent`s, forwarding progress and
+//! log messages to the caller's [`CallSink`], and the terminal event; the
+//! input a call needs from the client and the capabilities it needs for it;
+//! and the sealed `requestState` a 2026-07-28 client carries between rounds
+//! (the edge keeps nothing between them).
+
+use crate::backend::Backend;
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use chacha20poly1305::aead::{Aead, KeyInit, Payload};
+use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
+use futures::future::BoxFuture;
+use ithaca_kit::json;
+use ithaca_kit::principal::{InternalKey, Principal};
+use ithaca_proto::mcp::v1 as mcp;
+use prost::Message;
+use prost_reflect::{DynamicMessage, MethodDescriptor, ReflectMessage};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+use std::time::Duration;
+use tonic::Status;
+
+/// How many rounds of input one legacy call may take before the edge gives
+/// up on it (a service that never stops asking).
+pub const MAX_ROUNDS: usize = 10;
+
+/// The largest `state` a service may hand back with `input_required`.
+pub const MAX_STATE_BYTES: usize = 16 * 1024;
+
+/// How long a sealed `requestState` may be brought back.
+const STATE_TTL_SECS: i64 = 3600;
+
+/// Bound to every sealed state, so nothing else sealed under a key derived
+/// the same way passes for one.
+const STATE_AAD: &[u8] = b"ithaca-mcp-request-state-v1";
+
+/// MCP log levels, lowest first (RFC 5424 severities).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    Debug,
+    Info,
+    Notice,
+    Warning,
+    Error,
+    Critical,
+    Alert,
+    Emergency,
+}
+
+impl LogLevel {
+    const ALL: [LogLevel; 8] = [
+        LogLevel::Debug,
+        LogLevel::Info,
+        LogLevel::Notice,
+        LogLevel::Warning,
+        LogLevel::Error,
+        LogLevel::Critical,
+        LogLevel::Alert,
+        LogLevel::Emergency,
+    ];
+
+    /// The MCP name (`debug` … `emergency`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogLevel::Debug => "debug",
+            LogLevel::Info => "info",
+            LogLevel::Notice => "notice",
+            LogLevel::Warning => "warning",
+            LogLevel::Error => "error",
+            LogLevel::Critical => "critical",
+            LogLevel::Alert => "alert",
+            LogLevel::Emergency => "emergency",
+        }
+    }
+
+    /// A level by its MCP name.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|l| l.as_str() == name)
+    }
+
+    /// The level of a `LogMessage`; unspecified (or unknown) reads as info.
+    fn from_proto(level: i32) -> Self {
+        match mcp::LogLevel::try_from(level) {
+            Ok(mcp::LogLevel::Debug) => LogLevel::Debug,
+            Ok(mcp::LogLevel::Notice) => LogLevel::Notice,
+            Ok(mcp::LogLevel::Warning) => LogLevel::Warning,
+            Ok(mcp::LogLevel::Error) => LogLevel::Error,
+            Ok(mcp::LogLevel::Critical) => LogLevel::Critical,
+            Ok(mcp::LogLevel::Alert) => LogLevel::Alert,
+            Ok(mcp::LogLevel::Emergency) => LogLevel::Emergency,
+            _ => LogLevel::Info,
+        }
+    }
+}
+
+/// The capabilities through which a call may ask the client for input.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClientCaps {
+    pub elicitation: bool,
+    pub sampling: bool,
+    pub roots: bool,
+}
+
+impl ClientCaps {
+    /// Read from an MCP `ClientCapabilities` object.
+    pub fn from_json(capabilities: &Value) -> Self {
+        let has = |key: &str| capabilities.get(key).is_some_and(|v| !v.is_null());
+        ClientCaps {
+            elicitation: has("elicitation"),
+            sampling: has("sampling"),
+            roots: has("roots"),
+        }
+    }
+
+    /// All three: what the edge assumes of a legacy client over stateless
+    /// HTTP, whose capabilities were declared only in its `initialize`.
+    pub fn assumed() -> Self {
+        ClientCaps {
+            elicitation: true,
+            sampling: true,
+            roots: true,
+        }
+    }
+
+    fn to_proto(self) -> mcp::ClientCapabilities {
+        mcp::ClientCapabilities {
+            elicitation: self.elicitation,
+            sampling: self.sampling,
+            roots: self.roots,
+        }
+    }
+
+    fn allows(self, method: &str) -> bool {
+        match method {
+            ELICIT => self.elicitation,
+            SAMPLE => self.sampling,
+            ROOTS => self.roots,
+            _ => false,
+        }
+    }
+}
+
+const ELICIT: &str = "elicitation/create";
+const SAMPLE: &str = "sampling/createMessage";
+const ROOTS: &str = "roots/list";
+
+/// The capability a server-to-client request needs (`elicitation` for
+/// `elicitation/create`, ...).
+pub fn capability_of(method: &str) -> &'static str {
+    match method {
+        ELICIT => "elicitation",
+        SAMPLE => "sampling",
+        _ => "roots",
+    }
+}
+
+/// Something a call tells the client while it runs.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Notice {
+    Progress {
+        progress: f64,
+        total: Option<f64>,
+        message: Option<String>,
+    },
+    Log {
+        level: LogLevel,
+        logger: Option<String>,
+        data: Value,
+    },
+}
+
+/// Why asking the client for input failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum AskError {
+    /// This transport cannot carry a request to the client.
+    #[error("this connection cannot carry requests to the client")]
+    Unsupported,
+    /// The client answered with a JSON-RPC error.
+    #[error("the client answered {method} with an error: {message}")]
+    Refused { method: String, message: String },
+    /// No answer came (the client went away, or took too long).
+    #[error("the client did not answer {method}: {why}")]
+    NoAnswer { method: String, why: String },
+}
+
+/// Where a call's notices go, and how it asks its client for input in the
+/// legacy era. The protocol layer implements it per request (it knows the
+/// progress token, the log level and the response stream).
+pub trait CallSink: Send + Sync {
+    /// Forward a notice (the sink drops what the client did not ask for).
+    fn notify(&self, notice: Notice) -> BoxFuture<'_, ()>;
+    /// Send one request (`elicitation/create`, `sampling/createMessage`,
+    /// `roots/list`) to the client and wait for its result.
+    fn ask(&self, method: String, params: Value) -> BoxFuture<'_, Result<Value, AskError>>;
+}
+
+/// A sink that drops notices and cannot ask: for callers with no stream.
+pub struct Silent;
+
+impl CallSink for Silent {
+    fn notify(&self, _notice: Notice) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
+    fn ask(&self, _method: String, _params: Value) -> BoxFuture<'_, Result<Value, AskError>> {
+        Box::pin(async { Err(AskError::Unsupported) })
+    }
+}
+
+/// What a 2026-07-28 retry brings back: the client's answers and the
+/// sealed state of the previous round.
+#[derive(Clone, Debug, Default)]
+pub struct Retry {
+    pub input_responses: Option<Map<String, Value>>,
+    pub request_state: Option<String>,
+}
+
+/// How a call talks to its client while it runs.
+pub struct CallIo<'a> {
+    pub sink: &'a dyn CallSink,
+    /// What the client declared (or, for a legacy HTTP client, is assumed
+    /// to answer).
+    pub client: ClientCaps,
+    /// True when the client answers input requests on the response stream
+    /// (the legacy era); false when a call that needs input answers
+    /// `input_required` and the client retries (2026-07-28).
+    pub asks_inline: bool,
+    /// The answers and state of a 2026-07-28 retry.
+    pub retry: Retry,
+}
+
+impl CallIo<'static> {
+    /// No stream, no input: for calls made outside a client's request.
+    pub fn silent() -> Self {
+        CallIo {
+            sink: &Silent,
+            client: ClientCaps::default(),
+            asks_inline: false,
+            retry: Retry::default(),
+        }
+    }
+}
+
+/// The end of one streaming call.
+#[derive(Debug)]
+pub enum Terminal {
+    /// A tool's result.
+    Result(mcp::ToolContent),
+    /// A prompt's messages.
+    Prompt(mcp::PromptReply),
+    /// The service needs the client's answers first.
+    Input(mcp::InputRequired),
+}
+
+/// Put the call context into `request`'s `CallContext` field, if it has
+/// one (a service that never asks for input need not declare it).
+pub fn fill_context(
+    request: &mut DynamicMessage,
+    context: &mcp::CallContext,
+) -> Result<(), Status> {
+    let descriptor = request.descriptor();
+    let Some(field) = descriptor.fields().find(crate::schema::is_call_context) else {
+        return Ok(());
+    };
+    let prost_reflect::Kind::Message(kind) = field.kind() else {
+        return Ok(());
+    };
+    let value = DynamicMessage::decode(kind, context.encode_to_vec().as_slice())
+        .map_err(|e| Status::internal(format!("building the call context: {e}")))?;
+    request.set_field(&field, prost_reflect::Value::Message(value));
+    Ok(())
+}
+
+/// The call context of one round.
+pub fn context(
+    client: ClientCaps,
+    responses: Map<String, Value>,
+    state: Vec<u8>,
+) -> mcp::CallContext {
+    let resumed = !responses.is_empty() || !state.is_empty();
+    mcp::CallContext {
+        client: Some(client.to_proto()),
+        responses: responses
+            .into_iter()
+            .map(|(k, v)| (k, json::to_struct(v)))
+            .collect(),
+        state,
+        resumed,
+    }
+}
+
+/// Call a streaming RPC once: forward its progress and log events to
+/// `sink` and return its terminal event. A status (the service's, or the
+/// deadline's) is the call's failure.
+pub async fn run_once(
+    backend: &Backend,
+    method: &MethodDescriptor,
+    request: DynamicMessage,
+    principal: &Principal,
+    key: &InternalKey,
+    deadline: Option<Duration>,
+    sink: &dyn CallSink,
+) -> Result<Terminal, Status> {
+    let service = method.parent_service();
+    let (mut stream, timeout) = backend
+        .server_streaming(method, request, principal, key, deadline)
+        .await?;
+    let ends = tokio::time::Instant::now() + timeout;
+    let mut last_progress: Option<f64> = None;
+    loop {
+        let message = match tokio::time::timeout_at(ends, stream.message()).await {
+            Err(_) => return Err(backend.stream_timed_out(service.full_name(), timeout)),
+            Ok(Err(status)) => {
+                return Err(backend.explain_stream(service.full_name(), status, timeout));
+            }
+            Ok(Ok(None)) => {
+                return Err(Status::internal(format!(
+                    "{} ended its stream without a result",
+                    method.full_name()
+                )));
+            }
+            Ok(Ok(Some(message))) => message,
+        };
+        let event: mcp::CallEvent = message
+            .transcode_to()
+            .map_err(|e| Status::internal(format!("decoding a stream event: {e}")))?;
+        match event.event {
+            Some(mcp::call_event::Event::Progress(p)) => {
+                // Progress must increase; a step back or a repeat is dropped.
+                if last_progress.is_some_and(|last| p.progress <= last) || !p.progress.is_finite() {
+                    continue;
+                }
+                last_progress = Some(p.progress);
+                sink.notify(Notice::Progress {
+                    progress: p.progress,
+                    total: p.total.filter(|t| t.is_finite()),
+                    message: (!p.message.is_empty()).then_some(p.message),
+                })
+                .await;
+            }
+            Some(mcp::call_event::Event::Log(log)) => {
+                sink.notify(Notice::Log {
+                    level: LogLevel::from_proto(log.level),
+                    logger: (!log.logger.is_empty()).then_some(log.logger),
+                    data: log.data.map_or(Value::Null, json::from_value),
+                })
+                .await;
+            }
+            // The terminal event ends the call; the edge reads no further.
+            Some(mcp::call_event::Event::Result(result)) => return Ok(Terminal::Result(result)),
+            Some(mcp::call_event::Event::Prompt(prompt)) => return Ok(Terminal::Prompt(prompt)),
+            Some(mcp::call_event::Event::InputRequired(input)) => {
+                if input.state.len() > MAX_STATE_BYTES {
+                    return Err(Status::internal(format!(
+                        "{} returned {} bytes of state with input_required; at most {MAX_STATE_BYTES} are allowed",
+                        method.full_name(),
+                        input.state.len()
+                    )));
+                }
+                if input.requests.is_empty() {
+                    return Err(Status::internal(format!(
+                        "{} answered input_required without a request",
+                        method.full_name()
+                    )));
+                }
+                return Ok(Terminal::Input(input));
+            }
+            None => {}
+        }
+    }
+}
+
+/// The answers and the service's state one round of a call starts from.
+#[derive(Clone, Debug, Default)]
+pub struct Round {
+    pub responses: Map<String, Value>,
+    pub state: Vec<u8>,
+}
+
+/// How a streaming call ended after all its rounds.
+#[derive(Debug)]
+pub enum Streamed {
+    /// The terminal result, or the call's failure (as a status).
+    Done(Result<Terminal, Status>),
+    /// A 2026-07-28 call needs input: the `InputRequiredResult` JSON, with
+    /// the service's state sealed into `requestState`.
+    Input(Value),
+    /// The service asked through a capability the client did not declare.
+    MissingCapability(&'static str),
+}
+
+/// One streaming call and the rounds of input it takes.
+pub struct Rounds<'a> {
+    pub backend: &'a Backend,
+    pub method: &'a MethodDescriptor,
+    /// `tool:NAME` or `prompt:NAME`: what a sealed state is bound to.
+    pub target: &'a str,
+    pub principal: &'a Principal,
+    pub key: &'a InternalKey,
+    pub sealer: &'a StateSealer,
+    pub deadline: Option<Duration>,
+    pub io: &'a CallIo<'a>,
+}
+
+impl Rounds<'_> {
+    /// Call the RPC from `round`; while it answers `input_required`, get
+    /// the answers from a legacy client on the response stream and call it
+    /// again, or hand the requests to a 2026-07-28 client (which retries).
+    pub async fn run(&self, request: DynamicMessage, mut round: Round) -> Streamed {
+        for _ in 0..MAX_ROUNDS {
+            let mut message = request.clone();
+            let context = context(self.io.client, round.responses, round.state);
+            if let Err(status) = fill_context(&mut message, &context) {
+                return Streamed::Done(Err(status));
+            }
+            let terminal = run_once(
+                self.backend,
+                self.method,
+                message,
+                self.principal,
+                self.key,
+                self.deadline,
+                self.io.sink,
+            )
+            .await;
+            let input = match terminal {
+                Ok(Terminal::Input(input)) => input,
+                other => return Streamed::Done(other),
+            };
+            let requests = requests_json(&input);
+            if let Some(capability) = missing_capability(&requests, self.io.client) {
+                return Streamed::MissingCapability(capability);
+            }
+            if !self.io.asks_inline {
+                let state = self
+                    .sealer
+                    .seal(self.principal, self.target, &input.state, now_secs());
+                return Streamed::Input(json!({
+                    "resultType": "input_required",
+                    "inputRequests": requests,
+                    "requestState": state,
+                }));
+            }
+            let mut responses = Map::new();
+            for (key, request) in requests {
+                let method = request["method"].as_str().unwrap_or(ROOTS).to_owned();
+                match self.io.sink.ask(method, request["params"].clone()).await {
+                    Ok(result) => {
+                        responses.insert(key, result);
+                    }
+                    Err(error) => {
+                        return Streamed::Done(Err(Status::failed_precondition(error.to_string())));
+                    }
+                }
+            }
+            round = Round {
+                responses,
+                state: input.state,
+            };
+        }
+        Streamed::Done(Err(Status::internal(format!(
+            "{} asked for input more than {MAX_ROUNDS} times in one call",
+            self.method.full_name()
+        ))))
+    }
+}
+
+/// The round a 2026-07-28 retry starts from: its `requestState` opened
+/// (refused when it was changed, is another caller's or another target's,
+/// or expired) and its `inputResponses` checked to be result objects.
+pub fn open_retry(
+    sealer: &StateSealer,
+    caller: &Principal,
+    target: &str,
+    retry: &Retry,
+) -> Result<Round, String> {
+    let state = match &retry.request_state {
+        None => Vec::new(),
+        Some(value) => sealer
+            .open(caller, target, value, now_secs())
+            .map_err(|e| format!("{e}; call again without requestState to start over"))?,
+    };
+    let mut responses = Map::new();
+    for (key, value) in retry.input_responses.iter().flatten() {
+        if !value.is_object() {
+            return Err(format!(
+                "inputResponses.{key}: expected the client's result object for that request"
+            ));
+        }
+        responses.insert(key.clone(), value.clone());
+    }
+    Ok(Round { responses, state })
+}
+
+/// The MCP requests of an `InputRequired`, by key: `{method, params}`
+/// objects, in key order.
+pub fn requests_json(input: &mcp::InputRequired) -> Map<String, Value> {
+    let mut keys: Vec<&String> = input.requests.keys().collect();
+    keys.sort();
+    keys.into_iter()
+        .map(|k| (k.clone(), request_json(&input.requests[k])))
+        .collect()
+}
+
+fn request_json(request: &mcp::InputRequest) -> Value {
+    use mcp::input_request::Kind;
+    match &request.kind {
+        Some(Kind::Elicitation(e)) => json!({
+            "method": ELICIT,
+            "params": {
+                "message": e.message,
+                "requestedSchema": e.requested_schema.clone().map_or_else(
+                    || json!({"type": "object", "properties": {}}),
+                    json::from_struct,
+                ),
+            },
+        }),
+        Some(Kind::Sampling(s)) => json!({
+            "method": SAMPLE,
+            "params": s.params.clone().map_or_else(|| json!({}), json::from_struct),
+        }),
+        Some(Kind::Roots(_)) | None => json!({"method": ROOTS, "params": {}}),
+    }
+}
+
+/// The first capability `requests` need that `client` did not declare.
+pub fn missing_capability(
+    requests: &Map<String, Value>,
+    client: ClientCaps,
+) -> Option<&'static str> {
+    requests
+        .values()
+        .filter_map(|r| r["method"].as_str())
+        .find(|m| !client.allows(m))
+        .map(capability_of)
+}
+
+/// What a sealed state holds: the service's state, bound to the caller and
+/// the tool (or prompt) it was issued for, with an expiry.
+#[derive(Serialize, Deserialize)]
+struct Sealed {
+    /// `tool:NAME` or `prompt:NAME`.
+    target: String,
+    tenant: String,
+    key: String,
+    agent: String,
+    exp: i64,
+    /// The service's state, base64url.
+    state: String,
+}
+
+/// Seals and opens `requestState`: ChaCha20-Poly1305 under a key derived
+/// from the internal key, so a client can neither read a service's state
+/// nor change it, and a state issued to one caller or tool opens for no
+/// other.
+#[derive(Clone)]
+pub struct StateSealer {
+    cipher: ChaCha20Poly1305,
+}
+
+impl std::fmt::Debug for StateSealer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StateSealer(..)")
+    }
+}
+
+/// Why a `requestState` was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum StateError {
+    #[error("requestState failed its integrity check: it is not one this server issued")]
+    Tampered,
+    #[error("requestState was issued for another caller or another request")]
+    Foreign,
+    #[error("requestState has expired")]
+    Expired,
+}
+
+impl StateSealer {
+    pub fn new(key: &InternalKey) -> Self {
+        let key = key.derive("mcp-request-state-v1");
+        StateSealer {
+            cipher: ChaCha20Poly1305::new(Key::from_slice(&key)),
+        }
+    }
+
+    /// The `requestState` of `state`, for `caller` calling `target`.
+    pub fn seal(&self, caller: &Principal, target: &str, state: &[u8], now_secs: i64) -> String {
+        let sealed = Sealed {
+            target: target.to_owned(),
+            tenant: caller.tenant_id().to_owned(),
+            key: caller.key_id().to_owned(),
+            agent: caller.agent().to_owned(),
+            exp: now_secs + STATE_TTL_SECS,
+            state: URL_SAFE_NO_PAD.encode(state),
+        };
+        let plain = serde_json::to_vec(&sealed).expect("sealed state serializes to JSON");
+        let nonce: [u8; 12] = rand::random();
+        let cipher = self
+            .cipher
+            .encrypt(
+                Nonce::from_slice(&nonce),
+                Payload {
+                    msg: &plain,
+                    aad: STATE_AAD,
+                },
+            )
+            .expect("encryption with a valid key and nonce does not fail");
+        let mut out = nonce.to_vec();
+        out.extend_from_slice(&cipher);
+        URL_SAFE_NO_PAD.encode(out)
+    }
+
+    /// The service's state inside `value`, if this server sealed it for
+    /// `caller` and `target` and it has not expired.
+    pub fn open(
+        &self,
+        caller: &Principal,
+        target: &str,
+        value: &str,
+        now_secs: i64,
+    ) -> Result<Vec<u8>, StateError> {
+        let bytes = URL_SAFE_NO_PAD
+            .decode(value)
+            .map_err(|_| StateError::Tampered)?;
+        if bytes.len() < 12 {
+            return Err(StateError::Tampered);
+        }
+        let (nonce, cipher) = bytes.split_at(12);
+        let plain = self
+            .cipher
+            .decrypt(
+                Nonce::from_slice(nonce),
+                Payload {
+                    msg: cipher,
+                    aad: STATE_AAD,
+                },
+            )
+            .map_err(|_| StateError::Tampered)?;
+        let sealed: Sealed = serde_json::from_slice(&plain).map_err(|_| StateError::Tampered)?;
+        if sealed.target != target
+            || sealed.tenant != caller.tenant_id()
+            || sealed.key != caller.key_id()
+            || sealed.agent != caller.agent()
+        {
+            return Err(StateError::Foreign);
+        }
+        if sealed.exp < now_secs {
+            return Err(StateError::Expired);
+        }
+        URL_SAFE_NO_PAD
+            .decode(sealed.state)
+            .map_err(|_| StateError::Tampered)
+    }
+}
+
+/// Seconds since the Unix epoch.
+pub fn now_secs() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn caller(key: &str) -> Principal {
+        Principal::local_agent("t1", key, ["data:read"])
+    }
+
+    #[test]
+    fn sealed_state_opens_only_untouched_for_its_caller_and_target() {
+        let key = InternalKey::new("a-test-internal-key-of-enough-length-0123").expect("key");
+        let sealer = StateSealer::new(&key);
+        let alice = caller("alice");
+        let sealed = sealer.seal(&alice, "tool:t", b"step=2", 1_000);
+        assert_eq!(
+            sealer.open(&alice, "tool:t", &sealed, 1_001),
+            Ok(b"step=2".to_vec())
+        );
+        let mut tampered = sealed.clone();
+        tampered.push_str("-TAMPERED");
+        assert_eq!(
+            sealer.open(&alice, "tool:t", &tampered, 1_001),
+            Err(StateError::Tampered)
+        );
+        let mut flipped = URL_SAFE_NO_PAD.decode(&sealed).expect("base64");
+        let last = flipped.len() - 1;
+        flipped[last] ^= 1;
+        assert_eq!(
+            sealer.open(&alice, "tool:t", &URL_SAFE_NO_PAD.encode(flipped), 1_001),
+            Err(StateError::Tampered)
+        );
+        assert_eq!(
+            sealer.open(&caller("bob"), "tool:t", &sealed, 1_001),
+            Err(StateError::Foreign)
+        );
+        assert_eq!(
+            sealer.open(&alice, "tool:other", &sealed, 1_001),
+            Err(StateError::Foreign)
+        );
+        assert_eq!(
+            sealer.open(&alice, "tool:t", &sealed, 1_000 + STATE_TTL_SECS + 1),
+            Err(StateError::Expired)
+        );
+        let other = StateSealer::new(
+            &InternalKey::new("another-test-internal-key-of-enough-length").expect("key"),
+        );
+        assert_eq!(
+            other.open(&alice, "tool:t", &sealed, 1_001),
+            Err(StateError::Tampered)
+        );
+    }
+
+    #[test]
+    fn log_levels_order_and_parse() {
+        assert!(LogLevel::Debug < LogLevel::Info && LogLevel::Error < LogLevel::Emergency);
+        assert_eq!(LogLevel::parse("warning"), Some(LogLevel::Warning));
+        assert_eq!(LogLevel::parse("verbose"), None);
+        assert_eq!(LogLevel::from_proto(0), LogLevel::Info);
+        assert_eq!(LogLevel::from_proto(99), LogLevel::Info);
+    }
+
+    #[test]
+    fn a_request_for_an_undeclared_capability_is_named() {
+        let input = mcp::InputRequired {
+            requests: [
+                (
+                    "a".to_owned(),
+                    mcp::InputRequest {
+                        kind: Some(mcp::input_request::Kind::Sampling(mcp::Sampling::default())),
+                    },
+                ),
+                (
+                    "b".to_owned(),
+                    mcp::InputRequest {
+                        kind: Some(mcp::input_request::Kind::Roots(mcp::RootsRequest {})),
+                    },
+                ),
+            ]
+            .into_iter()
+            .collect(),
+            state: Vec::new(),
+        };
+        let requests = requests_json(&input);
+        assert_eq!(requests["a"]["method"], json!("sampling/createMessage"));
+        assert_eq!(requests["b"]["method"], json!("roots/list"));
+        let only_roots = ClientCaps {
+            roots: true,
+            ..ClientCaps::default()
+        };
+        assert_eq!(missing_capability(&requests, only_roots), Some("sampling"));
+        assert_eq!(missing_capability(&requests, ClientCaps::assumed()), None);
+    }
+}

@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""The streaming mapping through the official Python SDK (`mcp` 2.3.x).
+
+Against an edge fronting the conformance fixture (`ithaca serve edge --auth off
+--no-session-gate --backend FIXTURE`), in one protocol mode:
+
+1. `test_tool_with_progress` with a progress callback: three progress
+   notifications (0, 50, 100 of 100) must reach it, in order, before the result;
+2. `test_tool_with_logging` with a logging callback (the log level asked for the
+   way the mode does it): three log messages must reach it;
+3. `test_input_required_result_elicitation`: the client's elicitation callback
+   answers the person's name and the result must greet that name. In the
+   2026-07-28 mode that is an `input_required` round trip (the SDK retries
+   with the answer and the sealed requestState); in the legacy mode the edge
+   asks on the response stream and resumes the backend with the answer.
+
+Exits 0 when every step passes, 1 otherwise.
+
+    .ci/tools/venv/bin/python tests/clients/streaming.py URL --mode legacy|2026-07-28
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from contextlib import AsyncExitStack
+from typing import Any
+
+import httpx2
+import mcp_types as types
+from mcp.client import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp_types import Implementation
+
+
+class StepFailed(Exception):
+    pass
+
+
+def _log(step: str, ok: bool, **detail: Any) -> None:
+    print(json.dumps({"step": step, "ok": ok, **detail}, default=str), flush=True)
+
+
+async def _run(url: str, mode: str) -> None:
+    progress: list[tuple[float, float | None]] = []
+    logs: list[Any] = []
+    asked: list[str] = []
+
+    async def on_progress(done: float, total: float | None, message: str | None) -> None:
+        progress.append((done, total))
+
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        logs.append(params.data)
+
+    async def on_elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"name": "Ada"})
+
+    async with AsyncExitStack() as stack:
+        http = await stack.enter_async_context(httpx2.AsyncClient(timeout=httpx2.Timeout(30.0, read=120.0)))
+        client = await stack.enter_async_context(
+            Client(
+                streamable_http_client(url, http_client=http),
+                mode=mode,
+                client_info=Implementation(name="ithaca-streaming-py", version="1.0.0"),
+                logging_callback=on_log,
+                # 2026-07-28: the level travels in each request's _meta.
+                log_level="debug",
+                elicitation_callback=on_elicit,
+            )
+        )
+        _log("connect", True, mode=mode, protocol_version=client.protocol_version)
+        if client.protocol_version and client.protocol_version < "2026-07-28":
+            # Legacy: the level is set once, with logging/setLevel.
+            await client.set_logging_level("debug")
+
+        result = await client.call_tool("test_tool_with_progress", {}, progress_callback=on_progress)
+        values = [p for p, _ in progress]
+        ok = not result.is_error and values == [0.0, 50.0, 100.0] and all(t == 100.0 for _, t in progress)
+        _log("progress", ok, notifications=progress)
+        if not ok:
+            raise StepFailed(f"expected progress 0, 50, 100 of 100; got {progress}")
+
+        result = await client.call_tool("test_tool_with_logging", {})
+        ok = not result.is_error and len(logs) == 3
+        _log("logging", ok, messages=logs)
+        if not ok:
+            raise StepFailed(f"expected three log messages; got {logs}")
+
+        result = await client.call_tool("test_input_required_result_elicitation", {})
+        text = result.content[0].text if result.content else ""
+        ok = not result.is_error and asked == ["What is your name?"] and text == "Hello, Ada!"
+        _log("elicitation", ok, asked=asked, text=text)
+        if not ok:
+            raise StepFailed(f"expected one elicitation and 'Hello, Ada!'; asked {asked}, got {text!r}")
+
+
+def _leaves(e: BaseException) -> list[BaseException]:
+    if isinstance(e, BaseExceptionGroup):
+        return [leaf for sub in e.exceptions for leaf in _leaves(sub)]
+    return [e]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("url")
+    p.add_argument("--mode", default="legacy", help='"legacy" | "2026-07-28"')
+    p.add_argument("--timeout", type=float, default=60.0)
+    args = p.parse_args()
+    try:
+        asyncio.run(asyncio.wait_for(_run(args.url, args.mode), timeout=args.timeout))
+    except StepFailed as e:
+        print(f"FAILED: {e}", file=sys.stderr)
+        return 1
+    except Exception as e:  # connection errors, MCPError, timeouts, ExceptionGroups from anyio
+        for leaf in _leaves(e):
+            print(f"FAILED: {type(leaf).__name__}: {leaf}", file=sys.stderr)
+        return 1
+    print("OK: all steps passed", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
