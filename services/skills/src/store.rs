@@ -106,17 +106,37 @@ impl Store {
         let _gate = self.db.write_gate().await;
         let sql = "UPDATE runs SET status = $3, outputs = COALESCE($4, outputs), error = $5, updated_at_ms = $6 \
                    WHERE run_id = $1 AND status = $2";
-        let n = with_pool!(self.db, pool => sqlx::query(sql)
-            .bind(run_id.as_str())
-            .bind(from.as_str())
-            .bind(to.as_str())
-            .bind(outputs)
-            .bind(error)
-            .bind(now_ms)
-            .execute(pool)
-            .await
-            .map(|r| r.rows_affected()))?;
-        Ok(n > 0)
+        // A run leaving `running` ends its running job in the same
+        // transaction, so no reader sees a finished run with a job still
+        // running (or the reverse).
+        let ends_job = from == RunStatus::Running && to != RunStatus::Running;
+        let end_job = "UPDATE jobs SET status = $2, error = $3, finished_at_ms = $4 \
+                       WHERE run_id = $1 AND status = $5";
+        with_pool!(self.db, pool => {
+            let mut tx = pool.begin().await?;
+            let n = sqlx::query(sql)
+                .bind(run_id.as_str())
+                .bind(from.as_str())
+                .bind(to.as_str())
+                .bind(outputs)
+                .bind(error)
+                .bind(now_ms)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            if n > 0 && ends_job {
+                sqlx::query(end_job)
+                    .bind(run_id.as_str())
+                    .bind(to.as_str())
+                    .bind(error)
+                    .bind(now_ms)
+                    .bind(RunStatus::Running.as_str())
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            tx.commit().await?;
+            Ok(n > 0)
+        })
     }
 
     /// The oldest queued run, of any tenant (the worker's next job).
