@@ -57,7 +57,7 @@ static SAMPLE: LazyLock<Value> = LazyLock::new(|| {
         "schemavsn": "4.02",
         "publisher": "ZTF (www.ztf.caltech.edu)",
         "candidate": {
-            "jd": 2460506.69, "fid": 1, "pid": 2752190655615, "programid": 1,
+            "jd": 2460506.69, "fid": 1, "pid": 2752190655615_i64, "programid": 1,
             "magpsf": 16.3, "sigmapsf": 0.05, "diffmaglim": 20.4, "drb": 0.99,
             "rb": 0.8, "isdiffpos": "t", "ndethist": 3, "ssdistnr": -999.0,
             "sgscore1": 0.1, "distpsnr1": 2.5, "ssnamenr": null, "nbad": 0,
