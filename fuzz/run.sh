@@ -17,9 +17,18 @@ seconds="${1:?usage: fuzz/run.sh <seconds-per-target> [target ...]}"
 shift
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-    targets=(request_front bearer_token transcode principal)
+    targets=(request_front bearer_token transcode principal pipeline)
 fi
 export CARGO_TARGET_DIR="${FUZZ_TARGET_DIR:-/work/targets/fuzz}"
+# The pipeline target compiles against the real ZTF alert schema, kept with
+# the shared data beside the checkout.
+if [ -z "${ITHACA_ZTF_SCHEMA_DIR:-}" ]; then
+    export ITHACA_ZTF_SCHEMA_DIR="$here/../../shared/data/ztf/schema"
+fi
+if [[ " ${targets[*]} " == *" pipeline "* ]] && [ ! -d "$ITHACA_ZTF_SCHEMA_DIR" ]; then
+    echo "fuzz: no ZTF schema at $ITHACA_ZTF_SCHEMA_DIR (set ITHACA_ZTF_SCHEMA_DIR)" >&2
+    exit 1
+fi
 corpora="$CARGO_TARGET_DIR/corpus"
 
 cd "$here"
