@@ -6,7 +6,7 @@
 #   fuzz/run.sh <seconds-per-target> [target ...]
 #
 # Needs the nightly toolchain and cargo-fuzz (`cargo install cargo-fuzz
-# --locked`). Builds into $FUZZ_TARGET_DIR (default /work/targets/fuzz; never
+# --locked`). Builds into $FUZZ_TARGET_DIR (default ~/.cache/ithaca/fuzz-target, as .ci/run; never
 # the main target directory, the sanitizer flags differ) at low priority so
 # other builds keep the machine. A crash fails the run and leaves its input
 # under fuzz/artifacts/<target>/.
@@ -19,7 +19,7 @@ targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
     targets=(request_front bearer_token transcode principal pipeline)
 fi
-export CARGO_TARGET_DIR="${FUZZ_TARGET_DIR:-/work/targets/fuzz}"
+export CARGO_TARGET_DIR="${FUZZ_TARGET_DIR:-$HOME/.cache/ithaca/fuzz-target}"
 # The pipeline target compiles against the real ZTF alert schema, kept with
 # the shared data beside the checkout.
 if [ -z "${ITHACA_ZTF_SCHEMA_DIR:-}" ]; then
