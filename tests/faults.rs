@@ -15,7 +15,7 @@
 
 mod common;
 
-use common::stack::{self, Answer, Outcome, Stack};
+use common::stack::{self, Answer, Outcome, Stack, TraceStream};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -370,6 +370,9 @@ async fn restarting_postgres_under_load_postgres_restart() {
     let probe = stack.keys.agents[AGENTS].clone();
     let probe_sid = stack::open_session(&lb, &probe, "probe", None).await;
     let mut probe_told = Vec::new();
+    // A person watches the probe's session on edge A across the restart.
+    let watched_on = stack.edges[0].url();
+    let mut watch = TraceStream::open(&watched_on, &stack.keys.human, &probe_sid).await;
     let load = start_load(&lb, &stack.keys.agents[..AGENTS]).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
 
@@ -414,6 +417,42 @@ async fn restarting_postgres_under_load_postgres_restart() {
         None,
     )
     .await;
+
+    // The watcher's stream shows the probe's whole trace, in order and
+    // once. It may have ended during the outage (the edge re-checks the
+    // watcher's key, which cannot verify while the database is down); a
+    // client then reconnects from its last seq, as SSE clients do. It
+    // must never stall open without delivering.
+    let last = stack::read_trace(&mut stack.reader(0), &probe_sid)
+        .await
+        .last()
+        .expect("the probe's trace")
+        .seq;
+    let mut seen = Vec::new();
+    let mut reconnects = 0;
+    let reached = |s: &[serde_json::Value]| s.last().and_then(|e| e["seq"].as_i64()) >= Some(last);
+    while !watch
+        .read_until(&mut seen, Duration::from_secs(30), reached)
+        .await
+    {
+        reconnects += 1;
+        assert!(
+            reconnects <= 3,
+            "{name}: the watcher's stream stalled or kept ending; it reached {:?} of {last}",
+            seen.last().map(|e| &e["seq"])
+        );
+        let from = seen.last().and_then(|e| e["seq"].as_i64()).unwrap_or(0);
+        watch = TraceStream::open_after(&watched_on, &stack.keys.human, &probe_sid, from).await;
+    }
+    let seqs: Vec<i64> = seen.iter().filter_map(|e| e["seq"].as_i64()).collect();
+    assert_eq!(
+        seqs,
+        (1..=last).collect::<Vec<_>>(),
+        "{name}: the watcher saw the trace in order, each event once"
+    );
+    println!(
+        "{name}: a person's trace stream on edge A showed all {last} events of the probe's          session in order across the restart, after {reconnects} reconnect(s) from its last seq"
+    );
     stack.stop().await;
 }
 

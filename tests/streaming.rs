@@ -17,6 +17,12 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 async fn edge() -> String {
+    edge_with(0).await
+}
+
+/// The edge with at most `max_in_flight` calls in flight to the fixture (0:
+/// the default).
+async fn edge_with(max_in_flight: usize) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -26,6 +32,7 @@ async fn edge() -> String {
         reflected: vec![fixture_url],
         timeout: Duration::from_secs(5),
         ungated: true,
+        max_in_flight,
         ..Default::default()
     };
     let core = ithaca_edge::build_core(&backends, common::key())
@@ -278,10 +285,9 @@ async fn input_required_rounds_carry_sealed_state_and_check_capabilities() {
     assert!(error["data"]["requiredCapabilities"]["sampling"].is_object());
 }
 
-/// POST a legacy call and keep the response stream open; answer the
-/// request that appears on it from another connection with `answer`, and
-/// return everything the stream carried.
-async fn legacy_call_answered(url: &str, call: &Value, answer: Value) -> Vec<Value> {
+/// POST a legacy (2025-11-25) call on a connection of its own, to read its
+/// response stream as it comes; the server closes the connection after it.
+async fn post_legacy_raw(url: &str, call: &Value) -> tokio::net::TcpStream {
     let authority = url.trim_start_matches("http://").to_owned();
     let mut stream = tokio::net::TcpStream::connect(&authority)
         .await
@@ -294,6 +300,14 @@ async fn legacy_call_answered(url: &str, call: &Value, answer: Value) -> Vec<Val
         body.len()
     );
     stream.write_all(head.as_bytes()).await.expect("write");
+    stream
+}
+
+/// POST a legacy call and keep the response stream open; answer the
+/// request that appears on it from another connection with `answer`, and
+/// return everything the stream carried.
+async fn legacy_call_answered(url: &str, call: &Value, answer: Value) -> Vec<Value> {
+    let mut stream = post_legacy_raw(url, call).await;
     let mut text = String::new();
     let mut buf = [0u8; 4096];
     let mut answered = false;
@@ -372,4 +386,46 @@ async fn a_legacy_client_is_asked_on_the_response_stream_and_the_call_resumes() 
     let stray = json!({"jsonrpc": "2.0", "id": "ithaca-nobody", "result": {}});
     let reply = post(&url, "2025-11-25", &stray).await;
     assert_ne!(reply.status, 202, "{}", reply.text());
+}
+
+/// A streaming call holds its place among the backend's calls in flight
+/// for as long as its stream is open, as a unary call does: with one place,
+/// a second call while the first still streams progress is refused
+/// (`BACKEND_BUSY`, retryable), and the place is free again once the
+/// stream ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streaming_call_holds_its_backend_place_until_its_stream_ends() {
+    let url = edge_with(1).await;
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "test_tool_with_progress", "arguments": {}, "_meta": {"progressToken": 1},
+    }});
+    let mut stream = post_legacy_raw(&url, &call).await;
+    // Read until the first progress notice: the stream is open.
+    let mut text = String::new();
+    let mut buf = [0u8; 4096];
+    while !text.contains("notifications/progress") {
+        let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf))
+            .await
+            .unwrap_or_else(|_| panic!("no progress came; got so far: {text}"))
+            .expect("read");
+        assert!(n > 0, "the stream ended before any progress: {text}");
+        text.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    let other = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "test_simple_text", "arguments": {},
+    }});
+    let refused = final_result(&messages(&post(&url, "2025-11-25", &other).await));
+    let error = common::tool_error(&refused["result"]);
+    assert_eq!(error["error"], "BACKEND_BUSY", "{refused}");
+    assert_eq!(error["retryable"], true, "{refused}");
+
+    // The first call still ends with its result...
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_string(&mut text))
+        .await
+        .expect("the stream never ended")
+        .expect("read");
+    assert!(text.contains("Progress test completed"), "{text}");
+    // ...and then its place is free.
+    let answered = final_result(&messages(&post(&url, "2025-11-25", &other).await));
+    assert_eq!(answered["result"]["isError"], false, "{answered}");
 }

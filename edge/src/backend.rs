@@ -37,8 +37,9 @@ pub struct Backend {
 /// refused at once (RESOURCE_EXHAUSTED, retryable) instead of queueing
 /// behind a slow service. tower's `ConcurrencyLimit` would queue, and
 /// `LoadShed` around it would change the channel's type for every client
-/// built on it; a semaphore checked in [`Backend::unary_within`] does the
-/// same job where the edge's tool, resource and prompt calls pass.
+/// built on it; a semaphore checked where every call of the edge passes
+/// ([`Backend::unary_within`], [`Backend::server_streaming`] for the life of
+/// its stream, [`Backend::typed`] for the session hops) does the same job.
 #[derive(Debug)]
 struct Gate {
     permits: Arc<Semaphore>,
@@ -137,46 +138,56 @@ impl Backend {
         key: &InternalKey,
         deadline: Option<Duration>,
     ) -> Result<DynamicMessage, Status> {
-        let timeout = deadline.map_or(self.timeout, |d| d.max(self.timeout));
-        let path = format!("/{}/{}", method.parent_service().full_name(), method.name());
-        let path: http::uri::PathAndQuery = path
-            .parse()
-            .map_err(|_| Status::internal("invalid method path"))?;
-        let mut request = Request::new(message);
-        request.set_timeout(timeout);
-        key.sign(&mut request, principal);
-        let codec = DynamicCodec {
-            output: method.output(),
-        };
-        let service = method.parent_service();
-        let _permit = self.admit(service.full_name())?;
+        let call = self.prepare(method, message, principal, key, deadline)?;
+        let _permit = self.admit(call.service.full_name())?;
+        let (service, timeout) = (call.service.clone(), call.timeout);
         let mut grpc = tonic::client::Grpc::new(self.channel.clone());
-        let call = async {
-            grpc.ready().await.map_err(|e| {
-                Status::unavailable(format!(
-                    "{} ({}) is unreachable: {e}",
-                    service.full_name(),
-                    self.url
-                ))
-            })?;
-            grpc.unary(request, path, codec).await
+        let answer = async {
+            self.ready(&mut grpc, &service).await?;
+            grpc.unary(call.request, call.path, call.codec).await
         };
-        // The channel also stops waiting at the `grpc-timeout` set above;
-        // this bound covers the wait for a connection and a response body
-        // that never comes.
+        self.bounded(service.full_name(), timeout, answer).await
+    }
+
+    /// Wait for `call` at most `timeout`, its failure made clear. The
+    /// channel also stops waiting at a call's `grpc-timeout`; this bound
+    /// covers the wait for a connection and a response that never comes.
+    async fn bounded<T>(
+        &self,
+        service: &str,
+        timeout: Duration,
+        call: impl std::future::Future<Output = Result<tonic::Response<T>, Status>>,
+    ) -> Result<T, Status> {
         match tokio::time::timeout(timeout, call).await {
             Ok(result) => result
                 .map(tonic::Response::into_inner)
-                .map_err(|status| self.explain_within(service.full_name(), status, timeout)),
-            Err(_) => Err(self.timed_out(service.full_name(), timeout)),
+                .map_err(|status| self.explain_within(service, status, timeout)),
+            Err(_) => Err(self.timed_out(service, timeout)),
         }
     }
 
+    /// One call of a generated client (the session and approvals hops)
+    /// through this backend's concurrency gate and deadline (`deadline`
+    /// when longer than the backend's, as for [`Backend::unary_within`]),
+    /// its failure made clear like [`Backend::explain`]. The request should
+    /// carry the same deadline as its `grpc-timeout`.
+    pub async fn typed<T>(
+        &self,
+        service: &str,
+        deadline: Option<Duration>,
+        call: impl std::future::Future<Output = Result<tonic::Response<T>, Status>>,
+    ) -> Result<T, Status> {
+        let timeout = deadline.map_or(self.timeout, |d| d.max(self.timeout));
+        let _permit = self.admit(service)?;
+        self.bounded(service, timeout, call).await
+    }
+
     /// Open a server-streaming call on behalf of `principal` (a streaming
-    /// tool or prompt, `stream.proto`): signed and traced like a unary
-    /// call, with `deadline` (or the backend's, whichever is longer) as the
-    /// `grpc-timeout` of the whole stream. Returns the stream and that
-    /// deadline, which the caller enforces while it reads.
+    /// tool or prompt, `stream.proto`): signed, traced and admitted like a
+    /// unary call (its place among the calls in flight is held until the
+    /// stream is dropped), with `deadline` (or the backend's, whichever is
+    /// longer) as the `grpc-timeout` of the whole stream. Returns the
+    /// stream and that deadline, which the caller enforces while it reads.
     pub async fn server_streaming(
         &self,
         method: &MethodDescriptor,
@@ -184,36 +195,69 @@ impl Backend {
         principal: &Principal,
         key: &InternalKey,
         deadline: Option<Duration>,
-    ) -> Result<(tonic::Streaming<DynamicMessage>, Duration), Status> {
+    ) -> Result<(BackendStream, Duration), Status> {
+        let call = self.prepare(method, message, principal, key, deadline)?;
+        let permit = self.admit(call.service.full_name())?;
+        let (service, timeout) = (call.service.clone(), call.timeout);
+        let mut grpc = tonic::client::Grpc::new(self.channel.clone());
+        let opened = async {
+            self.ready(&mut grpc, &service).await?;
+            grpc.server_streaming(call.request, call.path, call.codec)
+                .await
+        };
+        let inner = self.bounded(service.full_name(), timeout, opened).await?;
+        let stream = BackendStream {
+            inner,
+            _permit: permit,
+        };
+        Ok((stream, timeout))
+    }
+
+    /// The request of one call of `method`: its path, the deadline (the
+    /// method's own when longer than the backend's), the principal
+    /// assertion and the trace context in its metadata.
+    fn prepare(
+        &self,
+        method: &MethodDescriptor,
+        message: DynamicMessage,
+        principal: &Principal,
+        key: &InternalKey,
+        deadline: Option<Duration>,
+    ) -> Result<Prepared, Status> {
         let timeout = deadline.map_or(self.timeout, |d| d.max(self.timeout));
-        let path = format!("/{}/{}", method.parent_service().full_name(), method.name());
+        let service = method.parent_service();
+        let path = format!("/{}/{}", service.full_name(), method.name());
         let path: http::uri::PathAndQuery = path
             .parse()
             .map_err(|_| Status::internal("invalid method path"))?;
         let mut request = Request::new(message);
         request.set_timeout(timeout);
         key.sign(&mut request, principal);
-        let codec = DynamicCodec {
-            output: method.output(),
-        };
-        let service = method.parent_service();
-        let mut grpc = tonic::client::Grpc::new(self.channel.clone());
-        let call = async {
-            grpc.ready().await.map_err(|e| {
-                Status::unavailable(format!(
-                    "{} ({}) is unreachable: {e}",
-                    service.full_name(),
-                    self.url
-                ))
-            })?;
-            grpc.server_streaming(request, path, codec).await
-        };
-        match tokio::time::timeout(timeout, call).await {
-            Ok(result) => result
-                .map(|r| (r.into_inner(), timeout))
-                .map_err(|status| self.explain_within(service.full_name(), status, timeout)),
-            Err(_) => Err(self.timed_out(service.full_name(), timeout)),
-        }
+        Ok(Prepared {
+            service: service.clone(),
+            path,
+            request,
+            codec: DynamicCodec {
+                output: method.output(),
+            },
+            timeout,
+        })
+    }
+
+    /// Wait for the channel to take a call; a backend that cannot be
+    /// reached is UNAVAILABLE naming it.
+    async fn ready(
+        &self,
+        grpc: &mut tonic::client::Grpc<Channel>,
+        service: &prost_reflect::ServiceDescriptor,
+    ) -> Result<(), Status> {
+        grpc.ready().await.map_err(|e| {
+            Status::unavailable(format!(
+                "{} ({}) is unreachable: {e}",
+                service.full_name(),
+                self.url
+            ))
+        })
     }
 
     /// A stream message that did not come within the call's deadline, or a
@@ -303,6 +347,29 @@ pub fn is_timeout(status: &Status) -> bool {
             status.message() == "Timeout expired"
         }
         _ => false,
+    }
+}
+
+/// One call's request, ready to send.
+struct Prepared {
+    service: prost_reflect::ServiceDescriptor,
+    path: http::uri::PathAndQuery,
+    request: Request<DynamicMessage>,
+    codec: DynamicCodec,
+    timeout: Duration,
+}
+
+/// A streaming call's messages, holding the call's place among the
+/// backend's calls in flight until it is dropped.
+pub struct BackendStream {
+    inner: tonic::Streaming<DynamicMessage>,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl BackendStream {
+    /// The next message, `None` at the end of the stream.
+    pub async fn message(&mut self) -> Result<Option<DynamicMessage>, Status> {
+        self.inner.message().await
     }
 }
 

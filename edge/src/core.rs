@@ -15,7 +15,7 @@ use ithaca_proto::approvals::v1 as apb;
 use ithaca_proto::approvals::v1::approvals_service_client::ApprovalsServiceClient;
 use ithaca_proto::mcp::v1 as mcp;
 use ithaca_proto::mcp::v1::content::Kind as ContentKind;
-use ithaca_proto::service_names::SESSION;
+use ithaca_proto::service_names::{APPROVALS, SESSION};
 use ithaca_proto::session::v1 as spb;
 use ithaca_proto::session::v1::session_service_client::SessionServiceClient;
 use prost::Message;
@@ -247,14 +247,9 @@ impl Core {
         });
         request.set_timeout(session.timeout());
         self.key.sign(&mut request, caller);
-        let begun = match tokio::time::timeout(session.timeout(), client.begin_call(request)).await
-        {
-            Ok(answer) => answer.map_err(|status| session.explain(SESSION, status))?,
-            Err(_) => {
-                return Err(session.explain(SESSION, Status::deadline_exceeded("timed out")));
-            }
-        }
-        .into_inner();
+        let begun = session
+            .typed(SESSION, None, client.begin_call(request))
+            .await?;
         let descriptor = begun.session.unwrap_or_default();
         Ok((Gate::from_descriptor(descriptor), begun.seq))
     }
@@ -277,9 +272,11 @@ impl Core {
         });
         request.set_timeout(session.timeout());
         self.key.sign(&mut request, caller);
-        match client.get_session(request).await {
+        match session
+            .typed(SESSION, None, client.get_session(request))
+            .await
+        {
             Ok(reply) => {
-                let reply = reply.into_inner();
                 if reply.status != "open" {
                     return Err(ToolFailure::new(
                         "no_active_session",
@@ -612,7 +609,7 @@ impl Core {
     ) -> Result<Value, ToolFailure> {
         let request = transcode::to_message(&tool.method.input(), arguments)
             .map_err(|e| ToolFailure::new("INVALID_ARGUMENT", &e.message, false))?;
-        let Some(approvals) = self.routes.get(ithaca_proto::service_names::APPROVALS) else {
+        let Some(approvals) = self.routes.get(APPROVALS) else {
             return Err(ToolFailure::new(
                 "SERVICE_UNAVAILABLE",
                 &format!(
@@ -633,13 +630,13 @@ impl Core {
             open_world: tool.options.open_world,
         });
         // The approvals service checks with the owning service first.
-        call.set_timeout(tool.deadline().unwrap_or_default().max(APPROVAL_DEADLINE));
+        let deadline = tool.deadline().unwrap_or_default().max(APPROVAL_DEADLINE);
+        call.set_timeout(deadline);
         self.key.sign(&mut call, principal);
-        let filed = client
-            .request_approval(call)
+        let filed = approvals
+            .typed(APPROVALS, Some(deadline), client.request_approval(call))
             .await
-            .map_err(|s| status_failure(&s))?
-            .into_inner();
+            .map_err(|s| status_failure(&s))?;
         let approval = filed.approval.unwrap_or_default();
         match approval.status.as_str() {
             "pending" => {
@@ -693,10 +690,13 @@ impl Core {
         let mut request = Request::new(spb::GetCurrentSessionRequest {});
         request.set_timeout(session.timeout());
         self.key.sign(&mut request, caller);
-        match client.get_current_session(request).await {
-            Ok(reply) => Ok(Gate::from_descriptor(reply.into_inner())),
+        match session
+            .typed(SESSION, None, client.get_current_session(request))
+            .await
+        {
+            Ok(reply) => Ok(Gate::from_descriptor(reply)),
             Err(status) if domain_code(&status) == Some("NO_ACTIVE_SESSION") => Err(no_session()),
-            Err(status) => Err(status_failure(&session.explain(SESSION, status))),
+            Err(status) => Err(status_failure(&status)),
         }
     }
 
@@ -719,11 +719,9 @@ impl Core {
         });
         request.set_timeout(session.timeout());
         self.key.sign(&mut request, principal);
-        client
-            .append_event(request)
+        session
+            .typed(SESSION, None, client.append_event(request))
             .await
-            .map(tonic::Response::into_inner)
-            .map_err(|status| session.explain(SESSION, status))
     }
 
     /// A client of the session service (the SSE stream uses it); sign each

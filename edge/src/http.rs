@@ -597,8 +597,14 @@ fn check_request(message: &Value, headers: &HeaderMap) -> Result<(), Response> {
     if let Some(header) = headers.get("mcp-protocol-version") {
         let version = header.to_str().unwrap_or("");
         if !crate::mcp::VERSIONS.iter().any(|v| v.as_str() == version) {
-            let supported: Vec<String> =
-                crate::mcp::VERSIONS.iter().map(|v| v.to_string()).collect();
+            // A 2026-07-28 request is told the revisions `server/discover`
+            // advertises (the suite checks the one list is within the
+            // other); a legacy request every revision served.
+            let supported: Vec<String> = if is_modern(message) {
+                crate::mcp::modern_versions()
+            } else {
+                crate::mcp::VERSIONS.iter().map(|v| v.to_string()).collect()
+            };
             return Err(jsonrpc_error_with(
                 StatusCode::BAD_REQUEST,
                 id,

@@ -41,6 +41,16 @@ pub const VERSIONS: &[ProtocolVersion] = &[
 /// The first revision without `initialize` (revisions compare as strings).
 pub const NO_INITIALIZE_FROM: &str = "2026-07-28";
 
+/// The served revisions without `initialize`: what `server/discover`
+/// advertises.
+pub fn modern_versions() -> Vec<String> {
+    VERSIONS
+        .iter()
+        .map(|v| v.to_string())
+        .filter(|v| v.as_str() >= NO_INITIALIZE_FROM)
+        .collect()
+}
+
 /// The request `_meta` key of 2026-07-28 that asks for log messages.
 pub const LOG_LEVEL_META: &str = "io.modelcontextprotocol/logLevel";
 
@@ -297,12 +307,14 @@ impl ServerHandler for Gateway {
         &self,
         _ctx: RequestContext<RoleServer>,
     ) -> Result<DiscoverResult, ErrorData> {
-        // Every served revision is listed, so this list and the `supported`
-        // list of an UnsupportedProtocolVersion error (which rmcp builds from
-        // `supported_protocol_versions`) agree; clients that read a legacy
-        // revision here go through `initialize` for it.
+        // Only the revisions without `initialize` are advertised (seed 003;
+        // PROTOCOL.md A4): a client that read 2025-11-25 here could send it
+        // in `_meta` without the handshake that revision needs. The legacy
+        // profile is still answered for clients that begin with
+        // `initialize`, and an UnsupportedProtocolVersion error still lists
+        // every served revision, so such a client can find its way there.
         let body = json!({
-            "supportedVersions": VERSIONS.iter().map(|v| v.to_string()).collect::<Vec<_>>(),
+            "supportedVersions": modern_versions(),
             "capabilities": capabilities(),
             "instructions": INSTRUCTIONS,
         });

@@ -92,7 +92,7 @@ impl From<sqlx::Error> for ServiceError {
 /// 57P01 "terminating connection due to administrator command", and 53300).
 /// Without the SQLSTATE cases a restart of PostgreSQL reached callers as a
 /// non-retryable INTERNAL.
-fn database_unavailable(err: &sqlx::Error) -> bool {
+pub fn database_unavailable(err: &sqlx::Error) -> bool {
     match err {
         sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) => true,
         sqlx::Error::Database(db) => db

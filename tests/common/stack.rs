@@ -564,11 +564,23 @@ pub struct TraceStream {
 
 impl TraceStream {
     pub async fn open(base: &str, token: &str, session_id: &str) -> TraceStream {
+        Self::open_after(base, token, session_id, 0).await
+    }
+
+    /// Reconnect as an SSE client does: from the event after `last_seq`
+    /// (`Last-Event-ID`).
+    pub async fn open_after(
+        base: &str,
+        token: &str,
+        session_id: &str,
+        last_seq: i64,
+    ) -> TraceStream {
         let authority = base.trim_start_matches("http://");
         let mut stream = TcpStream::connect(authority).await.expect("connect");
         let head = format!(
             "GET /api/sessions/{session_id}/events/stream HTTP/1.1\r\nHost: {authority}\r\n\
-             Authorization: Bearer {token}\r\nAccept: text/event-stream\r\n\r\n"
+             Authorization: Bearer {token}\r\nAccept: text/event-stream\r\n\
+             Last-Event-ID: {last_seq}\r\n\r\n"
         );
         stream.write_all(head.as_bytes()).await.expect("write");
         let mut raw = Vec::new();

@@ -781,6 +781,13 @@ fn parse_page_token(token: &str) -> Result<(i64, String), ServiceError> {
 /// live watchers before the stream ends. A reconnect replays everything.
 const LINGER_AFTER_CLOSE: Duration = Duration::from_secs(2);
 
+/// How long a tail waits for an unreachable database (a restart, a
+/// failover) before it ends its stream; the client then reconnects from its
+/// last seq.
+const OUTAGE_PATIENCE: Duration = Duration::from_secs(30);
+/// How often a waiting tail tries the database again.
+const OUTAGE_RETRY: Duration = Duration::from_millis(250);
+
 /// One live tail.
 struct Follower {
     store: Store,
@@ -800,6 +807,9 @@ impl Follower {
     ) {
         // Set once `session_closed` was sent: the tail ends at this instant.
         let mut ends_at: Option<tokio::time::Instant> = None;
+        // Set while the database is unreachable: the outage ends the tail
+        // once it lasted OUTAGE_PATIENCE.
+        let mut outage_since: Option<tokio::time::Instant> = None;
         loop {
             // Catch up from the database.
             loop {
@@ -808,7 +818,29 @@ impl Follower {
                     .read(&self.session_id, self.last_sent, Self::PAGE)
                     .await
                 {
-                    Ok(page) => page,
+                    Ok(page) => {
+                        outage_since = None;
+                        page
+                    }
+                    // The database restarts or fails over: a watcher's stream
+                    // waits it out, then goes on from its last seq, instead
+                    // of ending and making every watcher reconnect at once.
+                    Err(err)
+                        if ithaca_kit::error::database_unavailable(&err)
+                            && outage_since
+                                .is_none_or(|since| since.elapsed() < OUTAGE_PATIENCE) =>
+                    {
+                        if outage_since.is_none() {
+                            tracing::warn!(error = %err, session_id = self.session_id.as_str(),
+                                "trace tail waits for the database");
+                            outage_since = Some(tokio::time::Instant::now());
+                        }
+                        tokio::select! {
+                            _ = self.shutdown.cancelled() => return,
+                            _ = tx.closed() => return,
+                            _ = tokio::time::sleep(OUTAGE_RETRY) => continue,
+                        }
+                    }
                     Err(err) => {
                         let _ = tx.send(Err(err.into())).await;
                         return;
