@@ -451,7 +451,8 @@ async fn restarting_postgres_under_load_postgres_restart() {
         "{name}: the watcher saw the trace in order, each event once"
     );
     println!(
-        "{name}: a person's trace stream on edge A showed all {last} events of the probe's          session in order across the restart, after {reconnects} reconnect(s) from its last seq"
+        "{name}: a person's trace stream on edge A showed all {last} events of the probe's \
+         session in order across the restart, after {reconnects} reconnect(s) from its last seq"
     );
     stack.stop().await;
 }
