@@ -25,6 +25,9 @@ trap cleanup EXIT
 addr=""
 start() {
   local log="$1"; shift
+  # Created here, not by the child's redirection, which a loaded machine
+  # may run after the first read below.
+  : >"$log"
   "$@" >"$log" 2>"$log.err" &
   pids+=("$!")
   addr=""
