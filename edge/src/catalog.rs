@@ -484,4 +484,27 @@ mod tests {
         assert!(catalog.resource("doomberg://sessions/a/b").is_none());
         assert!(catalog.resource("doomberg://nothing").is_none());
     }
+
+    #[test]
+    fn runs_and_sessions_are_subscribable_through_their_watches() {
+        let catalog =
+            Catalog::from_pool(ithaca_proto::annotations::pool()).expect("catalog builds");
+        assert!(catalog.subscribable());
+        let watch = |uri: &str| {
+            catalog
+                .resource(uri)
+                .and_then(|(r, _)| r.watch.as_ref())
+                .map(|m| m.full_name().to_owned())
+        };
+        assert_eq!(
+            watch("doomberg://runs/r-1").as_deref(),
+            Some("ithaca.skills.v1.SkillsService.WatchRun")
+        );
+        assert_eq!(
+            watch("doomberg://sessions/s-1").as_deref(),
+            Some("ithaca.session.v1.SessionService.WatchSession")
+        );
+        assert_eq!(watch("doomberg://sessions/s-1/record"), None);
+        assert_eq!(watch("doomberg://runs/r-1/artifacts/a-1"), None);
+    }
 }
