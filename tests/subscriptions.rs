@@ -711,3 +711,40 @@ async fn a_legacy_stdio_client_answers_an_elicitation_and_the_call_resumes() {
     .await
     .expect("the stdio client");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_listen_stream_is_kept_alive() {
+    let world = World::start().await;
+    let session = open_session(&world.one).await;
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "subscriptions/listen",
+        "params": {"_meta": http::modern_meta(),
+                   "notifications": {"resourceSubscriptions": [&session]}}})
+    .to_string();
+    let authority = world.one.trim_start_matches("http://").to_owned();
+    let mut stream = tokio::net::TcpStream::connect(&authority)
+        .await
+        .expect("connect");
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n\
+         Mcp-Method: subscriptions/listen\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.expect("write");
+    // Nothing changes, so only the acknowledgement and then the comments
+    // the edge sends every 15 s come.
+    let mut text = String::new();
+    let mut buf = [0u8; 4096];
+    while !text.contains(": keep-alive") {
+        let n = tokio::time::timeout(Duration::from_secs(30), stream.read(&mut buf))
+            .await
+            .unwrap_or_else(|_| panic!("a quiet listen stream went silent: {text}"))
+            .expect("read");
+        assert!(n > 0, "the listen stream ended: {text}");
+        text.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    assert!(
+        text.contains("notifications/subscriptions/acknowledged"),
+        "{text}"
+    );
+}

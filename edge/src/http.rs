@@ -979,6 +979,7 @@ async fn mcp_request(
         }
     };
     let response = relay_asks(&message, response);
+    let response = keep_listening(&message, response);
     let status = response.status();
     let error_type = if status.is_client_error() || status.is_server_error() {
         status.as_u16().to_string()
@@ -1067,6 +1068,47 @@ fn legacy_stream(edge: &Arc<Edge>, principal: &Principal, headers: HeaderMap) ->
     Sse::new(updates.take_until(revoked))
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
         .into_response()
+}
+
+/// How often an idle `subscriptions/listen` stream gets an SSE comment.
+const LISTEN_KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// A `subscriptions/listen` stream with an SSE comment every
+/// [`LISTEN_KEEP_ALIVE`] while nothing else is sent: a balancer or proxy
+/// does not cut a quiet stream as idle, and a client that went away is
+/// noticed at the next write, which ends the listen and its watches.
+/// Any other response unchanged.
+fn keep_listening(message: &Value, response: Response) -> Response {
+    let streams = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    if message["method"] != "subscriptions/listen" || !streams {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let start = tokio::time::Instant::now() + LISTEN_KEEP_ALIVE;
+    let state = (
+        body.into_data_stream(),
+        tokio::time::interval_at(start, LISTEN_KEEP_ALIVE),
+        // Whether the last chunk ended an event, so a comment never lands
+        // inside one.
+        true,
+    );
+    let events = futures::stream::unfold(state, |(mut body, mut tick, between)| async move {
+        tokio::select! {
+            chunk = body.next() => {
+                let chunk = chunk?;
+                let between = chunk.as_ref().map_or(between, |c| c.ends_with(b"\n\n"));
+                Some((chunk, (body, tick, between)))
+            }
+            _ = tick.tick(), if between => {
+                Some((Ok(bytes::Bytes::from_static(b": keep-alive\n\n")), (body, tick, between)))
+            }
+        }
+    });
+    Response::from_parts(parts, Body::from_stream(events))
 }
 
 /// A legacy call's response stream with its marker notifications
