@@ -545,10 +545,13 @@ fn required_scopes(catalog: &Catalog, message: &Value) -> Vec<String> {
             Some(tool) => tool.scopes(),
             None => vec![crate::catalog::BASE_SCOPE],
         },
-        "resources/read" => match params["uri"].as_str().and_then(|u| catalog.resource(u)) {
-            Some((resource, _)) => resource.scopes(),
-            None => vec![crate::catalog::BASE_SCOPE],
-        },
+        // Subscribing is checked as reading is.
+        "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
+            match params["uri"].as_str().and_then(|u| catalog.resource(u)) {
+                Some((resource, _)) => resource.scopes(),
+                None => vec![crate::catalog::BASE_SCOPE],
+            }
+        }
         "resources/list" | "resources/templates/list" => vec![crate::catalog::BASE_SCOPE],
         _ => Vec::new(),
     };
