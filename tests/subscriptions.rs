@@ -54,10 +54,22 @@ struct World {
 }
 
 impl World {
+    /// The services on SQLite.
     async fn start() -> World {
+        World::start_on(None).await
+    }
+
+    /// The services on SQLite, or on PostgreSQL `(url, schema prefix)`.
+    async fn start_on(pg: Option<(&str, &str)>) -> World {
         let dir = tempfile::tempdir().expect("tempdir");
-        let session = common::start_session(&common::sqlite_path(&dir, "session"), "unused").await;
-        let db = ithaca_skills::open_db(&common::sqlite_path(&dir, "skills"), "unused")
+        let store = |service: &str| match pg {
+            Some((url, prefix)) => (url.to_owned(), format!("{prefix}_{service}")),
+            None => (common::sqlite_path(&dir, service), "unused".to_owned()),
+        };
+        let (session_url, session_schema) = store("session");
+        let session = common::start_session(&session_url, &session_schema).await;
+        let (skills_url, skills_schema) = store("skills");
+        let db = ithaca_skills::open_db(&skills_url, &skills_schema)
             .await
             .expect("skills db");
         let config = ithaca_skills::Config {
@@ -288,7 +300,24 @@ async fn queue_run(url: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn legacy_subscribers_hear_of_trace_and_run_changes_until_they_unsubscribe() {
-    let world = World::start().await;
+    legacy_subscribers(World::start().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn legacy_subscribers_hear_of_trace_and_run_changes_until_they_unsubscribe_postgres() {
+    let Some(pg) = common::postgres(
+        "legacy_subscribers_hear_of_trace_and_run_changes_until_they_unsubscribe_postgres",
+    ) else {
+        return;
+    };
+    let prefix = common::unique_schema("subscriptions");
+    legacy_subscribers(World::start_on(Some((&pg, &prefix))).await).await;
+    for service in ["session", "skills"] {
+        common::drop_schema(&pg, &format!("{prefix}_{service}")).await;
+    }
+}
+
+async fn legacy_subscribers(world: World) {
     let one = world.one.as_str();
 
     // The capability is advertised: the session and skills services watch.
