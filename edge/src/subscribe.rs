@@ -165,16 +165,6 @@ impl Subscriptions {
         }
     }
 
-    /// How many subscriptions `caller` holds on this replica.
-    pub fn held_by(&self, caller: &Principal) -> usize {
-        let owner = owner_of(caller);
-        self.inner()
-            .live
-            .keys()
-            .filter(|(o, _)| *o == owner)
-            .count()
-    }
-
     /// A GET stream for `caller`: the notifications its subscriptions
     /// produce while it is open.
     pub fn open_stream(&self, caller: &Principal) -> tokio::sync::mpsc::Receiver<Value> {
