@@ -74,6 +74,13 @@ pub struct EdgeArgs {
     /// service and without this flag, an edge with tools refuses to start.
     #[arg(long, env = "ITHACA_NO_SESSION_GATE")]
     pub no_session_gate: bool,
+    /// This replica's URL as the other edge replicas reach it (for example
+    /// `http://10.0.0.5:8080`), for several replicas behind a balancer
+    /// without affinity: a legacy client's answer to a request made during
+    /// a call (elicitation, sampling, roots) that lands on another replica
+    /// is forwarded here. Every replica needs the same internal key.
+    #[arg(long, env = "ITHACA_ADVERTISE_URL")]
+    pub advertise_url: Option<String>,
     #[command(flatten)]
     pub listener: ListenerArgs,
     #[command(flatten)]
@@ -187,6 +194,7 @@ impl EdgeArgs {
             key_cache_ms: MAX_CACHE_TTL.as_millis() as u64,
             cors_origins: Vec::new(),
             no_session_gate: false,
+            advertise_url: None,
             listener: ListenerArgs::default(),
             limits: LimitArgs {
                 backend_max_in_flight: ithaca_edge::backend::DEFAULT_MAX_IN_FLIGHT,
@@ -267,6 +275,7 @@ pub async fn start_http(
         request_timeout: Duration::from_millis(args.request_timeout_ms),
         cors_origins: args.cors_origins.clone(),
         rate_limits: args.limits.rate_limits(),
+        advertise_url: args.advertise_url.clone(),
     };
     // The console is mounted beside the edge's routes; the edge's trace
     // stream accepts its sign-ins, and nothing else of the edge knows it.

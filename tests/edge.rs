@@ -706,14 +706,20 @@ async fn protocol_bad_input_table() {
     let reply = raw(&s, Some(&s.agent), &[], &big).await;
     assert_eq!(reply.status, 413);
 
-    // GET and DELETE, notifications.
+    // GET in 2026-07-28 (which has no GET stream) and DELETE (no session
+    // to end). A legacy GET opens the caller's update stream
+    // (tests/subscriptions.rs).
     let auth = format!("Bearer {}", s.agent);
-    for method in ["GET", "DELETE"] {
+    for (method, version) in [("GET", "2026-07-28"), ("DELETE", "2025-11-25")] {
         let reply = http::request(
             &s.url,
             method,
             "/mcp",
-            &[("Authorization", &auth), ("Accept", "text/event-stream")],
+            &[
+                ("Authorization", &auth),
+                ("Accept", "text/event-stream"),
+                ("MCP-Protocol-Version", version),
+            ],
             b"",
         )
         .await;

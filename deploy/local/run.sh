@@ -85,7 +85,11 @@ start approvals "$((BASE + 5))" serve approvals $(db approvals) \
 for edge in a b; do
     n=$([ "$edge" = a ] && echo 6 || echo 7)
     session=$([ "$edge" = a ] && echo 1 || echo 2)
+    # --advertise-url: a legacy client's answer to an elicitation, sampling or
+    # roots request that the balancer sends to the other edge is forwarded
+    # to the edge holding the call (no sticky sessions needed).
     start "edge-$edge" "$((BASE + n))" serve edge --public-url "http://$BIND:$PORT" \
+        --advertise-url "http://127.0.0.1:$((BASE + n))" \
         --auth-url "$(url 0)" --session-url "$(url "$session")" --broker-url "$(url 3)" \
         --skills-url "$(url 4)" --approvals-url "$(url 5)"
 done

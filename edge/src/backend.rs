@@ -198,6 +198,34 @@ impl Backend {
     ) -> Result<(BackendStream, Duration), Status> {
         let call = self.prepare(method, message, principal, key, deadline)?;
         let permit = self.admit(call.service.full_name())?;
+        let (inner, timeout) = self.open(call).await?;
+        let stream = BackendStream {
+            inner,
+            _permit: permit,
+        };
+        Ok((stream, timeout))
+    }
+
+    /// Open a resource's watch (`watch.proto`): signed and traced like a
+    /// call, but not counted among the calls in flight, since a watch lasts
+    /// as long as its subscription (those are capped per caller instead)
+    /// and must not starve the backend's calls.
+    pub async fn watch(
+        &self,
+        method: &MethodDescriptor,
+        message: DynamicMessage,
+        principal: &Principal,
+        key: &InternalKey,
+        deadline: Option<Duration>,
+    ) -> Result<tonic::Streaming<DynamicMessage>, Status> {
+        let call = self.prepare(method, message, principal, key, deadline)?;
+        Ok(self.open(call).await?.0)
+    }
+
+    async fn open(
+        &self,
+        call: Prepared,
+    ) -> Result<(tonic::Streaming<DynamicMessage>, Duration), Status> {
         let (service, timeout) = (call.service.clone(), call.timeout);
         let mut grpc = tonic::client::Grpc::new(self.channel.clone());
         let opened = async {
@@ -206,11 +234,7 @@ impl Backend {
                 .await
         };
         let inner = self.bounded(service.full_name(), timeout, opened).await?;
-        let stream = BackendStream {
-            inner,
-            _permit: permit,
-        };
-        Ok((stream, timeout))
+        Ok((inner, timeout))
     }
 
     /// The request of one call of `method`: its path, the deadline (the

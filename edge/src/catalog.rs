@@ -16,6 +16,8 @@ pub const CONTENT_MESSAGE: &str = "ithaca.mcp.v1.ToolContent";
 pub const PROMPT_MESSAGE: &str = "ithaca.mcp.v1.PromptReply";
 /// The stream type of a streaming tool or prompt RPC (`stream.proto`).
 pub const EVENT_MESSAGE: &str = "ithaca.mcp.v1.CallEvent";
+/// The stream type of a resource's watch RPC (`watch.proto`).
+pub const CHANGED_MESSAGE: &str = "ithaca.mcp.v1.ResourceChanged";
 /// The scope every tool call and resource read needs.
 pub const BASE_SCOPE: &str = "data:read";
 
@@ -84,6 +86,9 @@ pub struct Resource {
     pub mime_type: String,
     pub scope: String,
     pub method: MethodDescriptor,
+    /// The RPC that reports changes (`watch.proto`), when the service has
+    /// one: then the resource is subscribable.
+    pub watch: Option<MethodDescriptor>,
     /// Literal and variable parts of the template, in order.
     parts: Vec<Part>,
 }
@@ -131,6 +136,11 @@ impl Resource {
             scopes.push(self.scope.as_str());
         }
         scopes
+    }
+
+    /// Whether clients may subscribe to it: its service reports changes.
+    pub fn subscribable(&self) -> bool {
+        self.watch.is_some()
     }
 
     /// The `resources/list` or `resources/templates/list` entry.
@@ -210,6 +220,14 @@ pub enum CatalogError {
         "{method}: a streaming MCP method must be server-streaming only and stream {EVENT_MESSAGE}"
     )]
     BadStream { method: String },
+    #[error("{method}: a watch must be server-streaming only and stream {CHANGED_MESSAGE}")]
+    BadWatch { method: String },
+    #[error("{method}: watches {template:?}, which no resource of {service} declares")]
+    UnwatchedTemplate {
+        method: String,
+        template: String,
+        service: String,
+    },
     #[error("{method}: template variable {variable:?} is not a field of {input}")]
     UnknownVariable {
         method: String,
@@ -321,8 +339,43 @@ impl Catalog {
                 mime_type,
                 scope: r.options.scope.clone(),
                 method: r.method,
+                watch: None,
                 parts,
             });
+        }
+        for w in annotations::watches(pool) {
+            let method = w.method.full_name().to_owned();
+            let fits = !w.method.is_client_streaming()
+                && w.method.is_server_streaming()
+                && w.method.output().full_name() == CHANGED_MESSAGE;
+            if !fits {
+                return Err(CatalogError::BadWatch { method });
+            }
+            let service = w.method.parent_service();
+            let template = w.options.uri_template;
+            let Some(resource) = self.resources.iter_mut().find(|r| {
+                r.uri_template == template
+                    && r.method.parent_service().full_name() == service.full_name()
+            }) else {
+                return Err(CatalogError::UnwatchedTemplate {
+                    method,
+                    template,
+                    service: service.full_name().to_owned(),
+                });
+            };
+            let input = w.method.input();
+            for part in &resource.parts {
+                if let Part::Variable(v) = part
+                    && input.get_field_by_name(v).is_none()
+                {
+                    return Err(CatalogError::UnknownVariable {
+                        method,
+                        variable: v.clone(),
+                        input: input.full_name().to_owned(),
+                    });
+                }
+            }
+            resource.watch = Some(w.method);
         }
         for p in annotations::prompts(pool) {
             self.prompts.push(Prompt {
@@ -338,6 +391,11 @@ impl Catalog {
 
     pub fn tool(&self, name: &str) -> Option<&Tool> {
         self.tools.iter().find(|t| t.name == name)
+    }
+
+    /// Whether any resource is subscribable (`resources.subscribe`).
+    pub fn subscribable(&self) -> bool {
+        self.resources.iter().any(Resource::subscribable)
     }
 
     pub fn prompt(&self, name: &str) -> Option<&Prompt> {
@@ -425,5 +483,28 @@ mod tests {
         assert_eq!(vars.get("session_id").map(String::as_str), Some("abc-123"));
         assert!(catalog.resource("doomberg://sessions/a/b").is_none());
         assert!(catalog.resource("doomberg://nothing").is_none());
+    }
+
+    #[test]
+    fn runs_and_sessions_are_subscribable_through_their_watches() {
+        let catalog =
+            Catalog::from_pool(ithaca_proto::annotations::pool()).expect("catalog builds");
+        assert!(catalog.subscribable());
+        let watch = |uri: &str| {
+            catalog
+                .resource(uri)
+                .and_then(|(r, _)| r.watch.as_ref())
+                .map(|m| m.full_name().to_owned())
+        };
+        assert_eq!(
+            watch("doomberg://runs/r-1").as_deref(),
+            Some("ithaca.skills.v1.SkillsService.WatchRun")
+        );
+        assert_eq!(
+            watch("doomberg://sessions/s-1").as_deref(),
+            Some("ithaca.session.v1.SessionService.WatchSession")
+        );
+        assert_eq!(watch("doomberg://sessions/s-1/record"), None);
+        assert_eq!(watch("doomberg://runs/r-1/artifacts/a-1"), None);
     }
 }

@@ -50,6 +50,10 @@ const DENIAL_CODES: [&str; 5] = [
 /// How many lost results the edge remembers to report.
 const MAX_ORPHANS: usize = 1024;
 
+/// The deadline of one watch stream (`watch.proto`). A subscription
+/// outlives it: the edge opens the watch again when it ends.
+pub const WATCH_SPAN: std::time::Duration = std::time::Duration::from_secs(3600);
+
 /// A call whose `tool_result` could not be recorded.
 #[derive(Clone, Debug)]
 struct Orphan {
@@ -765,6 +769,75 @@ impl Core {
         {
             Ok(response) => Ok(render_resource(resource, uri, &response)),
             Err(status) if matches!(status.code(), Code::NotFound | Code::InvalidArgument) => {
+                Err(not_found())
+            }
+            Err(status) => Err(internal(&status)),
+        }
+    }
+
+    /// A 32-byte key for `purpose`, derived from the internal key every
+    /// replica shares (as the request-state sealer's is).
+    pub fn derive_key(&self, purpose: &str) -> [u8; 32] {
+        self.key.derive(purpose)
+    }
+
+    /// Open the watch of the resource at `uri` for `caller` (`watch.proto`):
+    /// the stream of its changes. Refused as a read is: a URI that names
+    /// nothing, that needs a scope the caller lacks, or that the service
+    /// will not show the caller (another tenant's) is "resource not found";
+    /// a resource whose service reports no changes cannot be subscribed to.
+    pub async fn watch_resource(
+        &self,
+        caller: &Principal,
+        uri: &str,
+    ) -> Result<tonic::Streaming<DynamicMessage>, RpcError> {
+        let not_found = || {
+            RpcError::invalid_params(
+                format!("resource not found: {uri}"),
+                Some(json!({"uri": uri})),
+            )
+        };
+        let Some((resource, vars)) = self.catalog.resource(uri) else {
+            return Err(not_found());
+        };
+        if !resource.scopes().iter().all(|s| caller.has_scope(s)) && caller.actor() != Actor::System
+        {
+            return Err(not_found());
+        }
+        let Some(watch) = &resource.watch else {
+            return Err(RpcError::invalid_params(
+                format!(
+                    "resource {uri} cannot be subscribed to: its service does not report changes \
+                     (subscribable: {})",
+                    self.catalog
+                        .resources
+                        .iter()
+                        .filter(|r| r.subscribable())
+                        .map(|r| r.uri_template.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                Some(json!({"uri": uri})),
+            ));
+        };
+        let args: serde_json::Map<String, Value> = vars
+            .into_iter()
+            .map(|(k, v)| (k, Value::String(v)))
+            .collect();
+        let request = transcode::to_message(&watch.input(), Some(Value::Object(args)))
+            .map_err(|e| RpcError::invalid_params(e.message, Some(json!({"uri": uri}))))?;
+        let backend = self.backend(watch).map_err(|s| internal(&s))?;
+        match backend
+            .watch(watch, request, caller, &self.key, Some(WATCH_SPAN))
+            .await
+        {
+            Ok(stream) => Ok(stream),
+            Err(status)
+                if matches!(
+                    status.code(),
+                    Code::NotFound | Code::InvalidArgument | Code::PermissionDenied
+                ) =>
+            {
                 Err(not_found())
             }
             Err(status) => Err(internal(&status)),

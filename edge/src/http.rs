@@ -58,6 +58,12 @@ pub struct HttpOptions {
     pub cors_origins: Vec<String>,
     /// Rate limits and quotas per key and per tenant (none by default).
     pub rate_limits: crate::limits::RateLimits,
+    /// This replica's URL for the other edge replicas (`http://10.0.0.5:8080`),
+    /// when there are several behind a balancer without affinity: a legacy
+    /// client's answer to a request made during a call may reach another
+    /// replica, which forwards it here (see `relay.rs`). `None`: answers
+    /// are taken only where they land.
+    pub advertise_url: Option<String>,
 }
 
 /// The defaults `ithaca up`, `ithaca serve edge` and tests share.
@@ -75,6 +81,7 @@ impl Default for HttpOptions {
             request_timeout: Self::DEFAULT_REQUEST_TIMEOUT,
             cors_origins: Vec::new(),
             rate_limits: crate::limits::RateLimits::default(),
+            advertise_url: None,
         }
     }
 }
@@ -166,10 +173,18 @@ struct Edge {
     /// Where a legacy client's answer to a request made during a call goes
     /// (`relay`): rmcp refuses responses on a stateless server.
     asks: Arc<crate::relay::Asks>,
+    /// Legacy resource subscriptions; their updates go out on the
+    /// caller's GET streams (`legacy_stream`).
+    subscriptions: Arc<crate::subscribe::Subscriptions>,
     /// `host[:port]` of the public URL, lowercased.
     public_host: String,
     /// Console sign-ins, accepted by the trace stream only.
     browser: Option<Arc<dyn BrowserAuth>>,
+    /// Carries a legacy answer to the replica holding its call.
+    forwarder: hyper_util::client::legacy::Client<
+        hyper_util::client::legacy::connect::HttpConnector,
+        http_body_util::Full<bytes::Bytes>,
+    >,
     /// Rate limits and quotas, checked once the caller is known.
     limiter: crate::limits::Limiter,
 }
@@ -187,8 +202,12 @@ pub fn router_with(
     options: HttpOptions,
     browser: Option<Arc<dyn BrowserAuth>>,
 ) -> Router {
-    let gateway = Gateway::http(core.clone());
-    let asks = gateway.asks();
+    let asks = Arc::new(crate::relay::Asks::new(
+        core.derive_key(crate::relay::ASK_KEY_PURPOSE),
+        options.advertise_url.clone(),
+    ));
+    let gateway = Gateway::http(core.clone()).with_asks(asks.clone());
+    let subscriptions = gateway.subscriptions();
     let config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
         .with_json_response(true)
@@ -216,9 +235,13 @@ pub fn router_with(
         metrics: Metrics::default(),
         mcp,
         asks,
+        subscriptions,
         public_host,
         browser,
         limiter,
+        forwarder:
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .build_http(),
     });
     Router::new()
         .route("/mcp", any(mcp_entry))
@@ -522,10 +545,13 @@ fn required_scopes(catalog: &Catalog, message: &Value) -> Vec<String> {
             Some(tool) => tool.scopes(),
             None => vec![crate::catalog::BASE_SCOPE],
         },
-        "resources/read" => match params["uri"].as_str().and_then(|u| catalog.resource(u)) {
-            Some((resource, _)) => resource.scopes(),
-            None => vec![crate::catalog::BASE_SCOPE],
-        },
+        // Subscribing is checked as reading is.
+        "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
+            match params["uri"].as_str().and_then(|u| catalog.resource(u)) {
+                Some((resource, _)) => resource.scopes(),
+                None => vec![crate::catalog::BASE_SCOPE],
+            }
+        }
         "resources/list" | "resources/templates/list" => vec![crate::catalog::BASE_SCOPE],
         _ => Vec::new(),
     };
@@ -857,6 +883,7 @@ async fn mcp_request(
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_ascii_lowercase();
+    let accepts_events = accept.contains("text/event-stream");
     let wants_json = accept.is_empty()
         || accept.contains("*/*")
         || accept.contains("application/*")
@@ -867,8 +894,17 @@ async fn mcp_request(
             HeaderValue::from_static("application/json, text/event-stream"),
         );
     }
+    let modern_header = parts
+        .headers
+        .get("mcp-protocol-version")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v >= crate::mcp::NO_INITIALIZE_FROM);
+    if parts.method == Method::GET && accepts_events && !modern_header {
+        return legacy_stream(edge, &principal, parts.headers.clone());
+    }
     if parts.method != Method::POST {
-        // rmcp answers GET and DELETE with 405 for stateless servers.
+        // rmcp answers GET (2026-07-28 has none) and DELETE (there is no
+        // session to end) with 405.
         let request = Request::from_parts(parts.clone(), Body::empty());
         let response = edge.mcp.clone().oneshot(request).await;
         return response
@@ -906,9 +942,23 @@ async fn mcp_request(
 
     // A legacy client's answer to a request a running call made on its
     // response stream.
-    if message.get("method").is_none() && edge.asks.answer(&principal, message.clone()) {
-        edge.metrics.record(&method, "", started.elapsed());
-        return StatusCode::ACCEPTED.into_response();
+    if message.get("method").is_none() {
+        if edge.asks.answer(&principal, message.clone()) {
+            edge.metrics.record(&method, "", started.elapsed());
+            return StatusCode::ACCEPTED.into_response();
+        }
+        // One another replica asked for: it takes the answer there (and
+        // checks the caller itself). A forwarded answer goes no further.
+        let owner = message["id"]
+            .as_str()
+            .filter(|_| !parts.headers.contains_key(crate::relay::FORWARDED_HEADER))
+            .and_then(|id| edge.asks.elsewhere(id));
+        if let Some(owner) = owner {
+            let response = forward_answer(edge, &owner, &parts.headers, bytes).await;
+            edge.metrics
+                .record(&method, response.status().as_str(), started.elapsed());
+            return response;
+        }
     }
     edge.count_handshake(&message);
     let span = request_span(&message, &parts.headers);
@@ -938,6 +988,7 @@ async fn mcp_request(
         }
     };
     let response = relay_asks(&message, response);
+    let response = keep_listening(&message, response);
     let status = response.status();
     let error_type = if status.is_client_error() || status.is_server_error() {
         status.as_u16().to_string()
@@ -949,6 +1000,124 @@ async fn mcp_request(
     }
     edge.metrics.record(&method, &error_type, started.elapsed());
     response
+}
+
+/// How long forwarding an answer to the replica holding its call may take.
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Forward a legacy client's answer, as it sent it (its credentials
+/// included, so the owner authenticates it), to the replica at `owner`
+/// that holds the call; the owner's status is the answer's.
+async fn forward_answer(
+    edge: &Edge,
+    owner: &str,
+    headers: &HeaderMap,
+    body: bytes::Bytes,
+) -> Response {
+    let mut request = http::Request::new(http_body_util::Full::new(body));
+    *request.method_mut() = Method::POST;
+    let Ok(uri) = format!("{owner}/mcp").parse::<http::Uri>() else {
+        return plain(
+            StatusCode::BAD_GATEWAY,
+            "the replica holding this call has a bad URL",
+        );
+    };
+    *request.uri_mut() = uri;
+    for name in [
+        header::AUTHORIZATION,
+        header::CONTENT_TYPE,
+        header::ACCEPT,
+        header::HOST,
+        header::ORIGIN,
+    ]
+    .into_iter()
+    .chain(["mcp-protocol-version".parse().ok()].into_iter().flatten())
+    {
+        if let Some(value) = headers.get(&name) {
+            request.headers_mut().insert(name, value.clone());
+        }
+    }
+    request.headers_mut().insert(
+        crate::relay::FORWARDED_HEADER,
+        HeaderValue::from_static("1"),
+    );
+    match tokio::time::timeout(FORWARD_TIMEOUT, edge.forwarder.request(request)).await {
+        Ok(Ok(response)) => {
+            let (parts, body) = response.into_parts();
+            Response::from_parts(parts, Body::new(body))
+        }
+        Ok(Err(error)) => {
+            tracing::warn!(%error, owner, "forwarding an answer failed");
+            plain(
+                StatusCode::BAD_GATEWAY,
+                "the edge replica holding this call is unreachable; the call fails when its \
+                 wait for an answer ends",
+            )
+        }
+        Err(_) => plain(
+            StatusCode::GATEWAY_TIMEOUT,
+            "the edge replica holding this call did not take the answer in time",
+        ),
+    }
+}
+
+/// `GET /mcp` of a legacy client: the stream the initialize profile sends
+/// what belongs to no request on, here the `notifications/resources/updated`
+/// of the caller's subscriptions. The stateless edge has no protocol
+/// session to key it by, so it is keyed by the authenticated caller
+/// (tenant, key, agent): every GET stream a caller holds on this replica
+/// gets the updates of every subscription it made here. Like the trace
+/// stream, it ends when the caller's key stops verifying.
+fn legacy_stream(edge: &Arc<Edge>, principal: &Principal, headers: HeaderMap) -> Response {
+    let updates = tokio_stream::wrappers::ReceiverStream::new(
+        edge.subscriptions.open_stream(principal),
+    )
+    .map(|message| Ok::<_, std::convert::Infallible>(Event::default().data(message.to_string())));
+    let revoked = still_allowed(edge.clone(), false, headers);
+    Sse::new(updates.take_until(revoked))
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+        .into_response()
+}
+
+/// How often an idle `subscriptions/listen` stream gets an SSE comment.
+const LISTEN_KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// A `subscriptions/listen` stream with an SSE comment every
+/// [`LISTEN_KEEP_ALIVE`] while nothing else is sent: a balancer or proxy
+/// does not cut a quiet stream as idle, and a client that went away is
+/// noticed at the next write, which ends the listen and its watches.
+/// Any other response unchanged.
+fn keep_listening(message: &Value, response: Response) -> Response {
+    let streams = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    if message["method"] != "subscriptions/listen" || !streams {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let start = tokio::time::Instant::now() + LISTEN_KEEP_ALIVE;
+    let state = (
+        body.into_data_stream(),
+        tokio::time::interval_at(start, LISTEN_KEEP_ALIVE),
+        // Whether the last chunk ended an event, so a comment never lands
+        // inside one.
+        true,
+    );
+    let events = futures::stream::unfold(state, |(mut body, mut tick, between)| async move {
+        tokio::select! {
+            chunk = body.next() => {
+                let chunk = chunk?;
+                let between = chunk.as_ref().map_or(between, |c| c.ends_with(b"\n\n"));
+                Some((chunk, (body, tick, between)))
+            }
+            _ = tick.tick(), if between => {
+                Some((Ok(bytes::Bytes::from_static(b": keep-alive\n\n")), (body, tick, between)))
+            }
+        }
+    });
+    Response::from_parts(parts, Body::from_stream(events))
 }
 
 /// A legacy call's response stream with its marker notifications

@@ -34,6 +34,7 @@ pub mod metrics;
 pub mod relay;
 pub mod schema;
 pub mod stream;
+pub mod subscribe;
 pub mod transcode;
 
 use crate::backend::Backend;

@@ -11,7 +11,9 @@
 use crate::core::{Answer, Core, RpcError};
 use crate::relay::{Asker, Asks, LogLevels, RequestSink};
 use crate::stream::{CallIo, ClientCaps, LogLevel, Retry};
+use crate::subscribe::{Deliver, Subscriptions};
 use ithaca_kit::principal::Principal;
+use rmcp::model::SubscriptionFilter;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, DiscoverResult, ErrorCode,
     GetPromptRequestParams, GetPromptResponse, GetPromptResult, InitializeResult,
@@ -19,7 +21,7 @@ use rmcp::model::{
     ListToolsResult, PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams,
     ReadResourceResponse, ReadResourceResult, ServerCapabilities, Tool,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -124,12 +126,16 @@ pub struct Gateway {
     asks: Arc<Asks>,
     /// The level each legacy caller set with `logging/setLevel`.
     levels: Arc<LogLevels>,
+    /// Legacy resource subscriptions (and, over HTTP, the GET streams
+    /// their updates go to).
+    subscriptions: Arc<Subscriptions>,
 }
 
 impl Gateway {
     /// A gateway for HTTP, where each request carries its caller.
     pub fn http(core: Arc<Core>) -> Self {
         Gateway {
+            subscriptions: Subscriptions::new(core.clone()),
             core,
             fixed: None,
             version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -141,6 +147,7 @@ impl Gateway {
     /// A gateway for stdio, acting for `principal` throughout.
     pub fn stdio(core: Arc<Core>, principal: Principal) -> Self {
         Gateway {
+            subscriptions: Subscriptions::new(core.clone()),
             core,
             fixed: Some(principal),
             version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -149,9 +156,31 @@ impl Gateway {
         }
     }
 
+    /// The same gateway taking legacy answers through `asks` (one whose
+    /// ids name this replica, `relay.rs`).
+    pub fn with_asks(mut self, asks: Arc<Asks>) -> Self {
+        self.asks = asks;
+        self
+    }
+
     /// Where the HTTP layer delivers legacy clients' answers.
     pub fn asks(&self) -> Arc<Asks> {
         self.asks.clone()
+    }
+
+    /// The legacy subscriptions, whose updates the HTTP layer's GET
+    /// streams carry.
+    pub fn subscriptions(&self) -> Arc<Subscriptions> {
+        self.subscriptions.clone()
+    }
+
+    /// Where a legacy subscription's updates go: the stdio session's peer,
+    /// or the caller's GET streams over HTTP.
+    fn deliver(&self, ctx: &RequestContext<RoleServer>) -> Deliver {
+        match self.fixed {
+            Some(_) => Deliver::Peer(ctx.peer.clone()),
+            None => Deliver::Streams,
+        }
     }
 
     /// How a request's call reaches its client while it runs: the sink for
@@ -277,10 +306,12 @@ fn rpc_error(e: RpcError) -> ErrorData {
     ErrorData::new(ErrorCode(e.code), e.message, e.data)
 }
 
-fn capabilities() -> ServerCapabilities {
+/// What the edge offers. `subscribe`: some resource's service reports
+/// changes (`watch.proto`), so subscriptions can deliver.
+fn capabilities(subscribe: bool) -> ServerCapabilities {
     let caps = json!({
         "tools": {"listChanged": false},
-        "resources": {"listChanged": false, "subscribe": false},
+        "resources": {"listChanged": false, "subscribe": subscribe},
         "prompts": {"listChanged": false},
         // Completions are not advertised: no argument has suggestions yet,
         // and an empty list for every request would only mislead. Streaming
@@ -293,7 +324,7 @@ fn capabilities() -> ServerCapabilities {
 
 impl ServerHandler for Gateway {
     fn get_info(&self) -> InitializeResult {
-        let mut info = InitializeResult::new(capabilities());
+        let mut info = InitializeResult::new(capabilities(self.core.catalog.subscribable()));
         info.server_info = serde_json::from_value(self.server_info()).expect("static server info");
         info.instructions = Some(INSTRUCTIONS.to_owned());
         info
@@ -315,7 +346,7 @@ impl ServerHandler for Gateway {
         // every served revision, so such a client can find its way there.
         let body = json!({
             "supportedVersions": modern_versions(),
-            "capabilities": capabilities(),
+            "capabilities": capabilities(self.core.catalog.subscribable()),
             "instructions": INSTRUCTIONS,
         });
         self.result(body, DISCOVER_TTL_MS, "public")
@@ -334,6 +365,102 @@ impl ServerHandler for Gateway {
             .and_then(LogLevel::parse)
             .ok_or_else(|| ErrorData::invalid_params(format!("unknown log level {name}"), None))?;
         self.levels.set(&caller.principal, level);
+        Ok(())
+    }
+
+    #[allow(deprecated)] // resources/subscribe is legacy-only; 2026-07-28 listens instead
+    async fn subscribe(
+        &self,
+        request: rmcp::model::SubscribeRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let caller = self.caller(&ctx)?;
+        self.subscriptions
+            .subscribe(&caller.principal, &request.uri, self.deliver(&ctx))
+            .instrument(caller.span.clone())
+            .await
+            .map_err(rpc_error)
+    }
+
+    #[allow(deprecated)] // resources/unsubscribe is legacy-only
+    async fn unsubscribe(
+        &self,
+        request: rmcp::model::UnsubscribeRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let caller = self.caller(&ctx)?;
+        self.subscriptions
+            .unsubscribe(&caller.principal, &request.uri)
+            .instrument(caller.span.clone())
+            .await
+            .map_err(rpc_error)
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        // Only resource updates: no list ever changes while the edge runs.
+        // A URI is acknowledged when it names a subscribable resource; the
+        // caller's right to it is checked when its watch opens (`listen`),
+        // and a URI the caller may not read is then never updated, so the
+        // acknowledgement tells nothing about another tenant's data.
+        let uris = requested.resource_subscriptions.as_ref().map(|uris| {
+            uris.iter()
+                .filter(|uri| {
+                    self.core
+                        .catalog
+                        .resource(uri)
+                        .is_some_and(|(r, _)| r.subscribable())
+                })
+                .cloned()
+                .collect::<Vec<_>>()
+        });
+        let mut accepted = SubscriptionFilter::default();
+        accepted.resource_subscriptions = uris;
+        Some(accepted)
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        let caller = self.caller(context.request_context())?;
+        let uris = context
+            .accepted()
+            .resource_subscriptions
+            .clone()
+            .unwrap_or_default();
+        if uris.len() > crate::subscribe::MAX_PER_CALLER {
+            return Err(ErrorData::invalid_params(
+                format!(
+                    "resourceSubscriptions: at most {} URIs per listen",
+                    crate::subscribe::MAX_PER_CALLER
+                ),
+                None,
+            ));
+        }
+        // One watch per URI, for as long as the listen stream is open.
+        let mut watches = tokio::task::JoinSet::new();
+        for uri in uris {
+            let stream = match self.core.watch_resource(&caller.principal, &uri).await {
+                Ok(stream) => stream,
+                Err(error) => {
+                    tracing::debug!(uri, error = %error.message, "a listened URI is not watched");
+                    continue;
+                }
+            };
+            let core = self.core.clone();
+            let principal = caller.principal.clone();
+            let sink = context.sink().clone();
+            watches.spawn(async move {
+                let notify = |uri: String| {
+                    let sink = sink.clone();
+                    Box::pin(async move { sink.notify_resource_updated(uri).await.is_ok() })
+                        as futures::future::BoxFuture<'static, bool>
+                };
+                crate::subscribe::follow(&core, &principal, &uri, stream, notify, || true).await;
+            });
+        }
+        context.cancelled().await;
+        watches.abort_all();
         Ok(())
     }
 

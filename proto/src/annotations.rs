@@ -4,7 +4,7 @@
 //! The pool is usually [`pool()`], the embedded set, but any pool works: the
 //! edge can also reflect on a backend's descriptors fetched at run time.
 
-use crate::mcp::v1::{PromptOptions, ResourceOptions, ToolOptions};
+use crate::mcp::v1::{PromptOptions, ResourceOptions, ToolOptions, WatchOptions};
 use prost_reflect::{DescriptorPool, MethodDescriptor, Value};
 use std::sync::LazyLock;
 
@@ -12,6 +12,7 @@ use std::sync::LazyLock;
 pub const TOOL_EXTENSION: &str = "ithaca.mcp.v1.tool";
 pub const RESOURCE_EXTENSION: &str = "ithaca.mcp.v1.resource";
 pub const PROMPT_EXTENSION: &str = "ithaca.mcp.v1.prompt";
+pub const WATCH_EXTENSION: &str = "ithaca.mcp.v1.watch";
 
 static POOL: LazyLock<DescriptorPool> = LazyLock::new(|| {
     DescriptorPool::decode(crate::FILE_DESCRIPTOR_SET)
@@ -45,6 +46,11 @@ pub fn resources(pool: &DescriptorPool) -> Vec<Annotated<ResourceOptions>> {
 /// Every RPC annotated as an MCP prompt.
 pub fn prompts(pool: &DescriptorPool) -> Vec<Annotated<PromptOptions>> {
     annotated(pool, PROMPT_EXTENSION)
+}
+
+/// Every RPC annotated as the watch of a resource (`watch.proto`).
+pub fn watches(pool: &DescriptorPool) -> Vec<Annotated<WatchOptions>> {
+    annotated(pool, WATCH_EXTENSION)
 }
 
 fn annotated<T: prost::Message + Default>(

@@ -202,6 +202,14 @@ if [[ -x "$bin/ithaca-fixture" ]]; then
     run "python mcp 2.3 ($mode): progress, logs and an elicitation through a streaming backend" \
       "$tools/bin/python" "$here/streaming.py" "http://$fedge/mcp" --mode "$mode"
   done
+  # Resource subscriptions: the listen stream (Python, 2026-07-28), subscribe and unsubscribe
+  # (Python, legacy), and the legacy updates on the GET stream (Node SDK 1.x, which opens it).
+  for mode in 2026-07-28 legacy; do
+    run "python mcp 2.3 ($mode): resource subscriptions" \
+      "$tools/bin/python" "$here/subscribe.py" "http://$fedge/mcp" --mode "$mode"
+  done
+  run "node sdk 1.x latest (legacy): resource updates on the GET stream" \
+    "$tools/bin/node" "$here/subscribe.mjs" --sdk "$tools/node-sdk1" "http://$fedge/mcp"
 else
   echo "  FAIL  $bin/ithaca-fixture is missing (cargo build -p ithaca-fixture)"; failures=$((failures + 1))
 fi

@@ -291,6 +291,26 @@ impl Rpc for Grpc {
 
     type TailEventsStream = EventStream;
 
+    type WatchSessionStream =
+        Pin<Box<dyn Stream<Item = Result<ithaca_proto::mcp::v1::ResourceChanged, Status>> + Send>>;
+
+    async fn watch_session(
+        &self,
+        request: Request<pb::GetSessionRequest>,
+    ) -> Result<Response<Self::WatchSessionStream>, Status> {
+        let caller = principal::of(&request)?;
+        let session_id = &request.get_ref().session_id;
+        // Refused before the stream opens, as a read would be; then every
+        // event appended after the session's last one so far.
+        let row = self.service.get(&caller, session_id).await?;
+        let rx = self.service.tail(&caller, session_id, row.last_seq).await?;
+        let stream = ReceiverStream::new(rx).map(|item| {
+            item.map(|_| ithaca_proto::mcp::v1::ResourceChanged {})
+                .map_err(Status::from)
+        });
+        Ok(Response::new(Box::pin(stream)))
+    }
+
     async fn tail_events(
         &self,
         request: Request<pb::TailEventsRequest>,

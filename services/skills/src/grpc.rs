@@ -1,7 +1,7 @@
 //! The tonic adapter: protobuf in, domain call, protobuf out. No logic here.
 
 use crate::catalog::Manifest;
-use crate::model::StrategyProposal;
+use crate::model::{RunStatus, StrategyProposal};
 use crate::service::{RunView, SkillsService};
 use crate::store::StrategyRow;
 use ithaca_kit::{clock, json, principal};
@@ -10,6 +10,9 @@ use ithaca_proto::skills::v1 as pb;
 use ithaca_proto::skills::v1::skills_service_server::SkillsService as Rpc;
 use serde_json::Value;
 use tonic::{Request, Response, Status};
+
+/// How often a run watch reads the run's status again.
+const WATCH_POLL: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// The gRPC face of [`SkillsService`].
 #[derive(Clone, Debug)]
@@ -263,6 +266,45 @@ impl Rpc for Grpc {
             .subscribe(&caller, &r.run_id, r.status.as_deref(), r.wait_ms)
             .await?;
         Ok(Response::new(run(view)))
+    }
+
+    type WatchRunStream = std::pin::Pin<
+        Box<dyn futures::Stream<Item = Result<mcp::ResourceChanged, Status>> + Send + 'static>,
+    >;
+
+    async fn watch_run(
+        &self,
+        request: Request<pb::GetRunRequest>,
+    ) -> Result<Response<Self::WatchRunStream>, Status> {
+        let caller = principal::of(&request)?;
+        let run_id = request.into_inner().run_id;
+        // Refused before the stream opens, as a read would be.
+        let first = self.service.get_run(&caller, &run_id).await?;
+        let state = Some((self.service.clone(), caller, run_id, first.run.status));
+        // The store is the only source of a run's status (the worker that
+        // changes it may be another replica's), so it is read again every
+        // WATCH_POLL; the stream ends once the run can change no more.
+        let changes = futures::stream::unfold(state, |state| async move {
+            let (service, caller, run_id, status) = state?;
+            loop {
+                if matches!(
+                    status,
+                    RunStatus::Succeeded | RunStatus::Failed | RunStatus::Cancelled
+                ) {
+                    return None;
+                }
+                tokio::time::sleep(WATCH_POLL).await;
+                match service.get_run(&caller, &run_id).await {
+                    Ok(view) if view.run.status != status => {
+                        let next = Some((service, caller, run_id, view.run.status));
+                        return Some((Ok(mcp::ResourceChanged {}), next));
+                    }
+                    Ok(_) => {}
+                    Err(error) => return Some((Err(Status::from(error)), None)),
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(changes)))
     }
 
     async fn read_run(
