@@ -120,7 +120,7 @@ impl Rpc for Grpc {
         };
         match self.service.request(&caller, call).await {
             Ok(Filed::Filed(row, response)) => Ok(Response::new(pb::ApprovalRequested {
-                approval: Some(approval(row)),
+                approval: Some(approval(*row)),
                 response: response.unwrap_or_default(),
                 ..Default::default()
             })),

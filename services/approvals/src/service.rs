@@ -113,7 +113,7 @@ impl From<sqlx::Error> for Refused {
 pub enum Filed {
     /// Filed: pending for an agent; for a person, run, with the encoded
     /// response when it succeeded.
-    Filed(ApprovalRow, Option<Vec<u8>>),
+    Filed(Box<ApprovalRow>, Option<Vec<u8>>),
     /// A person must confirm their call first: ask this, then file again
     /// with the answer.
     Confirm(mcp::InputRequired),
@@ -377,7 +377,7 @@ impl ApprovalsService {
         self.store.insert(&approval).await?;
         self.trace(caller, spb::EventType::Approval, json!({"approval_id": approval.approval_id, "tool": approval.tool, "arguments": call.arguments, "status": ApprovalStatus::Pending.as_str()})).await;
         if caller.actor() == Actor::Agent {
-            return Ok(Filed::Filed(approval, None));
+            return Ok(Filed::Filed(Box::new(approval), None));
         }
         // A person's (or an administrator's) own call: approved by them.
         let decided_by = decider(caller);
@@ -397,7 +397,7 @@ impl ApprovalsService {
             .await?;
         let response = self.execute(caller, &approval).await?;
         let row = self.get(caller, "", &approval.approval_id).await?;
-        Ok(Filed::Filed(row, response))
+        Ok(Filed::Filed(Box::new(row), response))
     }
 
     pub async fn list(
