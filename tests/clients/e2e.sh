@@ -65,6 +65,11 @@ done
 run "python mcp 2.3 (2026-07-28): run_skill vol.realized" "$tools/bin/python" "$here/mcp_smoke.py" "$url" --token "$key" \
   --mode 2026-07-28 --tool run_skill --tool-args '{"skill_id":"vol.realized","inputs":{"symbol":"AAPL","window":21}}' \
   --resource doomberg://skills/catalog
+# A batch skill's progress (issue 14): run_skill of a strategy backtest with a progress callback.
+for mode in 2026-07-28 legacy; do
+  run "python mcp 2.3 ($mode): run_skill reports a backtest's progress" "$tools/bin/python" "$here/streaming.py" "$url" \
+    --run-skill --token "$key" --mode "$mode"
+done
 run "typescript client 2.4 (legacy): get_price_history" "$tools/bin/node" "$here/mcp_smoke.mjs" "$url" --token "$key" \
   --mode legacy --tool get_price_history --tool-args '{"symbol":"MSFT","start":"2013-01-02","fields":["adj_close"]}' \
   --resource doomberg://data/providers
