@@ -166,8 +166,8 @@ fn ok(result: &Value) -> Value {
     result["structuredContent"].clone()
 }
 
-/// Each tool's output schema validator, from `tools/list` as `token` sees it.
-async fn output_schemas(up: &Up, token: &str) -> BTreeMap<String, jsonschema::Validator> {
+/// Each tool's `tools/list` entry, as `token` sees them.
+async fn tools(up: &Up, token: &str) -> BTreeMap<String, Value> {
     let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": {
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientCapabilities": {},
@@ -178,10 +178,19 @@ async fn output_schemas(up: &Up, token: &str) -> BTreeMap<String, jsonschema::Va
         .as_array()
         .unwrap_or_else(|| panic!("tools/list: {listed}"))
         .iter()
-        .filter_map(|t| {
-            let schema = t.get("outputSchema")?;
-            let validator = jsonschema::validator_for(schema).expect("an output schema");
-            Some((t["name"].as_str()?.to_owned(), validator))
+        .map(|t| (t["name"].as_str().expect("a name").to_owned(), t.clone()))
+        .collect()
+}
+
+/// Each tool's output schema validator, from `tools/list` as `token` sees it.
+async fn output_schemas(up: &Up, token: &str) -> BTreeMap<String, jsonschema::Validator> {
+    tools(up, token)
+        .await
+        .into_iter()
+        .filter_map(|(name, t)| {
+            let validator =
+                jsonschema::validator_for(t.get("outputSchema")?).expect("an output schema");
+            Some((name, validator))
         })
         .collect()
 }
@@ -230,6 +239,13 @@ async fn propose(up: &Up, token: &str, universe: &[&str]) -> String {
 async fn a_batch_run_reports_its_steps_then_the_run_in_both_eras() {
     let up = up();
     let schemas = output_schemas(&up, &up.agent).await;
+    // run_skill's result is the run, as get_run's is: the same schema.
+    let listed = tools(&up, &up.agent).await;
+    assert_eq!(
+        listed["run_skill"]["outputSchema"], listed["get_run"]["outputSchema"],
+        "run_skill's output schema is Run's"
+    );
+    assert!(listed["run_skill"]["outputSchema"]["properties"]["status"].is_object());
     open_session(&up, &up.agent, json!({})).await;
     let universe = ["AAPL", "MSFT", "IBM"];
     let strategy_id = propose(&up, &up.agent, &universe).await;
