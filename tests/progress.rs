@@ -828,3 +828,80 @@ async fn a_person_confirms_a_filter_activation_through_elicitation_in_both_eras(
     .await);
     assert_eq!(active(&now), json!(version), "{now}");
 }
+
+/// The `(done, total)` packet counts `ithaca ingest` printed for `name`,
+/// in order (stderr is not a terminal: one line per report).
+fn packets(stderr: &str, name: &str) -> Vec<(u64, u64)> {
+    let marker = format!(" {name}: ");
+    stderr
+        .lines()
+        .filter_map(|l| l.split_once(&marker))
+        .filter_map(|(_, rest)| rest.strip_suffix(" packets"))
+        .filter_map(|counts| counts.split_once('/'))
+        .map(|(d, t)| (d.parse().expect("done"), t.parse().expect("total")))
+        .collect()
+}
+
+/// GCN files under `dir`, walked.
+fn gcn_files(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("read dir") {
+        let path = entry.expect("entry").path();
+        if path.is_dir() {
+            found.extend(gcn_files(&path));
+        } else if path
+            .extension()
+            .is_some_and(|x| x == "json" || x == "jsonl" || x == "xml")
+        {
+            found.push(path);
+        }
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gcn_ingestion_streams_packets_done_of_total() {
+    let up = up();
+    let circulars = common::gcn::circulars_file();
+    let name = circulars
+        .file_name()
+        .expect("a name")
+        .to_string_lossy()
+        .into_owned();
+    let lines = std::fs::read_to_string(&circulars).expect("circulars");
+    let total = lines.lines().filter(|l| !l.trim().is_empty()).count() as u64;
+    let notices = gcn_files(&common::gcn::notices_dir());
+    let ingest = || {
+        let out = common::ithaca()
+            .args(["ingest", "gcn"])
+            .arg(&circulars)
+            .arg(common::gcn::notices_dir())
+            .arg("--data-dir")
+            .arg(&up.data_dir)
+            .output()
+            .expect("run ithaca ingest gcn");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "ingest gcn: {stderr}");
+        stderr
+    };
+    let stderr = ingest();
+    // Every 100 circulars, then the end, from the broker as it stores them.
+    let mut expected: Vec<(u64, u64)> = (1..=total / 100).map(|k| (k * 100, total)).collect();
+    if total % 100 != 0 {
+        expected.push((total, total));
+    }
+    assert_eq!(packets(&stderr, &name), expected, "{stderr}");
+    // Each notice is one packet.
+    assert!(!notices.is_empty());
+    for notice in &notices {
+        let file = notice.file_name().expect("name").to_string_lossy();
+        assert_eq!(packets(&stderr, &file), [(1, 1)], "{file}: {stderr}");
+    }
+    // Again: nothing changes, and the file reports all of it done at once.
+    let stderr = ingest();
+    assert_eq!(packets(&stderr, &name), [(total, total)], "{stderr}");
+    println!(
+        "{total} circulars and {} notices ingested with progress",
+        notices.len()
+    );
+}
