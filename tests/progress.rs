@@ -887,7 +887,7 @@ async fn gcn_ingestion_streams_packets_done_of_total() {
     let stderr = ingest();
     // Every 100 circulars, then the end, from the broker as it stores them.
     let mut expected: Vec<(u64, u64)> = (1..=total / 100).map(|k| (k * 100, total)).collect();
-    if total % 100 != 0 {
+    if !total.is_multiple_of(100) {
         expected.push((total, total));
     }
     assert_eq!(packets(&stderr, &name), expected, "{stderr}");
