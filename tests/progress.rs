@@ -905,3 +905,62 @@ async fn gcn_ingestion_streams_packets_done_of_total() {
         notices.len()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alert_ingestion_streams_packets_done_of_total() {
+    let up = up();
+    let night = common::astro::alerts_dir().join("v4.02");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&night)
+        .expect("the night's alerts")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "avro"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty());
+    let ingest = || {
+        let out = common::ithaca()
+            .args(["ingest", "ztf"])
+            .arg(&night)
+            .arg("--data-dir")
+            .arg(&up.data_dir)
+            .output()
+            .expect("run ithaca ingest ztf");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "ingest ztf: {stderr}");
+        (String::from_utf8_lossy(&out.stdout).into_owned(), stderr)
+    };
+    let (stdout, stderr) = ingest();
+    // Each file reports its alerts written, increasing to its total (every
+    // 200 alerts and at the end), from the broker as it writes them.
+    let mut alerts = 0;
+    for file in &files {
+        let name = file.file_name().expect("name").to_string_lossy();
+        let seen = packets(&stderr, &name);
+        let (last, total) = *seen
+            .last()
+            .unwrap_or_else(|| panic!("{name}: no progress in {stderr}"));
+        assert!(total >= 1 && last == total, "{name}: {seen:?}");
+        assert!(
+            seen.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 == w[1].1),
+            "{name}: {seen:?}"
+        );
+        alerts += total;
+    }
+    // The totals add up to what the command says it read.
+    assert!(
+        stdout.contains(&format!("{} files: {alerts} alerts read", files.len())),
+        "{stdout}"
+    );
+    // Again: nothing changes; each file reports all of it done at once.
+    let (_, stderr) = ingest();
+    for file in &files {
+        let name = file.file_name().expect("name").to_string_lossy();
+        let seen = packets(&stderr, &name);
+        assert_eq!(seen.len(), 1, "{name}: {seen:?}");
+        assert_eq!(seen[0].0, seen[0].1, "{name}: {seen:?}");
+    }
+    println!(
+        "{} alert files, {alerts} alerts ingested with progress",
+        files.len()
+    );
+}

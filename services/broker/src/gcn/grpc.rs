@@ -30,17 +30,6 @@ type Events = std::pin::Pin<
     Box<dyn tokio_stream::Stream<Item = Result<mcp::CallEvent, Status>> + Send + 'static>,
 >;
 
-/// Packets done of total as a progress event.
-fn progress_event((done, total): (u64, u64)) -> mcp::CallEvent {
-    mcp::CallEvent {
-        event: Some(mcp::call_event::Event::Progress(mcp::Progress {
-            progress: done as f64,
-            total: Some(total as f64),
-            message: format!("{done} of {total} packets"),
-        })),
-    }
-}
-
 /// One file's chunks: its source (first chunk) and its bytes, at most
 /// [`MAX_FILE_BYTES`].
 async fn read_file(mut stream: Streaming<pb::GcnFileChunk>) -> Result<(String, Vec<u8>), Status> {
@@ -382,13 +371,13 @@ impl Rpc for GcnGrpc {
                 tokio::select! {
                     biased;
                     Some(step) = steps.recv() => {
-                        let _ = events.send(Ok(progress_event(step))).await;
+                        let _ = events.send(Ok(crate::progress::event(step))).await;
                     }
                     outcome = &mut ingesting => break outcome,
                 }
             };
             while let Ok(step) = steps.try_recv() {
-                let _ = events.send(Ok(progress_event(step))).await;
+                let _ = events.send(Ok(crate::progress::event(step))).await;
             }
             let last = match outcome {
                 Ok(r) => Ok(mcp::CallEvent {

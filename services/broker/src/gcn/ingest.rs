@@ -32,16 +32,7 @@ const SYSTEM: &str = "ithaca";
 /// How many circulars pass between two progress reports.
 const PROGRESS_EVERY: usize = 100;
 
-/// Where an ingest's progress goes: packets done of total. A report the
-/// follower is too slow for is dropped, never waited for.
-pub type Progress = tokio::sync::mpsc::Sender<(u64, u64)>;
-
-/// Report `done` of `total` packets, if someone follows.
-pub fn report(progress: Option<&Progress>, done: u64, total: u64) {
-    if let Some(progress) = progress {
-        let _ = progress.try_send((done, total));
-    }
-}
+pub use crate::progress::{Progress, report};
 
 /// What one file's ingest did.
 #[derive(Clone, Debug, Default, PartialEq)]
