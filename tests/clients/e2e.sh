@@ -108,6 +108,11 @@ echo "$credential" | "$bin/ithaca" accounts add --provider ibkr --label main --c
 export STORY_SECRETS="$credential,gw.e2e-internal.example,U999"
 run "the research story on SQLite (python mcp 2.3, 2026-07-28)" "$tools/bin/python" "$here/story.py" "$url" "$key" "$human" -- \
   "$bin/ithaca" policy set --trading on --data-dir "$work/stack"
+# A person's promote_strategy confirmed through elicitation (issue 14), trading on (the story turned it on).
+for mode in 2026-07-28 legacy; do
+  run "python mcp 2.3 ($mode): a person confirms promote_strategy through elicitation" "$tools/bin/python" \
+    "$here/streaming.py" "$url" --confirm --token "$human" --mode "$mode"
+done
 
 # The 1.x client lines. Each full story starts with trading off (the story turns it on).
 story1() { # $1 = name, rest = the client command; URL, keys and the policy command are appended

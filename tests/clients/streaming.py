@@ -19,6 +19,11 @@ open a session, propose a three-symbol strategy and backtest it with
 `run_skill` (a batch skill) with a progress callback: each step must reach it
 (1 to 7 of 7, in order) before the run, which must have succeeded.
 
+With `--confirm --token HUMAN_KEY` (trading on), against the product: a
+person's `promote_strategy` from a client with an elicitation callback is
+asked to confirm; declined, the strategy stays a draft and the result is
+`not_confirmed`; accepted, it is promoted to paper.
+
 Exits 0 when every step passes, 1 otherwise.
 
     .ci/tools/venv/bin/python tests/clients/streaming.py URL --mode legacy|2026-07-28
@@ -145,6 +150,55 @@ async def _run_skill(url: str, mode: str, token: str) -> None:
             raise StepFailed(f"expected progress 1..{steps} of {steps} and a succeeded run; got {progress}, {run.get('status')}")
 
 
+async def _confirm(url: str, mode: str, token: str) -> None:
+    answers = ["decline", "accept"]
+    asked: list[str] = []
+
+    async def on_elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.message)
+        action = answers.pop(0)
+        if action == "accept":
+            return types.ElicitResult(action="accept", content={"confirm": True})
+        return types.ElicitResult(action=action)
+
+    async with AsyncExitStack() as stack:
+        http = await stack.enter_async_context(
+            httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30.0, read=120.0))
+        )
+        client = await stack.enter_async_context(
+            Client(
+                streamable_http_client(url, http_client=http),
+                mode=mode,
+                client_info=Implementation(name="ithaca-streaming-py", version="1.0.0"),
+                elicitation_callback=on_elicit,
+            )
+        )
+        _log("connect", True, mode=mode, protocol_version=client.protocol_version)
+
+        async def call(tool: str, arguments: dict[str, Any]) -> Any:
+            result = await client.call_tool(tool, arguments)
+            text = result.content[0].text if result.content else ""
+            if result.is_error:
+                raise StepFailed(f"{tool}: {text}")
+            return json.loads(text)
+
+        await call("session_context", {"prompt": "Promote a strategy, confirming it."})
+        strategy = await call("propose_strategy", {"name": "momentum", "universe": ["AAPL"], "lookback": 60,
+                                                   "rebalance": 20, "risk": {"max_weight": 1.0}})
+        promote = {"strategy_id": strategy["strategy_id"], "mode": "paper"}
+        declined = await call("promote_strategy", promote)
+        after = await call("get_strategy", {"strategy_id": strategy["strategy_id"]})
+        ok = declined.get("status") == "not_confirmed" and after.get("status") == "draft" and len(asked) == 1
+        _log("confirmation declined", ok, result=declined, status=after.get("status"), asked=asked)
+        if not ok:
+            raise StepFailed(f"expected not_confirmed and a draft; got {declined}, {after.get('status')}")
+        accepted = await call("promote_strategy", promote)
+        ok = accepted.get("status") == "paper" and len(asked) == 2 and "promote_strategy" in asked[-1]
+        _log("confirmation accepted", ok, status=accepted.get("status"), asked=asked)
+        if not ok:
+            raise StepFailed(f"expected the strategy promoted to paper after one more question; got {accepted}")
+
+
 def _leaves(e: BaseException) -> list[BaseException]:
     if isinstance(e, BaseExceptionGroup):
         return [leaf for sub in e.exceptions for leaf in _leaves(sub)]
@@ -157,11 +211,18 @@ def main() -> int:
     p.add_argument("--mode", default="legacy", help='"legacy" | "2026-07-28"')
     p.add_argument("--timeout", type=float, default=60.0)
     p.add_argument("--run-skill", action="store_true", help="run_skill's progress against the product")
-    p.add_argument("--token", help="bearer token (with --run-skill)")
+    p.add_argument("--confirm", action="store_true",
+                   help="promote_strategy confirmed through elicitation (a human key; trading on)")
+    p.add_argument("--token", help="bearer token (with --run-skill or --confirm)")
     args = p.parse_args()
-    if args.run_skill and not args.token:
-        p.error("--run-skill needs --token")
-    run = _run_skill(args.url, args.mode, args.token) if args.run_skill else _run(args.url, args.mode)
+    if (args.run_skill or args.confirm) and not args.token:
+        p.error("--run-skill and --confirm need --token")
+    if args.run_skill:
+        run = _run_skill(args.url, args.mode, args.token)
+    elif args.confirm:
+        run = _confirm(args.url, args.mode, args.token)
+    else:
+        run = _run(args.url, args.mode)
     try:
         asyncio.run(asyncio.wait_for(run, timeout=args.timeout))
     except StepFailed as e:
