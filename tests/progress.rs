@@ -964,3 +964,70 @@ async fn alert_ingestion_streams_packets_done_of_total() {
         files.len()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bars_ingestion_streams_rows_written_of_total() {
+    let up = up();
+    // Three made-up tickers, 400 days each: 1200 rows, three insert
+    // batches of at most 500.
+    let mut csv = String::from("Ticker,Date,Open,High,Low,Close,Volume,Adj Close\n");
+    // Days 1 to 28 of each month of 2014 and 2015: distinct, valid dates.
+    let dates: Vec<String> = (2014..=2015)
+        .flat_map(|y| {
+            (1..=12).flat_map(move |m| (1..=28).map(move |d| format!("{y}-{m:02}-{d:02}")))
+        })
+        .take(400)
+        .collect();
+    for symbol in ["ZZA", "ZZB", "ZZC"] {
+        for (day, date) in dates.iter().enumerate() {
+            let price = 100.0 + day as f64 / 10.0;
+            csv.push_str(&format!(
+                "{symbol},{date},{price},{},{},{price},1000,{price}\n",
+                price + 1.0,
+                price - 1.0
+            ));
+        }
+    }
+    let file = up._dir.path().join("bars.csv");
+    std::fs::write(&file, &csv).expect("write the bars");
+    let ingest = || {
+        let out = common::ithaca()
+            .args(["ingest", "bars"])
+            .arg(&file)
+            .arg("--data-dir")
+            .arg(&up.data_dir)
+            .output()
+            .expect("run ithaca ingest bars");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "ingest bars: {stderr}");
+        stderr
+    };
+    let written = |stderr: &str| -> Vec<(u64, u64)> {
+        stderr
+            .lines()
+            .filter_map(|l| l.strip_prefix("ingest: "))
+            .filter_map(|l| l.split_once(" rows written"))
+            .filter_map(|(counts, _)| counts.split_once('/'))
+            .map(|(d, t)| (d.parse().expect("done"), t.parse().expect("total")))
+            .collect()
+    };
+    let stderr = ingest();
+    assert_eq!(
+        written(&stderr),
+        [(500, 1200), (1000, 1200), (1200, 1200)],
+        "{stderr}"
+    );
+    // The rows are there: an agent reads them back.
+    open_session(&up, &up.agent, json!({})).await;
+    let history = ok(&call(
+        &up,
+        &up.agent,
+        "get_price_history",
+        json!({"symbol": "ZZB", "fields": ["adj_close"]}),
+    )
+    .await);
+    assert!(history.to_string().contains("139.9"), "{history}");
+    // Again: already there, all of it at once.
+    let stderr = ingest();
+    assert_eq!(written(&stderr), [(1200, 1200)], "{stderr}");
+}

@@ -196,21 +196,7 @@ impl Rpc for Grpc {
         request: Request<Streaming<pb::IngestBarsChunk>>,
     ) -> Result<Response<pb::Dataset>, Status> {
         let caller = principal::of(&request)?;
-        let mut stream = request.into_inner();
-        let (mut source, mut checksum, mut rows) = (String::new(), String::new(), Vec::new());
-        while let Some(chunk) = stream.message().await? {
-            if source.is_empty() {
-                source = chunk.source;
-                checksum = chunk.checksum;
-            }
-            if rows.len() + chunk.rows.len() > MAX_INGEST_ROWS {
-                return Err(ServiceError::invalid(format!(
-                    "rows: at most {MAX_INGEST_ROWS} rows per ingest"
-                ))
-                .into());
-            }
-            rows.extend(chunk.rows.into_iter().map(IngestRow::from));
-        }
+        let (source, checksum, rows) = read_bars(request.into_inner()).await?;
         let ingested = self
             .service
             .ingest(&caller, &source, &checksum, rows)
@@ -218,6 +204,53 @@ impl Rpc for Grpc {
         Ok(Response::new(dataset(
             ingested.dataset,
             ingested.already_present,
+        )))
+    }
+
+    type IngestBarsWithProgressStream = Events;
+
+    async fn ingest_bars_with_progress(
+        &self,
+        request: Request<Streaming<pb::IngestBarsChunk>>,
+    ) -> Result<Response<Events>, Status> {
+        let caller = principal::of(&request)?;
+        let (source, checksum, rows) = read_bars(request.into_inner()).await?;
+        let service = self.service.clone();
+        let (events, received) = tokio::sync::mpsc::channel(16);
+        // The ingest runs to its end (one transaction) even if the caller
+        // goes away.
+        tokio::spawn(async move {
+            let (progress, mut steps) = tokio::sync::mpsc::channel::<(u64, u64)>(64);
+            let ingesting =
+                service.ingest_reporting(&caller, &source, &checksum, rows, Some(&progress));
+            tokio::pin!(ingesting);
+            let outcome = loop {
+                tokio::select! {
+                    biased;
+                    Some(step) = steps.recv() => {
+                        let _ = events.send(Ok(crate::progress::event(step))).await;
+                    }
+                    outcome = &mut ingesting => break outcome,
+                }
+            };
+            while let Ok(step) = steps.try_recv() {
+                let _ = events.send(Ok(crate::progress::event(step))).await;
+            }
+            let last = match outcome {
+                Ok(ingested) => Ok(mcp::CallEvent {
+                    event: Some(mcp::call_event::Event::Reply(
+                        prost::Message::encode_to_vec(&dataset(
+                            ingested.dataset,
+                            ingested.already_present,
+                        )),
+                    )),
+                }),
+                Err(err) => Err(Status::from(err)),
+            };
+            let _ = events.send(last).await;
+        });
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(received),
         )))
     }
 
@@ -507,4 +540,26 @@ fn alert_report(report: crate::alerts::service::IngestReport) -> pb::AlertIngest
         object_ids: report.object_ids,
         schema_version: report.version,
     }
+}
+
+/// One bars file's chunks: source and checksum (first chunk) and its rows,
+/// at most [`MAX_INGEST_ROWS`].
+async fn read_bars(
+    mut stream: Streaming<pb::IngestBarsChunk>,
+) -> Result<(String, String, Vec<IngestRow>), Status> {
+    let (mut source, mut checksum, mut rows) = (String::new(), String::new(), Vec::new());
+    while let Some(chunk) = stream.message().await? {
+        if source.is_empty() {
+            source = chunk.source;
+            checksum = chunk.checksum;
+        }
+        if rows.len() + chunk.rows.len() > MAX_INGEST_ROWS {
+            return Err(ServiceError::invalid(format!(
+                "rows: at most {MAX_INGEST_ROWS} rows per ingest"
+            ))
+            .into());
+        }
+        rows.extend(chunk.rows.into_iter().map(IngestRow::from));
+    }
+    Ok((source, checksum, rows))
 }
