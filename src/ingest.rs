@@ -14,6 +14,7 @@ use ithaca_kit::config::CommonArgs;
 use ithaca_kit::principal::{InternalKey, Principal};
 use ithaca_proto::broker::v1 as pb;
 use ithaca_proto::broker::v1::broker_service_client::BrokerServiceClient;
+use ithaca_proto::mcp::v1::call_event::Event;
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 
@@ -74,13 +75,15 @@ pub type Client = BrokerServiceClient<
     tonic::service::interceptor::InterceptedService<tonic::transport::Channel, Outbound>,
 >;
 
-/// Stream a parsed file to the broker; `progress` reports rows sent.
+/// Stream a parsed file to the broker; `progress` reports rows sent, then
+/// `written` the rows the broker has written (its progress events).
 pub async fn upload(
     broker: &mut BrokerServiceClient<
         tonic::service::interceptor::InterceptedService<tonic::transport::Channel, Outbound>,
     >,
     file: BarsFile,
     progress: impl Fn(usize, usize) + Send + 'static,
+    mut written: impl FnMut(u64, u64),
 ) -> anyhow::Result<pb::Dataset> {
     let total = file.rows.len();
     let mut chunks = Vec::new();
@@ -108,12 +111,26 @@ pub async fn upload(
         sent += chunk.rows.len();
         progress(sent, total);
     }));
-    let dataset = broker
-        .ingest_bars(stream)
+    let mut events = broker
+        .ingest_bars_with_progress(stream)
         .await
         .map_err(|s| anyhow::anyhow!("{}", s.message()))?
         .into_inner();
-    Ok(dataset)
+    while let Some(event) = events
+        .message()
+        .await
+        .map_err(|s| anyhow::anyhow!("{}", s.message()))?
+    {
+        match event.event {
+            Some(Event::Progress(p)) => written(p.progress as u64, p.total.unwrap_or(0.0) as u64),
+            Some(Event::Reply(reply)) => {
+                return prost::Message::decode(reply.as_slice())
+                    .map_err(|e| anyhow::anyhow!("decoding the dataset: {e}"));
+            }
+            _ => {}
+        }
+    }
+    anyhow::bail!("the ingest ended without its dataset")
 }
 
 /// A broker client signed as the system.
@@ -166,15 +183,21 @@ pub async fn run(common: &CommonArgs, cmd: IngestCommand) -> anyhow::Result<()> 
     let key = common.internal_key(&stack::key_file(&data_dir))?;
     let mut broker = broker_client(&url, key)?;
     let terminal = std::io::stderr().is_terminal();
-    let dataset = upload(&mut broker, parsed, move |sent, total| {
-        let pct = sent * 100 / total.max(1);
+    let show = move |what: &str, done: u64, total: u64| {
+        let pct = done * 100 / total.max(1);
         if terminal {
-            eprint!("\ringest: {sent}/{total} rows sent ({pct}%)");
+            eprint!("\ringest: {done}/{total} rows {what} ({pct}%)");
             let _ = std::io::stderr().flush();
         } else {
-            eprintln!("ingest: {sent}/{total} rows sent ({pct}%)");
+            eprintln!("ingest: {done}/{total} rows {what} ({pct}%)");
         }
-    })
+    };
+    let dataset = upload(
+        &mut broker,
+        parsed,
+        move |sent, total| show("sent", sent as u64, total as u64),
+        |done, total| show("written", done, total),
+    )
     .await
     .with_context(|| format!("{}: nothing was ingested", file.display()))?;
     if terminal {

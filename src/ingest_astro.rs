@@ -12,6 +12,7 @@ use crate::stack::{self, StackInfo};
 use anyhow::Context;
 use ithaca_kit::config::CommonArgs;
 use ithaca_proto::broker::v1 as pb;
+use ithaca_proto::mcp::v1::call_event::Event;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
@@ -108,12 +109,14 @@ impl Progress {
     }
 }
 
-/// Stream `bytes` as one file to the broker's alert ingest.
+/// Stream `bytes` as one file to the broker's alert ingest, handing each
+/// progress report (alerts written of total) to `on_progress`.
 pub async fn send_alert_file(
     broker: &mut crate::ingest::Client,
     broker_id: &str,
     source: &str,
     bytes: Vec<u8>,
+    mut on_progress: impl FnMut(u64, u64),
 ) -> Result<pb::AlertIngestReport, tonic::Status> {
     let mut chunks: Vec<pb::AlertFileChunk> = bytes
         .chunks(CHUNK_BYTES)
@@ -128,10 +131,25 @@ pub async fn send_alert_file(
     }
     chunks[0].broker_id = broker_id.to_owned();
     chunks[0].source = source.to_owned();
-    Ok(broker
-        .ingest_alerts(tokio_stream::iter(chunks))
+    let mut events = broker
+        .ingest_alerts_with_progress(tokio_stream::iter(chunks))
         .await?
-        .into_inner())
+        .into_inner();
+    while let Some(event) = events.message().await? {
+        match event.event {
+            Some(Event::Progress(p)) => {
+                on_progress(p.progress as u64, p.total.unwrap_or(0.0) as u64);
+            }
+            Some(Event::Reply(reply)) => {
+                return prost::Message::decode(reply.as_slice())
+                    .map_err(|e| tonic::Status::internal(format!("decoding the report: {e}")));
+            }
+            _ => {}
+        }
+    }
+    Err(tonic::Status::internal(
+        "the ingest ended without its report",
+    ))
 }
 
 pub async fn ztf(
@@ -170,7 +188,10 @@ pub async fn ztf(
                 continue;
             }
         };
-        match send_alert_file(&mut broker, &broker_id, &name, bytes).await {
+        let shown = |done: u64, total: u64| {
+            progress.show(i, files.len(), &format!("{name}: {done}/{total} packets"));
+        };
+        match send_alert_file(&mut broker, &broker_id, &name, bytes, shown).await {
             Ok(report) => {
                 alerts += i64::from(report.alerts);
                 stored += i64::from(report.stored);

@@ -13,6 +13,7 @@ use ithaca_kit::config::CommonArgs;
 use ithaca_kit::principal::Principal;
 use ithaca_proto::broker::v1 as pb;
 use ithaca_proto::broker::v1::gcn_service_client::GcnServiceClient;
+use ithaca_proto::mcp::v1::call_event::Event;
 use std::path::{Path, PathBuf};
 
 /// Bytes per streamed chunk.
@@ -49,11 +50,13 @@ fn connect(common: &CommonArgs, target: &Target) -> anyhow::Result<Client> {
     .max_encoding_message_size(32 * 1024 * 1024))
 }
 
-/// Stream one file to the broker's GCN ingest.
+/// Stream one file to the broker's GCN ingest, handing each progress
+/// report (packets done of total) to `on_progress`.
 async fn send(
     gcn: &mut Client,
     source: &str,
     bytes: &[u8],
+    mut on_progress: impl FnMut(u64, u64),
 ) -> Result<pb::GcnIngestReport, tonic::Status> {
     let mut chunks: Vec<pb::GcnFileChunk> = bytes
         .chunks(CHUNK_BYTES)
@@ -66,10 +69,25 @@ async fn send(
         chunks.push(pb::GcnFileChunk::default());
     }
     chunks[0].source = source.to_owned();
-    Ok(gcn
-        .ingest_gcn(tokio_stream::iter(chunks))
+    let mut events = gcn
+        .ingest_gcn_with_progress(tokio_stream::iter(chunks))
         .await?
-        .into_inner())
+        .into_inner();
+    while let Some(event) = events.message().await? {
+        match event.event {
+            Some(Event::Progress(p)) => {
+                on_progress(p.progress as u64, p.total.unwrap_or(0.0) as u64)
+            }
+            Some(Event::Reply(reply)) => {
+                return prost::Message::decode(reply.as_slice())
+                    .map_err(|e| tonic::Status::internal(format!("decoding the report: {e}")));
+            }
+            _ => {}
+        }
+    }
+    Err(tonic::Status::internal(
+        "the ingest ended without its report",
+    ))
 }
 
 /// What the files added up to.
@@ -113,7 +131,10 @@ pub async fn gcn(common: &CommonArgs, paths: Vec<PathBuf>, target: Target) -> an
                 continue;
             }
         };
-        match send(&mut gcn, &name, &bytes).await {
+        let shown = |done: u64, total: u64| {
+            progress.show(i, files.len(), &format!("{name}: {done}/{total} packets"));
+        };
+        match send(&mut gcn, &name, &bytes, shown).await {
             Ok(r) => {
                 t.items += i64::from(r.items);
                 t.stored += i64::from(r.stored);

@@ -144,6 +144,7 @@ async fn promotion_needs_policy_and_a_person() {
             request: prost::Message::encode_to_vec(&request),
             destructive: true,
             open_world: true,
+            context: None,
         }
     };
 

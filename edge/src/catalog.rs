@@ -228,6 +228,10 @@ pub enum CatalogError {
         template: String,
         service: String,
     },
+    #[error(
+        "{method}: result {result:?} must name a message of the pool, on a streaming tool only"
+    )]
+    BadResult { method: String, result: String },
     #[error("{method}: template variable {variable:?} is not a field of {input}")]
     UnknownVariable {
         method: String,
@@ -275,9 +279,27 @@ impl Catalog {
                 });
             }
             let streaming = streaming(&t.method)?;
-            let output = t.method.output();
-            // A streaming tool's result is content blocks (`ToolContent`).
-            let output_schema = (output.full_name() != CONTENT_MESSAGE && !streaming).then(|| {
+            // A streaming tool's result is content blocks (`ToolContent`),
+            // or the reply message its `result` option names.
+            let output = match (streaming, t.options.result.as_str()) {
+                (_, "") => t.method.output(),
+                (true, name) => t
+                    .method
+                    .parent_pool()
+                    .get_message_by_name(name)
+                    .ok_or_else(|| CatalogError::BadResult {
+                        method: t.method.full_name().to_owned(),
+                        result: name.to_owned(),
+                    })?,
+                (false, name) => {
+                    return Err(CatalogError::BadResult {
+                        method: t.method.full_name().to_owned(),
+                        result: name.to_owned(),
+                    });
+                }
+            };
+            let structured = !streaming || !t.options.result.is_empty();
+            let output_schema = (output.full_name() != CONTENT_MESSAGE && structured).then(|| {
                 let schema = schema::message_schema(&output, Direction::Output);
                 if t.options.approval_required {
                     schema::or_pending_approval(schema)

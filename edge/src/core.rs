@@ -4,7 +4,7 @@
 
 use crate::backend::Backend;
 use crate::catalog::{self, Catalog, Resource, Tool};
-use crate::stream::{self, CallIo, Rounds, StateSealer, Streamed, Terminal};
+use crate::stream::{self, AskError, CallIo, Rounds, StateSealer, Streamed, Terminal};
 use crate::transcode;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
@@ -335,7 +335,9 @@ impl Core {
             return Err(unknown());
         };
         // A retry's sealed state is checked before anything runs.
-        let round = if tool.streaming {
+        // (A call filed for approval may be asked to confirm, so its
+        // retries carry state too.)
+        let round = if tool.streaming || tool.options.approval_required {
             stream::open_retry(&self.sealer, caller, &format!("tool:{name}"), &io.retry)
                 .map_err(|e| RpcError::invalid_params(e, Some(json!({"tool": name}))))?
         } else {
@@ -386,10 +388,8 @@ impl Core {
 
         // 5. Run it: through a person's approval when the tool needs one.
         let ran = if tool.options.approval_required {
-            Ran::Done(
-                self.through_approval(tool, &principal, arguments, &arguments_seen)
-                    .await,
-            )
+            self.through_approval(tool, &principal, arguments, &arguments_seen, io, round)
+                .await
         } else {
             self.invoke(tool, &principal, arguments, io, round).await
         };
@@ -588,6 +588,7 @@ impl Core {
         };
         match rounds.run(request, round).await {
             Streamed::Done(Ok(Terminal::Result(content))) => Ran::Done(Ok(render_content(content))),
+            Streamed::Done(Ok(Terminal::Reply(bytes))) => Ran::Done(render_reply(tool, &bytes)),
             Streamed::Done(Ok(_)) => Ran::Done(Err(ToolFailure::new(
                 "INTERNAL",
                 "the service answered a tool call with a prompt",
@@ -603,44 +604,127 @@ impl Core {
 
     /// File the call with the approvals service instead of running it: an
     /// agent's call comes back pending; a person's own call has run there,
-    /// and its response is rendered like any other.
+    /// and its response is rendered like any other. A person whose client
+    /// can elicit is asked to confirm first (the approvals service says so
+    /// with `input_required`, answered as a streaming tool's is); a call
+    /// they did not confirm comes back `not_confirmed`, with nothing run.
     async fn through_approval(
         &self,
         tool: &Tool,
         principal: &Principal,
         arguments: Option<Value>,
         arguments_seen: &Value,
-    ) -> Result<Value, ToolFailure> {
-        let request = transcode::to_message(&tool.method.input(), arguments)
-            .map_err(|e| ToolFailure::new("INVALID_ARGUMENT", &e.message, false))?;
+        io: &CallIo<'_>,
+        mut round: stream::Round,
+    ) -> Ran {
+        let request = match transcode::to_message(&tool.method.input(), arguments) {
+            Ok(request) => request.encode_to_vec(),
+            Err(e) => {
+                return Ran::Done(Err(ToolFailure::new("INVALID_ARGUMENT", &e.message, false)));
+            }
+        };
         let Some(approvals) = self.routes.get(APPROVALS) else {
-            return Err(ToolFailure::new(
+            return Ran::Done(Err(ToolFailure::new(
                 "SERVICE_UNAVAILABLE",
                 &format!(
                     "{} needs a person's approval, and no approvals service is configured",
                     tool.name
                 ),
                 true,
-            ));
+            )));
         };
-        let mut client = ApprovalsServiceClient::new(approvals.channel());
-        let mut call = Request::new(apb::RequestApprovalRequest {
-            tool: tool.name.clone(),
-            service: tool.method.parent_service().full_name().to_owned(),
-            method: tool.method.name().to_owned(),
-            arguments: Some(json::to_struct(arguments_seen.clone())),
-            request: request.encode_to_vec(),
-            destructive: tool.options.destructive,
-            open_world: tool.options.open_world,
-        });
-        // The approvals service checks with the owning service first.
-        let deadline = tool.deadline().unwrap_or_default().max(APPROVAL_DEADLINE);
-        call.set_timeout(deadline);
-        self.key.sign(&mut call, principal);
-        let filed = approvals
-            .typed(APPROVALS, Some(deadline), client.request_approval(call))
-            .await
-            .map_err(|s| status_failure(&s))?;
+        let target = format!("tool:{}", tool.name);
+        let mut client_caps = io.client;
+        for _ in 0..stream::MAX_ROUNDS {
+            let mut client = ApprovalsServiceClient::new(approvals.channel());
+            let mut call = Request::new(apb::RequestApprovalRequest {
+                tool: tool.name.clone(),
+                service: tool.method.parent_service().full_name().to_owned(),
+                method: tool.method.name().to_owned(),
+                arguments: Some(json::to_struct(arguments_seen.clone())),
+                request: request.clone(),
+                destructive: tool.options.destructive,
+                open_world: tool.options.open_world,
+                context: Some(stream::context(client_caps, round.responses, round.state)),
+            });
+            // The approvals service checks with the owning service first.
+            let deadline = tool.deadline().unwrap_or_default().max(APPROVAL_DEADLINE);
+            call.set_timeout(deadline);
+            self.key.sign(&mut call, principal);
+            let mut filed = match approvals
+                .typed(APPROVALS, Some(deadline), client.request_approval(call))
+                .await
+            {
+                Ok(filed) => filed,
+                Err(status) => return Ran::Done(Err(status_failure(&status))),
+            };
+            let Some(input) = filed.input_required.take() else {
+                return Ran::Done(Self::render_filed(tool, filed));
+            };
+            if !io.asks_inline {
+                // 2026-07-28: the client answers and retries.
+                return match stream::next_round(io, &self.sealer, principal, &target, input).await {
+                    Err(Streamed::Input(input)) => Ran::Input(input),
+                    Err(Streamed::MissingCapability(capability)) => {
+                        Ran::Refused(RpcError::missing_capability(capability))
+                    }
+                    Err(Streamed::Done(Err(status))) => Ran::Done(Err(status_failure(&status))),
+                    Ok(_) | Err(Streamed::Done(Ok(_))) => Ran::Done(Err(ToolFailure::new(
+                        "INTERNAL",
+                        "confirming the call failed",
+                        false,
+                    ))),
+                };
+            }
+            match stream::ask_inline(io.sink, stream::requests_json(&input)).await {
+                Ok(responses) => {
+                    round = stream::Round {
+                        responses,
+                        state: input.state,
+                    };
+                }
+                // A legacy HTTP client is assumed to elicit (its
+                // capabilities stayed in an `initialize` the edge did not
+                // keep); one that answers the question with an error
+                // cannot, so the call is filed again as from a client
+                // without elicitation: today's flow.
+                Err(AskError::Refused { .. } | AskError::Unsupported) => {
+                    client_caps.elicitation = false;
+                    round = stream::Round::default();
+                }
+                Err(error) => {
+                    return Ran::Done(Err(ToolFailure::new(
+                        "FAILED_PRECONDITION",
+                        &error.to_string(),
+                        false,
+                    )));
+                }
+            }
+        }
+        Ran::Done(Err(ToolFailure::new(
+            "INTERNAL",
+            "the approvals service asked for confirmation too many times",
+            false,
+        )))
+    }
+
+    /// What filing a call with the approvals service answered, as the
+    /// tool's result.
+    fn render_filed(tool: &Tool, filed: apb::ApprovalRequested) -> Result<Value, ToolFailure> {
+        if !filed.not_confirmed.is_empty() {
+            let body = json!({
+                "status": "not_confirmed",
+                "tool": tool.name,
+                "action": filed.not_confirmed,
+                "message": "You did not confirm this call, so it did not run and nothing changed. \
+                            Call the tool again to be asked again.",
+            });
+            return Ok(json!({
+                "content": [{"type": "text", "text": body.to_string()}],
+                "structuredContent": body,
+                "isError": false,
+            }));
+        }
         let approval = filed.approval.unwrap_or_default();
         match approval.status.as_str() {
             "pending" => {
@@ -1061,6 +1145,27 @@ fn render_tool_result(response: &DynamicMessage) -> Value {
         "structuredContent": structured,
         "isError": false,
     })
+}
+
+/// A streaming tool's `reply`, decoded as the message its `result` option
+/// names, rendered as a unary response of that type would be.
+fn render_reply(tool: &Tool, bytes: &[u8]) -> Result<Value, ToolFailure> {
+    let pool = tool.method.parent_pool();
+    let reply = pool
+        .get_message_by_name(&tool.options.result)
+        .ok_or_else(|| {
+            ToolFailure::new(
+                "INTERNAL",
+                "the service answered with a reply, and the tool names no result type",
+                false,
+            )
+        })
+        .and_then(|kind| {
+            DynamicMessage::decode(kind, bytes).map_err(|e| {
+                ToolFailure::new("INTERNAL", &format!("decoding the reply: {e}"), false)
+            })
+        })?;
+    Ok(render_tool_result(&reply))
 }
 
 /// Content blocks (and structured JSON) as `CallToolResult` JSON.

@@ -34,8 +34,9 @@ pub fn message_schema(message: &MessageDescriptor, direction: Direction) -> Valu
     schema
 }
 
-/// The output schema of an approval-required tool: its response, or the
-/// pending approval an agent's call becomes ([`pending_approval`]).
+/// The output schema of an approval-required tool: its response, the
+/// pending approval an agent's call becomes ([`pending_approval`]), or a
+/// person's call they did not confirm ([`not_confirmed`]).
 pub fn or_pending_approval(response: Value) -> Value {
     let mut response = response;
     let dialect = response
@@ -45,7 +46,7 @@ pub fn or_pending_approval(response: Value) -> Value {
     json!({
         "$schema": dialect,
         "type": "object",
-        "anyOf": [response, pending_approval()],
+        "anyOf": [response, pending_approval(), not_confirmed()],
     })
 }
 
@@ -62,6 +63,23 @@ pub fn pending_approval() -> Value {
             "message": {"type": "string"},
         },
         "required": ["status", "approval_id", "tool", "message"],
+        "additionalProperties": false,
+    })
+}
+
+/// What a person gets when they decline (or cancel) the confirmation the
+/// approvals service asked of them through elicitation: nothing ran.
+pub fn not_confirmed() -> Value {
+    json!({
+        "type": "object",
+        "description": "The person did not confirm the call; nothing changed.",
+        "properties": {
+            "status": {"type": "string", "const": "not_confirmed"},
+            "tool": {"type": "string", "description": "The tool whose call was not confirmed."},
+            "action": {"type": "string", "description": "The person's answer: decline or cancel (or accept without confirming)."},
+            "message": {"type": "string"},
+        },
+        "required": ["status", "tool", "action", "message"],
         "additionalProperties": false,
     })
 }

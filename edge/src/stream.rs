@@ -246,6 +246,9 @@ impl CallIo<'static> {
 pub enum Terminal {
     /// A tool's result.
     Result(mcp::ToolContent),
+    /// A tool's response message, encoded (its type is the tool's `result`
+    /// option).
+    Reply(Vec<u8>),
     /// A prompt's messages.
     Prompt(mcp::PromptReply),
     /// The service needs the client's answers first.
@@ -348,6 +351,7 @@ pub async fn run_once(
             }
             // The terminal event ends the call; the edge reads no further.
             Some(mcp::call_event::Event::Result(result)) => return Ok(Terminal::Result(result)),
+            Some(mcp::call_event::Event::Reply(reply)) => return Ok(Terminal::Reply(reply)),
             Some(mcp::call_event::Event::Prompt(prompt)) => return Ok(Terminal::Prompt(prompt)),
             Some(mcp::call_event::Event::InputRequired(input)) => {
                 if input.state.len() > MAX_STATE_BYTES {
@@ -427,35 +431,10 @@ impl Rounds<'_> {
                 Ok(Terminal::Input(input)) => input,
                 other => return Streamed::Done(other),
             };
-            let requests = requests_json(&input);
-            if let Some(capability) = missing_capability(&requests, self.io.client) {
-                return Streamed::MissingCapability(capability);
-            }
-            if !self.io.asks_inline {
-                let state = self
-                    .sealer
-                    .seal(self.principal, self.target, &input.state, now_secs());
-                return Streamed::Input(json!({
-                    "resultType": "input_required",
-                    "inputRequests": requests,
-                    "requestState": state,
-                }));
-            }
-            let mut responses = Map::new();
-            for (key, request) in requests {
-                let method = request["method"].as_str().unwrap_or(ROOTS).to_owned();
-                match self.io.sink.ask(method, request["params"].clone()).await {
-                    Ok(result) => {
-                        responses.insert(key, result);
-                    }
-                    Err(error) => {
-                        return Streamed::Done(Err(Status::failed_precondition(error.to_string())));
-                    }
-                }
-            }
-            round = Round {
-                responses,
-                state: input.state,
+            round = match next_round(self.io, self.sealer, self.principal, self.target, input).await
+            {
+                Ok(next) => next,
+                Err(end) => return end,
             };
         }
         Streamed::Done(Err(Status::internal(format!(
@@ -463,6 +442,55 @@ impl Rounds<'_> {
             self.method.full_name()
         ))))
     }
+}
+
+/// What follows a service's `input_required`: the next round, with the
+/// answers a legacy client gave on its response stream; or the end of this
+/// request: the sealed `input_required` a 2026-07-28 client retries from,
+/// a capability the client lacks, or a failed question.
+pub async fn next_round(
+    io: &CallIo<'_>,
+    sealer: &StateSealer,
+    principal: &Principal,
+    target: &str,
+    input: mcp::InputRequired,
+) -> Result<Round, Streamed> {
+    let requests = requests_json(&input);
+    if let Some(capability) = missing_capability(&requests, io.client) {
+        return Err(Streamed::MissingCapability(capability));
+    }
+    if !io.asks_inline {
+        let state = sealer.seal(principal, target, &input.state, now_secs());
+        return Err(Streamed::Input(json!({
+            "resultType": "input_required",
+            "inputRequests": requests,
+            "requestState": state,
+        })));
+    }
+    match ask_inline(io.sink, requests).await {
+        Ok(responses) => Ok(Round {
+            responses,
+            state: input.state,
+        }),
+        Err(error) => Err(Streamed::Done(Err(Status::failed_precondition(
+            error.to_string(),
+        )))),
+    }
+}
+
+/// Ask a legacy client `requests` (`{method, params}` by key) on its
+/// response stream, one after another: its results by key.
+pub async fn ask_inline(
+    sink: &dyn CallSink,
+    requests: Map<String, Value>,
+) -> Result<Map<String, Value>, AskError> {
+    let mut responses = Map::new();
+    for (key, request) in requests {
+        let method = request["method"].as_str().unwrap_or(ROOTS).to_owned();
+        let result = sink.ask(method, request["params"].clone()).await?;
+        responses.insert(key, result);
+    }
+    Ok(responses)
 }
 
 /// The round a 2026-07-28 retry starts from: its `requestState` opened

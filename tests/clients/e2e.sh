@@ -65,6 +65,11 @@ done
 run "python mcp 2.3 (2026-07-28): run_skill vol.realized" "$tools/bin/python" "$here/mcp_smoke.py" "$url" --token "$key" \
   --mode 2026-07-28 --tool run_skill --tool-args '{"skill_id":"vol.realized","inputs":{"symbol":"AAPL","window":21}}' \
   --resource doomberg://skills/catalog
+# A batch skill's progress (issue 14): run_skill of a strategy backtest with a progress callback.
+for mode in 2026-07-28 legacy; do
+  run "python mcp 2.3 ($mode): run_skill reports a backtest's progress" "$tools/bin/python" "$here/streaming.py" "$url" \
+    --run-skill --token "$key" --mode "$mode"
+done
 run "typescript client 2.4 (legacy): get_price_history" "$tools/bin/node" "$here/mcp_smoke.mjs" "$url" --token "$key" \
   --mode legacy --tool get_price_history --tool-args '{"symbol":"MSFT","start":"2013-01-02","fields":["adj_close"]}' \
   --resource doomberg://data/providers
@@ -103,6 +108,11 @@ echo "$credential" | "$bin/ithaca" accounts add --provider ibkr --label main --c
 export STORY_SECRETS="$credential,gw.e2e-internal.example,U999"
 run "the research story on SQLite (python mcp 2.3, 2026-07-28)" "$tools/bin/python" "$here/story.py" "$url" "$key" "$human" -- \
   "$bin/ithaca" policy set --trading on --data-dir "$work/stack"
+# A person's promote_strategy confirmed through elicitation (issue 14), trading on (the story turned it on).
+for mode in 2026-07-28 legacy; do
+  run "python mcp 2.3 ($mode): a person confirms promote_strategy through elicitation" "$tools/bin/python" \
+    "$here/streaming.py" "$url" --confirm --token "$human" --mode "$mode"
+done
 
 # The 1.x client lines. Each full story starts with trading off (the story turns it on).
 story1() { # $1 = name, rest = the client command; URL, keys and the policy command are appended

@@ -1,6 +1,6 @@
 //! The tonic adapter: protobuf in, domain call, protobuf out. No logic here.
 
-use crate::service::{ApprovalsService, CallRequest, PolicyChange, Refused, TYPED_ERRORS};
+use crate::service::{ApprovalsService, CallRequest, Filed, PolicyChange, Refused, TYPED_ERRORS};
 use crate::store::{ApprovalRow, PolicyRow};
 use ithaca_kit::{clock, json, principal};
 use ithaca_proto::approvals::v1 as pb;
@@ -116,11 +116,21 @@ impl Rpc for Grpc {
             request: r.request,
             destructive: r.destructive,
             open_world: r.open_world,
+            context: r.context,
         };
         match self.service.request(&caller, call).await {
-            Ok((row, response)) => Ok(Response::new(pb::ApprovalRequested {
-                approval: Some(approval(row)),
+            Ok(Filed::Filed(row, response)) => Ok(Response::new(pb::ApprovalRequested {
+                approval: Some(approval(*row)),
                 response: response.unwrap_or_default(),
+                ..Default::default()
+            })),
+            Ok(Filed::Confirm(input)) => Ok(Response::new(pb::ApprovalRequested {
+                input_required: Some(input),
+                ..Default::default()
+            })),
+            Ok(Filed::NotConfirmed(action)) => Ok(Response::new(pb::ApprovalRequested {
+                not_confirmed: action,
+                ..Default::default()
             })),
             Err(Refused::Here(err)) => Err(err.into()),
             Err(Refused::Owner(status)) => Err(status),

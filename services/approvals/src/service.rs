@@ -19,6 +19,7 @@ use ithaca_kit::error::{Code, ServiceError};
 use ithaca_kit::id::TenantId;
 use ithaca_kit::json;
 use ithaca_kit::principal::{Actor, InternalKey, Principal};
+use ithaca_proto::mcp::v1 as mcp;
 use ithaca_proto::session::v1 as spb;
 use ithaca_proto::session::v1::session_service_client::SessionServiceClient;
 use serde_json::{Value, json};
@@ -81,6 +82,9 @@ pub struct CallRequest {
     /// The tool's annotations, which the policy reads.
     pub destructive: bool,
     pub open_world: bool,
+    /// The caller's client and its answers, from the edge: a person whose
+    /// client can elicit confirms their own call first.
+    pub context: Option<mcp::CallContext>,
 }
 
 /// Why a call was not filed.
@@ -102,6 +106,87 @@ impl From<sqlx::Error> for Refused {
     fn from(err: sqlx::Error) -> Self {
         Refused::Here(err.into())
     }
+}
+
+/// What filing a call came to.
+#[derive(Debug)]
+pub enum Filed {
+    /// Filed: pending for an agent; for a person, run, with the encoded
+    /// response when it succeeded.
+    Filed(Box<ApprovalRow>, Option<Vec<u8>>),
+    /// A person must confirm their call first: ask this, then file again
+    /// with the answer.
+    Confirm(mcp::InputRequired),
+    /// The person did not confirm: nothing was filed or run. Their answer's
+    /// action (`decline`, `cancel`, or `accept` without confirming).
+    NotConfirmed(String),
+}
+
+/// The key of the confirmation question in `InputRequired.requests` and of
+/// its answer in `CallContext.responses`.
+const CONFIRM: &str = "confirm";
+
+/// The field of the confirmation form a person ticks.
+const CONFIRM_FIELD: &str = "confirm";
+
+/// The state a confirmation question carries: a digest of the exact call,
+/// so an answer confirms this call and no other (a retry with other
+/// arguments is asked again).
+fn confirmation_state(call: &CallRequest) -> Vec<u8> {
+    use sha2::{Digest, Sha256};
+    let mut digest = Sha256::new();
+    for part in [
+        call.tool.as_bytes(),
+        call.service.as_bytes(),
+        call.method.as_bytes(),
+        &call.request,
+    ] {
+        digest.update((part.len() as u64).to_be_bytes());
+        digest.update(part);
+    }
+    digest.finalize().to_vec()
+}
+
+/// The question a person answers before their own call runs.
+fn confirmation_question(call: &CallRequest, tool: &str, state: Vec<u8>) -> mcp::InputRequired {
+    let form = serde_json::json!({
+        "type": "object",
+        "properties": {
+            CONFIRM_FIELD: {
+                "type": "boolean",
+                "title": "Confirm",
+                "description": format!("Run {tool} now"),
+            },
+        },
+        "required": [CONFIRM_FIELD],
+    });
+    let question = mcp::InputRequest {
+        kind: Some(mcp::input_request::Kind::Elicitation(mcp::Elicitation {
+            message: format!(
+                "Confirm {tool} with {}? It runs at once, as your own call.",
+                call.arguments
+            ),
+            requested_schema: Some(json::to_struct(form)),
+        })),
+    };
+    mcp::InputRequired {
+        requests: [(CONFIRM.to_owned(), question)].into_iter().collect(),
+        state,
+    }
+}
+
+/// A person's answer to the confirmation: `Ok` when they confirmed, else
+/// the action to report.
+fn confirmed(answer: &Value) -> Result<(), String> {
+    let action = answer["action"].as_str().unwrap_or("");
+    if action == "accept" && answer["content"][CONFIRM_FIELD] == Value::Bool(true) {
+        return Ok(());
+    }
+    Err(if action.is_empty() {
+        "decline".to_owned()
+    } else {
+        action.chars().take(32).collect()
+    })
 }
 
 /// A policy change.
@@ -201,12 +286,12 @@ impl ApprovalsService {
 
     /// Apply the policy, have the owning service check the call, then file
     /// it: pending for an agent; run at once for a person (their call is
-    /// their decision), with the encoded response.
-    pub async fn request(
-        &self,
-        caller: &Principal,
-        call: CallRequest,
-    ) -> Result<(ApprovalRow, Option<Vec<u8>>), Refused> {
+    /// their decision), with the encoded response. A person whose client
+    /// can elicit (`call.context`) confirms first: without their answer
+    /// this asks ([`Filed::Confirm`]); unless they confirm, nothing is
+    /// filed ([`Filed::NotConfirmed`]). The policy and the owner's check
+    /// come before the question, and again with the answer.
+    pub async fn request(&self, caller: &Principal, call: CallRequest) -> Result<Filed, Refused> {
         let tenant = TenantId::of(caller)?;
         let tool = call.tool.trim();
         if tool.is_empty() || tool.len() > 128 {
@@ -245,6 +330,30 @@ impl ApprovalsService {
             .await
             .map_err(Refused::Owner)?;
 
+        let context = call.context.clone().unwrap_or_default();
+        let elicits = context.client.as_ref().is_some_and(|c| c.elicitation);
+        if caller.actor() == Actor::Human && elicits {
+            let state = confirmation_state(&call);
+            let answer = context
+                .responses
+                .get(CONFIRM)
+                .filter(|_| context.state == state)
+                .cloned()
+                .map(json::from_struct);
+            let Some(answer) = answer else {
+                return Ok(Filed::Confirm(confirmation_question(&call, tool, state)));
+            };
+            if let Err(action) = confirmed(&answer) {
+                self.trace(
+                    caller,
+                    spb::EventType::Denial,
+                    json!({"tool": tool, "arguments": call.arguments, "error": "NOT_CONFIRMED", "action": action}),
+                )
+                .await;
+                return Ok(Filed::NotConfirmed(action));
+            }
+        }
+
         let now = clock::now_ms();
         let approval = ApprovalRow {
             approval_id: uuid::Uuid::new_v4().hyphenated().to_string(),
@@ -268,7 +377,7 @@ impl ApprovalsService {
         self.store.insert(&approval).await?;
         self.trace(caller, spb::EventType::Approval, json!({"approval_id": approval.approval_id, "tool": approval.tool, "arguments": call.arguments, "status": ApprovalStatus::Pending.as_str()})).await;
         if caller.actor() == Actor::Agent {
-            return Ok((approval, None));
+            return Ok(Filed::Filed(Box::new(approval), None));
         }
         // A person's (or an administrator's) own call: approved by them.
         let decided_by = decider(caller);
@@ -288,7 +397,7 @@ impl ApprovalsService {
             .await?;
         let response = self.execute(caller, &approval).await?;
         let row = self.get(caller, "", &approval.approval_id).await?;
-        Ok((row, response))
+        Ok(Filed::Filed(Box::new(row), response))
     }
 
     pub async fn list(

@@ -12,6 +12,7 @@ use ithaca_kit::error::ServiceError;
 use ithaca_kit::{clock, principal};
 use ithaca_proto::broker::v1 as pb;
 use ithaca_proto::broker::v1::broker_service_server::BrokerService as Rpc;
+use ithaca_proto::mcp::v1 as mcp;
 use tonic::{Request, Response, Status, Streaming};
 
 /// Largest ingest accepted, in rows.
@@ -195,21 +196,7 @@ impl Rpc for Grpc {
         request: Request<Streaming<pb::IngestBarsChunk>>,
     ) -> Result<Response<pb::Dataset>, Status> {
         let caller = principal::of(&request)?;
-        let mut stream = request.into_inner();
-        let (mut source, mut checksum, mut rows) = (String::new(), String::new(), Vec::new());
-        while let Some(chunk) = stream.message().await? {
-            if source.is_empty() {
-                source = chunk.source;
-                checksum = chunk.checksum;
-            }
-            if rows.len() + chunk.rows.len() > MAX_INGEST_ROWS {
-                return Err(ServiceError::invalid(format!(
-                    "rows: at most {MAX_INGEST_ROWS} rows per ingest"
-                ))
-                .into());
-            }
-            rows.extend(chunk.rows.into_iter().map(IngestRow::from));
-        }
+        let (source, checksum, rows) = read_bars(request.into_inner()).await?;
         let ingested = self
             .service
             .ingest(&caller, &source, &checksum, rows)
@@ -217,6 +204,53 @@ impl Rpc for Grpc {
         Ok(Response::new(dataset(
             ingested.dataset,
             ingested.already_present,
+        )))
+    }
+
+    type IngestBarsWithProgressStream = Events;
+
+    async fn ingest_bars_with_progress(
+        &self,
+        request: Request<Streaming<pb::IngestBarsChunk>>,
+    ) -> Result<Response<Events>, Status> {
+        let caller = principal::of(&request)?;
+        let (source, checksum, rows) = read_bars(request.into_inner()).await?;
+        let service = self.service.clone();
+        let (events, received) = tokio::sync::mpsc::channel(16);
+        // The ingest runs to its end (one transaction) even if the caller
+        // goes away.
+        tokio::spawn(async move {
+            let (progress, mut steps) = tokio::sync::mpsc::channel::<(u64, u64)>(64);
+            let ingesting =
+                service.ingest_reporting(&caller, &source, &checksum, rows, Some(&progress));
+            tokio::pin!(ingesting);
+            let outcome = loop {
+                tokio::select! {
+                    biased;
+                    Some(step) = steps.recv() => {
+                        let _ = events.send(Ok(crate::progress::event(step))).await;
+                    }
+                    outcome = &mut ingesting => break outcome,
+                }
+            };
+            while let Ok(step) = steps.try_recv() {
+                let _ = events.send(Ok(crate::progress::event(step))).await;
+            }
+            let last = match outcome {
+                Ok(ingested) => Ok(mcp::CallEvent {
+                    event: Some(mcp::call_event::Event::Reply(
+                        prost::Message::encode_to_vec(&dataset(
+                            ingested.dataset,
+                            ingested.already_present,
+                        )),
+                    )),
+                }),
+                Err(err) => Err(Status::from(err)),
+            };
+            let _ = events.send(last).await;
+        });
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(received),
         )))
     }
 
@@ -389,38 +423,56 @@ impl Rpc for Grpc {
         request: Request<Streaming<pb::AlertFileChunk>>,
     ) -> Result<Response<pb::AlertIngestReport>, Status> {
         let caller = principal::of(&request)?;
-        let mut stream = request.into_inner();
-        let (mut broker_id, mut source, mut data) = (String::new(), String::new(), Vec::new());
-        let mut first = true;
-        while let Some(chunk) = stream.message().await? {
-            if first {
-                broker_id = chunk.broker_id;
-                source = chunk.source;
-                first = false;
-            }
-            if data.len() + chunk.data.len() > MAX_FILE_BYTES {
-                return Err(ServiceError::invalid(format!(
-                    "data: a file may hold at most {MAX_FILE_BYTES} bytes"
-                ))
-                .into());
-            }
-            data.extend_from_slice(&chunk.data);
-        }
+        let (broker_id, source, data) = read_alert_file(request.into_inner()).await?;
         let report = self
             .alerts
             .ingest_file(&caller, &broker_id, &source, data)
             .await?;
-        Ok(Response::new(pb::AlertIngestReport {
-            broker_id: report.broker_id,
-            source: report.source,
-            checksum: report.checksum,
-            alerts: render::n(report.alerts),
-            stored: render::n(report.stored),
-            already_present: report.already_present,
-            candids: report.candids.iter().map(i64::to_string).collect(),
-            object_ids: report.object_ids,
-            schema_version: report.version,
-        }))
+        Ok(Response::new(alert_report(report)))
+    }
+
+    type IngestAlertsWithProgressStream = Events;
+
+    async fn ingest_alerts_with_progress(
+        &self,
+        request: Request<Streaming<pb::AlertFileChunk>>,
+    ) -> Result<Response<Events>, Status> {
+        let caller = principal::of(&request)?;
+        let (broker_id, source, data) = read_alert_file(request.into_inner()).await?;
+        let alerts = self.alerts.clone();
+        let (events, received) = tokio::sync::mpsc::channel(16);
+        // The ingest runs to its end (one transaction) even if the caller
+        // goes away.
+        tokio::spawn(async move {
+            let (progress, mut steps) = tokio::sync::mpsc::channel::<(u64, u64)>(64);
+            let ingesting =
+                alerts.ingest_file_reporting(&caller, &broker_id, &source, data, Some(&progress));
+            tokio::pin!(ingesting);
+            let outcome = loop {
+                tokio::select! {
+                    biased;
+                    Some(step) = steps.recv() => {
+                        let _ = events.send(Ok(crate::progress::event(step))).await;
+                    }
+                    outcome = &mut ingesting => break outcome,
+                }
+            };
+            while let Ok(step) = steps.try_recv() {
+                let _ = events.send(Ok(crate::progress::event(step))).await;
+            }
+            let last = match outcome {
+                Ok(report) => Ok(mcp::CallEvent {
+                    event: Some(mcp::call_event::Event::Reply(
+                        prost::Message::encode_to_vec(&alert_report(report)),
+                    )),
+                }),
+                Err(err) => Err(Status::from(err)),
+            };
+            let _ = events.send(last).await;
+        });
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(received),
+        )))
     }
 
     async fn ingest_catalog(
@@ -445,4 +497,69 @@ impl Rpc for Grpc {
         let report = self.catalogs.ingest(&caller, &source, &data).await?;
         Ok(Response::new(render::catalog_report(report)))
     }
+}
+
+/// What an ingest with progress streams (`stream.proto`'s events).
+type Events = std::pin::Pin<
+    Box<dyn tokio_stream::Stream<Item = Result<mcp::CallEvent, Status>> + Send + 'static>,
+>;
+
+/// One alert file's chunks: broker and source (first chunk) and its bytes,
+/// at most [`MAX_FILE_BYTES`].
+async fn read_alert_file(
+    mut stream: Streaming<pb::AlertFileChunk>,
+) -> Result<(String, String, Vec<u8>), Status> {
+    let (mut broker_id, mut source, mut data) = (String::new(), String::new(), Vec::new());
+    let mut first = true;
+    while let Some(chunk) = stream.message().await? {
+        if first {
+            broker_id = chunk.broker_id;
+            source = chunk.source;
+            first = false;
+        }
+        if data.len() + chunk.data.len() > MAX_FILE_BYTES {
+            return Err(ServiceError::invalid(format!(
+                "data: a file may hold at most {MAX_FILE_BYTES} bytes"
+            ))
+            .into());
+        }
+        data.extend_from_slice(&chunk.data);
+    }
+    Ok((broker_id, source, data))
+}
+
+fn alert_report(report: crate::alerts::service::IngestReport) -> pb::AlertIngestReport {
+    pb::AlertIngestReport {
+        broker_id: report.broker_id,
+        source: report.source,
+        checksum: report.checksum,
+        alerts: render::n(report.alerts),
+        stored: render::n(report.stored),
+        already_present: report.already_present,
+        candids: report.candids.iter().map(i64::to_string).collect(),
+        object_ids: report.object_ids,
+        schema_version: report.version,
+    }
+}
+
+/// One bars file's chunks: source and checksum (first chunk) and its rows,
+/// at most [`MAX_INGEST_ROWS`].
+async fn read_bars(
+    mut stream: Streaming<pb::IngestBarsChunk>,
+) -> Result<(String, String, Vec<IngestRow>), Status> {
+    let (mut source, mut checksum, mut rows) = (String::new(), String::new(), Vec::new());
+    while let Some(chunk) = stream.message().await? {
+        if source.is_empty() {
+            source = chunk.source;
+            checksum = chunk.checksum;
+        }
+        if rows.len() + chunk.rows.len() > MAX_INGEST_ROWS {
+            return Err(ServiceError::invalid(format!(
+                "rows: at most {MAX_INGEST_ROWS} rows per ingest"
+            ))
+            .into());
+        }
+        rows.extend(chunk.rows.into_iter().map(IngestRow::from));
+    }
+    Ok((source, checksum, rows))
 }

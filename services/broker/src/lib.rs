@@ -38,6 +38,7 @@ pub mod gcn;
 pub mod grpc;
 mod grpc_astro;
 pub mod model;
+pub mod progress;
 pub mod service;
 pub mod sky;
 pub mod store;

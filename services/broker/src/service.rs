@@ -219,6 +219,20 @@ impl BrokerService {
         checksum: &str,
         rows: Vec<IngestRow>,
     ) -> Result<Ingested, ServiceError> {
+        self.ingest_reporting(caller, source, checksum, rows, None)
+            .await
+    }
+
+    /// [`Self::ingest`], reporting rows written of total to `progress` once
+    /// the rows are checked (every insert batch).
+    pub async fn ingest_reporting(
+        &self,
+        caller: &Principal,
+        source: &str,
+        checksum: &str,
+        rows: Vec<IngestRow>,
+        progress: Option<&crate::progress::Progress>,
+    ) -> Result<Ingested, ServiceError> {
         if caller.actor() != Actor::System {
             return Err(ServiceError::denied(
                 "only administrators ingest market data",
@@ -237,6 +251,8 @@ impl BrokerService {
             return Err(ServiceError::invalid("rows: the file holds no bars"));
         }
         if let Some(existing) = self.store.dataset_by_checksum(&checksum).await? {
+            let rows = u64::try_from(existing.row_count).unwrap_or(0);
+            crate::progress::report(progress, rows, rows);
             return Ok(Ingested {
                 dataset: existing,
                 already_present: true,
@@ -298,7 +314,7 @@ impl BrokerService {
             checksum,
             ingested_at_ms: clock::now_ms(),
         };
-        self.store.ingest(&dataset, &bars).await?;
+        self.store.ingest(&dataset, &bars, progress).await?;
         tracing::info!(dataset_id = %dataset.dataset_id, rows = dataset.row_count, "market data ingested");
         Ok(Ingested {
             dataset,

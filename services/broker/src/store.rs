@@ -84,7 +84,14 @@ impl Store {
 
     /// Store a dataset and its bars in one transaction: all or nothing. A
     /// bar for an existing (symbol, date) is replaced by the newer file's.
-    pub async fn ingest(&self, dataset: &DatasetRow, bars: &[BarRow]) -> Result<(), sqlx::Error> {
+    pub async fn ingest(
+        &self,
+        dataset: &DatasetRow,
+        bars: &[BarRow],
+        progress: Option<&crate::progress::Progress>,
+    ) -> Result<(), sqlx::Error> {
+        let total = bars.len() as u64;
+        let mut written = 0u64;
         let _gate = self.db.write_gate().await;
         let insert_dataset = format!(
             "INSERT INTO datasets ({DATASET_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
@@ -123,6 +130,8 @@ impl Store {
                      adj_close = excluded.adj_close, dataset_id = excluded.dataset_id",
                 );
                 builder.build().execute(&mut *tx).await?;
+                written += chunk.len() as u64;
+                crate::progress::report(progress, written, total);
             }
             tx.commit().await?;
         });

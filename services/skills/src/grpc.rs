@@ -3,6 +3,7 @@
 use crate::catalog::Manifest;
 use crate::model::{RunStatus, StrategyProposal};
 use crate::service::{RunView, SkillsService};
+use crate::skills::Step;
 use crate::store::StrategyRow;
 use ithaca_kit::{clock, json, principal};
 use ithaca_proto::mcp::v1 as mcp;
@@ -13,6 +14,21 @@ use tonic::{Request, Response, Status};
 
 /// How often a run watch reads the run's status again.
 const WATCH_POLL: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// What run_skill streams: its progress, then the run (`stream.proto`).
+type Events =
+    std::pin::Pin<Box<dyn futures::Stream<Item = Result<mcp::CallEvent, Status>> + Send + 'static>>;
+
+/// A step of a run as MCP progress.
+fn progress_event(step: Step) -> mcp::CallEvent {
+    mcp::CallEvent {
+        event: Some(mcp::call_event::Event::Progress(mcp::Progress {
+            progress: step.done as f64,
+            total: Some(step.total as f64),
+            message: step.message,
+        })),
+    }
+}
 
 /// The gRPC face of [`SkillsService`].
 #[derive(Clone, Debug)]
@@ -231,6 +247,51 @@ impl Rpc for Grpc {
             .run(&caller, &r.skill_id, r.version.as_deref(), inputs)
             .await?;
         Ok(Response::new(run(view)))
+    }
+
+    type RunSkillStreamStream = Events;
+
+    async fn run_skill_stream(
+        &self,
+        request: Request<pb::RunSkillRequest>,
+    ) -> Result<Response<Events>, Status> {
+        let caller = principal::of(&request)?;
+        let r = request.into_inner();
+        let inputs = r.inputs.map_or(Value::Null, json::from_struct);
+        let service = self.service.clone();
+        let (events, received) = tokio::sync::mpsc::channel(16);
+        tokio::spawn(async move {
+            let (progress, mut steps) = tokio::sync::mpsc::channel::<Step>(64);
+            let running =
+                service.run_following(&caller, &r.skill_id, r.version.as_deref(), inputs, progress);
+            tokio::pin!(running);
+            let outcome = loop {
+                tokio::select! {
+                    biased;
+                    Some(step) = steps.recv() => {
+                        // The caller gone, the run still finishes.
+                        let _ = events.send(Ok(progress_event(step))).await;
+                    }
+                    outcome = &mut running => break outcome,
+                }
+            };
+            while let Ok(step) = steps.try_recv() {
+                let _ = events.send(Ok(progress_event(step))).await;
+            }
+            let last = match outcome {
+                Ok(view) => Ok(mcp::CallEvent {
+                    event: Some(mcp::call_event::Event::Reply(
+                        prost::Message::encode_to_vec(&run(view)),
+                    )),
+                }),
+                Err(err) => Err(Status::from(err)),
+            };
+            let _ = events.send(last).await;
+        });
+        let stream = futures::stream::unfold(received, |mut received| async move {
+            received.recv().await.map(|event| (event, received))
+        });
+        Ok(Response::new(Box::pin(stream)))
     }
 
     async fn get_run(

@@ -7,7 +7,7 @@
 
 use crate::catalog::{self, Manifest};
 use crate::model::{Profile, RunId, RunStatus};
-use crate::skills::{self, Context, Inputs, Output, Skill};
+use crate::skills::{self, Context, Inputs, Output, Progress, Skill};
 use crate::store::{ArtifactRow, JobRow, RunRow, Store};
 use crate::validate;
 use futures::FutureExt;
@@ -20,6 +20,10 @@ use serde_json::{Map, Value, json};
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use tonic::transport::Channel;
+
+/// How long run_skill waits for a batch run it follows before answering
+/// with the run as it stands (the tool's deadline is 35 s).
+pub const BATCH_WAIT: std::time::Duration = std::time::Duration::from_secs(25);
 
 /// Where the skills service finds the services it calls.
 #[derive(Clone, Debug, Default)]
@@ -141,6 +145,77 @@ impl SkillsService {
         version: Option<&str>,
         inputs: Value,
     ) -> Result<RunView, ServiceError> {
+        let (run, profile) = self.queue(caller, skill_id, version, inputs).await?;
+        if profile == Profile::Batch {
+            self.wake.notify_one();
+            return self.get_run(caller, &run.run_id).await;
+        }
+        self.finish(caller, &run, None).await
+    }
+
+    /// Validate inputs and record the run, then run it within the call,
+    /// batch skills too, sending its steps to `progress` (run_skill over
+    /// MCP). A batch run computes on a task of its own, so it finishes even
+    /// when the caller goes away; after [`BATCH_WAIT`] the run comes back as
+    /// it stands (queued or running) and goes on. A failed batch run is
+    /// answered as the failed run, as get_run would show it.
+    pub async fn run_following(
+        &self,
+        caller: &Principal,
+        skill_id: &str,
+        version: Option<&str>,
+        inputs: Value,
+        progress: Progress,
+    ) -> Result<RunView, ServiceError> {
+        let (run, profile) = self.queue(caller, skill_id, version, inputs).await?;
+        if profile != Profile::Batch {
+            return self.finish(caller, &run, Some(&progress)).await;
+        }
+        let until = tokio::time::Instant::now() + BATCH_WAIT;
+        let service = self.clone();
+        let requester = caller.clone();
+        let queued = run.clone();
+        let computing = tokio::spawn(async move {
+            if let Some(err) = service.execute(&requester, &queued, Some(&progress)).await {
+                tracing::info!(run_id = %queued.run_id, error = %err.message, "batch run failed");
+            }
+        });
+        let _ = tokio::time::timeout_at(until, computing).await;
+        // The worker may have claimed the run first: wait for it as well.
+        let mut view = self.get_run(caller, &run.run_id).await?;
+        while view.run.status.is_active() && tokio::time::Instant::now() < until {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            view = self.get_run(caller, &run.run_id).await?;
+        }
+        Ok(view)
+    }
+
+    /// Run a recorded interactive run within the call: the run, or why it
+    /// failed (naming the run that recorded it).
+    async fn finish(
+        &self,
+        caller: &Principal,
+        run: &RunRow,
+        progress: Option<&Progress>,
+    ) -> Result<RunView, ServiceError> {
+        match self.execute(caller, run, progress).await {
+            Some(err) => Err(ServiceError {
+                // The caller learns why, and which run recorded it.
+                message: format!("{} (run {} failed)", err.message, run.run_id),
+                ..err
+            }),
+            None => self.get_run(caller, &run.run_id).await,
+        }
+    }
+
+    /// Validate inputs and record the run, queued; with its skill's profile.
+    async fn queue(
+        &self,
+        caller: &Principal,
+        skill_id: &str,
+        version: Option<&str>,
+        inputs: Value,
+    ) -> Result<(RunRow, Profile), ServiceError> {
         let tenant_id = TenantId::of(caller)?;
         let manifest = self.describe(skill_id, version)?;
         let inputs = validate::inputs(&manifest.input_schema, inputs)?;
@@ -162,23 +237,17 @@ impl SkillsService {
         self.store.insert_run(&run).await?;
         self.trace(caller, &run, RunStatus::Draft, RunStatus::Queued, None)
             .await;
-        if manifest.profile == Profile::Batch {
-            self.wake.notify_one();
-            return self.get_run(caller, &run.run_id).await;
-        }
-        match self.execute(caller, &run).await {
-            Some(err) => Err(ServiceError {
-                // The caller learns why, and which run recorded it.
-                message: format!("{} (run {} failed)", err.message, run.run_id),
-                ..err
-            }),
-            None => self.get_run(caller, &run.run_id).await,
-        }
+        Ok((run, manifest.profile))
     }
 
     /// Claim a queued run and compute it; the error, if it failed. A run
     /// another worker claimed, or one cancelled meanwhile, is left alone.
-    async fn execute(&self, caller: &Principal, run: &RunRow) -> Option<ServiceError> {
+    async fn execute(
+        &self,
+        caller: &Principal,
+        run: &RunRow,
+        progress: Option<&Progress>,
+    ) -> Option<ServiceError> {
         match self
             .step(caller, run, RunStatus::Queued, RunStatus::Running, None, "")
             .await
@@ -198,7 +267,7 @@ impl SkillsService {
                 None
             }
         };
-        let outcome = self.compute_run(caller, run).await;
+        let outcome = self.compute_run(caller, run, progress).await;
         if let Some(job) = job {
             // The run's final status decides the job's.
             let status = match self.store.run(&run.tenant_id, &run.run_id).await {
@@ -225,8 +294,13 @@ impl SkillsService {
     /// Compute a claimed (running) run and record its outcome. Whatever
     /// happens in the computation, a panic included, the run leaves
     /// `running`.
-    async fn compute_run(&self, caller: &Principal, run: &RunRow) -> Option<ServiceError> {
-        let produced = match self.compute(caller, run).await {
+    async fn compute_run(
+        &self,
+        caller: &Principal,
+        run: &RunRow,
+        progress: Option<&Progress>,
+    ) -> Option<ServiceError> {
+        let produced = match self.compute(caller, run, progress).await {
             Ok(produced) => produced,
             Err(err) => {
                 let _ = self
@@ -294,13 +368,19 @@ impl SkillsService {
 
     /// Run the skill's computation, a panic in it becoming an INTERNAL
     /// error (logged with the run; the caller learns no details).
-    async fn compute(&self, caller: &Principal, run: &RunRow) -> Result<Output, ServiceError> {
+    async fn compute(
+        &self,
+        caller: &Principal,
+        run: &RunRow,
+        progress: Option<&Progress>,
+    ) -> Result<Output, ServiceError> {
         let skill = self.skill(&run.skill_id, Some(&run.version))?;
         let inputs: Map<String, Value> = serde_json::from_str(&run.inputs).unwrap_or_default();
         let inputs = Inputs::new(inputs);
         let ctx = Context {
             service: self,
             caller,
+            progress,
         };
         match AssertUnwindSafe(skill.run(&ctx, &inputs))
             .catch_unwind()
@@ -426,7 +506,7 @@ impl SkillsService {
     async fn work_on(&self, run: &RunRow) {
         match serde_json::from_str::<Principal>(&run.requester) {
             Ok(requester) => {
-                if let Some(err) = self.execute(&requester, run).await {
+                if let Some(err) = self.execute(&requester, run, None).await {
                     tracing::info!(run_id = %run.run_id, error = %err.message, "batch run failed");
                 }
             }

@@ -6,6 +6,7 @@ use super::avro::{self, DecodedFile};
 use super::lightcurve::{self, Point};
 use super::schema::{self, FlatField};
 use super::store::{AlertRow, AlertStore, BrokerRow, BrokerStats, FileRecord, NewAlert, SchemaRow};
+use crate::progress::{Progress, report};
 use crate::sky;
 use crate::vault::Vault;
 use apache_avro::Schema;
@@ -372,6 +373,20 @@ impl AlertService {
         source: &str,
         bytes: Vec<u8>,
     ) -> Result<IngestReport, ServiceError> {
+        self.ingest_file_reporting(caller, broker_id, source, bytes, None)
+            .await
+    }
+
+    /// [`Self::ingest_file`], reporting alerts written of total to
+    /// `progress` once the file is decoded (every insert batch).
+    pub async fn ingest_file_reporting(
+        &self,
+        caller: &Principal,
+        broker_id: &str,
+        source: &str,
+        bytes: Vec<u8>,
+        progress: Option<&Progress>,
+    ) -> Result<IngestReport, ServiceError> {
         require_admin(caller, "ingest alerts")?;
         let broker_id = if broker_id.trim().is_empty() {
             ARCHIVE_BROKER
@@ -403,6 +418,7 @@ impl AlertService {
         let count = decoded.alerts.len() as i64;
         let version = decoded.version.clone();
         if self.store.file(broker_id, &checksum).await?.is_some() {
+            report(progress, count as u64, count as u64);
             return Ok(IngestReport {
                 broker_id: broker_id.to_owned(),
                 source,
@@ -416,7 +432,7 @@ impl AlertService {
             });
         }
         let stored = self
-            .store_decoded(broker_id, &source, &checksum, decoded)
+            .store_reporting(broker_id, &source, &checksum, decoded, progress)
             .await?;
         tracing::info!(%broker_id, %source, alerts = count, stored, "alerts ingested");
         Ok(IngestReport {
@@ -440,6 +456,18 @@ impl AlertService {
         source: &str,
         checksum: &str,
         decoded: DecodedFile,
+    ) -> Result<i64, ServiceError> {
+        self.store_reporting(broker_id, source, checksum, decoded, None)
+            .await
+    }
+
+    async fn store_reporting(
+        &self,
+        broker_id: &str,
+        source: &str,
+        checksum: &str,
+        decoded: DecodedFile,
+        progress: Option<&Progress>,
     ) -> Result<i64, ServiceError> {
         let now = clock::now_ms();
         let paths = schema::flatten(&decoded.schema, &[]);
@@ -488,7 +516,10 @@ impl AlertService {
             alerts: alerts.len() as i64,
             ingested_at_ms: now,
         };
-        let stored = self.store.ingest_file(file, &schema_row, &alerts).await?;
+        let stored = self
+            .store
+            .ingest_file(file, &schema_row, &alerts, progress)
+            .await?;
         let count = stored.len() as i64;
         if let Some(hook) = self.ingest_hook.get()
             && !stored.is_empty()

@@ -162,7 +162,10 @@ impl AlertStore {
         file: FileRecord<'_>,
         schema: &SchemaRow,
         alerts: &[NewAlert],
+        progress: Option<&crate::progress::Progress>,
     ) -> Result<Vec<i64>, sqlx::Error> {
+        let total = alerts.len() as u64;
+        let mut written = 0u64;
         let _gate = self.db.write_gate().await;
         let insert_schema = "INSERT INTO alert_schemas (schema_id, version, schema_json, paths, first_seen_ms) \
                              VALUES ($1, $2, $3, $4, $5) ON CONFLICT (schema_id) DO NOTHING";
@@ -203,6 +206,8 @@ impl AlertStore {
                 });
                 builder.push(" ON CONFLICT (broker_id, candid) DO NOTHING RETURNING candid");
                 stored.extend(builder.build_query_scalar::<i64>().fetch_all(&mut *tx).await?);
+                written += chunk.len() as u64;
+                crate::progress::report(progress, written, total);
             }
             sqlx::query(insert_file)
                 .bind(file.broker_id)

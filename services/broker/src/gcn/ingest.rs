@@ -29,6 +29,11 @@ pub const POSITION_SLACK_DEG: f64 = 5.0;
 /// Who the built-in rows are created by.
 const SYSTEM: &str = "ithaca";
 
+/// How many circulars pass between two progress reports.
+const PROGRESS_EVERY: usize = 100;
+
+pub use crate::progress::{Progress, report};
+
 /// What one file's ingest did.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Outcome {
@@ -556,7 +561,9 @@ pub async fn circulars<T: IngestTx>(
     tx: &mut T,
     items: &[Circular],
     now: i64,
+    progress: Option<&Progress>,
 ) -> Result<Outcome, ServiceError> {
+    let total = items.len() as u64;
     let names: Vec<CircularNames> = items.iter().map(identify::circular_names).collect();
     let mut clusters = Clusters::new(&names);
     // The event each cluster went to in this file.
@@ -568,6 +575,9 @@ pub async fn circulars<T: IngestTx>(
         ..Outcome::default()
     };
     for (i, c) in items.iter().enumerate() {
+        if i > 0 && i % PROGRESS_EVERY == 0 {
+            report(progress, i as u64, total);
+        }
         match tx.circular(c.circular_id).await? {
             Some((sum, _)) if sum == c.checksum => {
                 out.unchanged += 1;
@@ -663,6 +673,7 @@ pub async fn circulars<T: IngestTx>(
         }
     }
     out.unattached = still;
+    report(progress, total, total);
     Ok(out)
 }
 

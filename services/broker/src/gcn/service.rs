@@ -154,6 +154,19 @@ impl GcnService {
         source: &str,
         bytes: Vec<u8>,
     ) -> Result<IngestReport, ServiceError> {
+        self.ingest_file_reporting(caller, source, bytes, None)
+            .await
+    }
+
+    /// [`Self::ingest_file`], reporting packets done of total to `progress`
+    /// once the file is parsed (every 100 circulars, and at the end).
+    pub async fn ingest_file_reporting(
+        &self,
+        caller: &Principal,
+        source: &str,
+        bytes: Vec<u8>,
+        progress: Option<&ingest::Progress>,
+    ) -> Result<IngestReport, ServiceError> {
         if caller.actor() != Actor::System {
             return Err(ServiceError::denied("only administrators ingest GCN data"));
         }
@@ -185,9 +198,10 @@ impl GcnService {
                     ParsedFile::Circulars(c) => i64::try_from(c.len()).unwrap_or(i64::MAX),
                     ParsedFile::Notice(_) => 1,
                 };
+                ingest::report(progress, items as u64, items as u64);
                 (true, Outcome { items, unchanged: items, ..Outcome::default() })
             } else {
-                let outcome = run(&mut tx, &parsed, &source, &checksum, now).await?;
+                let outcome = run(&mut tx, &parsed, &source, &checksum, now, progress).await?;
                 tx.insert_file(&checksum, &source, kind, outcome.items, now).await?;
                 tx.commit().await?;
                 (false, outcome)
@@ -633,9 +647,14 @@ async fn run<T: IngestTx>(
     source: &str,
     checksum: &str,
     now: i64,
+    progress: Option<&ingest::Progress>,
 ) -> Result<Outcome, ServiceError> {
     match parsed {
-        ParsedFile::Circulars(items) => ingest::circulars(tx, items, now).await,
-        ParsedFile::Notice(n) => ingest::notice(tx, n, source, checksum, now).await,
+        ParsedFile::Circulars(items) => ingest::circulars(tx, items, now, progress).await,
+        ParsedFile::Notice(n) => {
+            let outcome = ingest::notice(tx, n, source, checksum, now).await?;
+            ingest::report(progress, 1, 1);
+            Ok(outcome)
+        }
     }
 }

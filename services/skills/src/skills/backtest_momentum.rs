@@ -55,6 +55,11 @@ impl Skill for BacktestMomentum {
         let series = ctx
             .prices(&symbol, inputs.text("start"), inputs.text("end"))
             .await?;
+        ctx.progress(
+            1,
+            3,
+            format!("read {} prices of {symbol}", series.prices.len()),
+        );
         let (dates, prices) = (&series.dates, &series.prices);
         let lookback = inputs.count("lookback").unwrap_or(DEFAULT_LOOKBACK);
         let holding = inputs.count("holding").unwrap_or(DEFAULT_HOLDING);
@@ -63,6 +68,11 @@ impl Skill for BacktestMomentum {
         let cost = inputs.number("cost_bps").unwrap_or(0.0);
         let bt = compute::momentum_backtest(prices, lookback, holding, cost)
             .ok_or_else(|| too_long("inputs.lookback", lookback + 1, &symbol, prices.len()))?;
+        ctx.progress(
+            2,
+            3,
+            format!("backtested {symbol} over {} days", prices.len()),
+        );
         let benchmark = plot::buy_and_hold(prices, lookback);
         let buy_hold = benchmark.last().map_or(0.0, |b| b - 1.0);
         let mut csv = String::from("date,equity,position\n");
@@ -84,6 +94,7 @@ impl Skill for BacktestMomentum {
             "start": dates.first(), "end": dates.last(), "total_return": bt.total_return, "cagr": bt.cagr,
             "volatility": bt.volatility, "sharpe": bt.sharpe, "max_drawdown": bt.max_drawdown, "trades": bt.trades,
             "buy_and_hold_return": buy_hold});
+        ctx.progress(3, 3, "wrote the statistics, the equity curve and its chart");
         Ok(Output {
             artifacts: vec![
                 Artifact::json("stats.json", &outputs),
@@ -108,11 +119,20 @@ async fn backtest_strategy(
     let spec = &strategy.spec;
     let lookback = usize::try_from(spec.lookback).unwrap_or(1);
     let holding = usize::try_from(spec.rebalance).unwrap_or(1);
+    // Steps: each symbol's prices, each symbol's backtest, the results.
+    let steps = 2 * spec.universe.len() as u64 + 1;
+    let mut done = 0;
     let mut series: Vec<BTreeMap<String, f64>> = Vec::new();
     for symbol in &spec.universe {
         let s = ctx
             .prices(symbol, inputs.text("start"), inputs.text("end"))
             .await?;
+        done += 1;
+        ctx.progress(
+            done,
+            steps,
+            format!("read {} prices of {symbol}", s.prices.len()),
+        );
         series.push(s.dates.into_iter().zip(s.prices).collect());
     }
     let Some(first) = series.first() else {
@@ -133,6 +153,12 @@ async fn backtest_strategy(
             .ok_or_else(|| too_long("lookback", lookback + 1, symbol, prices.len()))?;
         curves.push(bt.equity);
         holds.push(plot::buy_and_hold(&prices, lookback));
+        done += 1;
+        ctx.progress(
+            done,
+            steps,
+            format!("backtested {symbol} over {} days", prices.len()),
+        );
     }
     let average = |curves: &[Vec<f64>]| -> Vec<f64> {
         let n = curves.len() as f64;
@@ -163,6 +189,11 @@ async fn backtest_strategy(
         "volatility": summary.as_ref().map(|s| s.volatility), "sharpe": summary.as_ref().map(|s| s.sharpe),
         "max_drawdown": compute::max_drawdown(&equity),
         "stopped_on": stopped_on.map(|i| dates[i].clone())});
+    ctx.progress(
+        steps,
+        steps,
+        "wrote the statistics, the equity curve and its chart",
+    );
     Ok(Output {
         artifacts: vec![
             Artifact::json("stats.json", &outputs),

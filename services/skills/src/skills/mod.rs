@@ -146,7 +146,22 @@ impl Inputs {
 pub struct Context<'a> {
     pub(crate) service: &'a SkillsService,
     pub(crate) caller: &'a Principal,
+    /// Where its progress goes, when someone follows the run.
+    pub(crate) progress: Option<&'a Progress>,
 }
+
+/// One step of a run's progress: `done` of `total` steps are finished.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Step {
+    pub done: u64,
+    pub total: u64,
+    pub message: String,
+}
+
+/// Where a followed run's steps go (run_skill forwards them to the MCP
+/// client as progress). A step that finds the follower behind is dropped:
+/// progress is a hint, never a reason to slow the run.
+pub type Progress = tokio::sync::mpsc::Sender<Step>;
 
 /// A price series: dates (YYYY-MM-DD) beside adjusted closes, oldest first.
 #[derive(Clone, Debug, Default)]
@@ -156,6 +171,18 @@ pub struct Series {
 }
 
 impl Context<'_> {
+    /// Report that `done` of `total` steps are finished, with what was
+    /// just done, to whoever follows the run (nobody may).
+    pub fn progress(&self, done: u64, total: u64, message: impl Into<String>) {
+        if let Some(progress) = self.progress {
+            let _ = progress.try_send(Step {
+                done,
+                total,
+                message: message.into(),
+            });
+        }
+    }
+
     /// Adjusted closes of `symbol` between `start` and `end` (inclusive;
     /// default: all), through the broker.
     pub async fn prices(
