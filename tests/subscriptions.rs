@@ -282,20 +282,28 @@ async fn open_session(url: &str) -> String {
     format!("doomberg://sessions/{id}")
 }
 
-/// Queue a batch run (it stays queued until the worker starts); its URI.
-async fn queue_run(url: &str) -> String {
-    let run = call(
-        url,
-        "run_skill",
-        json!({"skill_id": "backtest.momentum",
-               "inputs": {"strategy_id": uuid::Uuid::new_v4().to_string()}}),
-    )
-    .await;
-    assert_eq!(run["status"], "queued", "{run}");
-    format!(
-        "doomberg://runs/{}",
-        run["run_id"].as_str().expect("run_id")
-    )
+/// Queue a batch run in the session `session_uri` of `tenant`'s agent (it
+/// stays queued until the worker starts); its URI. Through the skills
+/// service's unary `RunSkill`, which queues a batch run and returns: the
+/// `run_skill` tool runs a batch skill within the call (reporting progress)
+/// and would answer with the run already finished.
+async fn queue_run(world: &World, tenant: &str, session_uri: &str) -> String {
+    let session_id = session_uri
+        .strip_prefix("doomberg://sessions/")
+        .expect("a session URI");
+    let agent = caller(tenant, &format!("agent-{tenant}")).in_session(Some(session_id.to_owned()));
+    let run = world
+        .skills
+        .run(
+            &agent,
+            "backtest.momentum",
+            None,
+            json!({"strategy_id": uuid::Uuid::new_v4().to_string()}),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("queue a run: {}", e.message));
+    assert_eq!(run.run.status, ithaca_skills::model::RunStatus::Queued);
+    format!("doomberg://runs/{}", run.run.run_id.as_str())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -335,8 +343,8 @@ async fn legacy_subscribers(world: World) {
     );
 
     let session = open_session(one).await;
-    let watched_run = queue_run(one).await;
-    let dropped_run = queue_run(one).await;
+    let watched_run = queue_run(&world, "one", &session).await;
+    let dropped_run = queue_run(&world, "one", &session).await;
     let mut stream = Events::get(one).await;
     for uri in [&session, &watched_run, &dropped_run] {
         let reply = legacy(one, 2, "resources/subscribe", json!({"uri": uri})).await;
@@ -383,7 +391,7 @@ async fn legacy_subscribers(world: World) {
 async fn another_tenant_cannot_subscribe_and_hears_nothing() {
     let world = World::start().await;
     let session = open_session(&world.one).await;
-    let run = queue_run(&world.one).await;
+    let run = queue_run(&world, "one", &session).await;
     let mut theirs = Events::get(&world.two).await;
     let not_found = |reply: &Value, uri: &str| {
         assert_eq!(reply["error"]["code"], -32602, "{reply}");
@@ -449,9 +457,9 @@ async fn a_listen_stream_carries_updates_under_its_subscription_id() {
     let world = World::start().await;
     let one = world.one.as_str();
     let session = open_session(one).await;
-    let run = queue_run(one).await;
-    open_session(&world.two).await;
-    let theirs = queue_run(&world.two).await;
+    let run = queue_run(&world, "one", &session).await;
+    let their_session = open_session(&world.two).await;
+    let theirs = queue_run(&world, "two", &their_session).await;
     let unknown = "doomberg://nothing/here";
 
     let body = json!({"jsonrpc": "2.0", "id": "listen-1", "method": "subscriptions/listen",
