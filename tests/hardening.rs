@@ -270,6 +270,21 @@ fn signal(pid: u32, signal: &str) {
         .status()
         .expect("run kill");
     assert!(status.success(), "kill -{signal} {pid}");
+    // kill(2) returns once the signal is sent, not once every thread of
+    // the process has stopped; on a loaded machine a call sent at once
+    // could still be served. Wait for the process to show as stopped.
+    if signal == "STOP" {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let state = stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next());
+            if state == Some('T') {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{pid} never stopped: {stat}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------
