@@ -12,7 +12,6 @@ use ithaca_kit::error::ServiceError;
 use ithaca_kit::{clock, principal};
 use ithaca_proto::broker::v1 as pb;
 use ithaca_proto::broker::v1::broker_service_server::BrokerService as Rpc;
-use ithaca_proto::mcp::v1 as mcp;
 use tonic::{Request, Response, Status, Streaming};
 
 /// Largest ingest accepted, in rows.
@@ -216,41 +215,13 @@ impl Rpc for Grpc {
         let caller = principal::of(&request)?;
         let (source, checksum, rows) = read_bars(request.into_inner()).await?;
         let service = self.service.clone();
-        let (events, received) = tokio::sync::mpsc::channel(16);
-        // The ingest runs to its end (one transaction) even if the caller
-        // goes away.
-        tokio::spawn(async move {
-            let (progress, mut steps) = tokio::sync::mpsc::channel::<(u64, u64)>(64);
-            let ingesting =
-                service.ingest_reporting(&caller, &source, &checksum, rows, Some(&progress));
-            tokio::pin!(ingesting);
-            let outcome = loop {
-                tokio::select! {
-                    biased;
-                    Some(step) = steps.recv() => {
-                        let _ = events.send(Ok(crate::progress::event(step))).await;
-                    }
-                    outcome = &mut ingesting => break outcome,
-                }
-            };
-            while let Ok(step) = steps.try_recv() {
-                let _ = events.send(Ok(crate::progress::event(step))).await;
-            }
-            let last = match outcome {
-                Ok(ingested) => Ok(mcp::CallEvent {
-                    event: Some(mcp::call_event::Event::Reply(
-                        prost::Message::encode_to_vec(&dataset(
-                            ingested.dataset,
-                            ingested.already_present,
-                        )),
-                    )),
-                }),
-                Err(err) => Err(Status::from(err)),
-            };
-            let _ = events.send(last).await;
-        });
-        Ok(Response::new(Box::pin(
-            tokio_stream::wrappers::ReceiverStream::new(received),
+        Ok(Response::new(crate::progress::streamed(
+            move |progress| async move {
+                service
+                    .ingest_reporting(&caller, &source, &checksum, rows, Some(&progress))
+                    .await
+            },
+            |ingested| dataset(ingested.dataset, ingested.already_present),
         )))
     }
 
@@ -440,38 +411,13 @@ impl Rpc for Grpc {
         let caller = principal::of(&request)?;
         let (broker_id, source, data) = read_alert_file(request.into_inner()).await?;
         let alerts = self.alerts.clone();
-        let (events, received) = tokio::sync::mpsc::channel(16);
-        // The ingest runs to its end (one transaction) even if the caller
-        // goes away.
-        tokio::spawn(async move {
-            let (progress, mut steps) = tokio::sync::mpsc::channel::<(u64, u64)>(64);
-            let ingesting =
-                alerts.ingest_file_reporting(&caller, &broker_id, &source, data, Some(&progress));
-            tokio::pin!(ingesting);
-            let outcome = loop {
-                tokio::select! {
-                    biased;
-                    Some(step) = steps.recv() => {
-                        let _ = events.send(Ok(crate::progress::event(step))).await;
-                    }
-                    outcome = &mut ingesting => break outcome,
-                }
-            };
-            while let Ok(step) = steps.try_recv() {
-                let _ = events.send(Ok(crate::progress::event(step))).await;
-            }
-            let last = match outcome {
-                Ok(report) => Ok(mcp::CallEvent {
-                    event: Some(mcp::call_event::Event::Reply(
-                        prost::Message::encode_to_vec(&alert_report(report)),
-                    )),
-                }),
-                Err(err) => Err(Status::from(err)),
-            };
-            let _ = events.send(last).await;
-        });
-        Ok(Response::new(Box::pin(
-            tokio_stream::wrappers::ReceiverStream::new(received),
+        Ok(Response::new(crate::progress::streamed(
+            move |progress| async move {
+                alerts
+                    .ingest_file_reporting(&caller, &broker_id, &source, data, Some(&progress))
+                    .await
+            },
+            alert_report,
         )))
     }
 
@@ -499,10 +445,7 @@ impl Rpc for Grpc {
     }
 }
 
-/// What an ingest with progress streams (`stream.proto`'s events).
-type Events = std::pin::Pin<
-    Box<dyn tokio_stream::Stream<Item = Result<mcp::CallEvent, Status>> + Send + 'static>,
->;
+use crate::progress::Events;
 
 /// One alert file's chunks: broker and source (first chunk) and its bytes,
 /// at most [`MAX_FILE_BYTES`].

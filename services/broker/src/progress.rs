@@ -24,3 +24,52 @@ pub fn event((done, total): (u64, u64)) -> ithaca_proto::mcp::v1::CallEvent {
         })),
     }
 }
+
+/// What an ingest with progress streams (`stream.proto`'s events).
+pub type Events = std::pin::Pin<
+    Box<
+        dyn tokio_stream::Stream<Item = Result<ithaca_proto::mcp::v1::CallEvent, tonic::Status>>
+            + Send
+            + 'static,
+    >,
+>;
+
+/// Run an ingest on a task of its own and stream what it reports: its
+/// progress, then its answer (`reply` of the outcome) as the terminal
+/// `reply` event, or its error as the stream's status. The ingest runs to
+/// its end (one transaction) even if the caller goes away.
+pub fn streamed<T, M, F, Fut>(ingest: F, reply: fn(T) -> M) -> Events
+where
+    F: FnOnce(Progress) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<T, ithaca_kit::error::ServiceError>> + Send,
+    T: Send + 'static,
+    M: prost::Message + 'static,
+{
+    use ithaca_proto::mcp::v1 as mcp;
+    let (events, received) = tokio::sync::mpsc::channel(16);
+    tokio::spawn(async move {
+        let (progress, mut steps) = tokio::sync::mpsc::channel::<(u64, u64)>(64);
+        let ingesting = ingest(progress);
+        tokio::pin!(ingesting);
+        let outcome = loop {
+            tokio::select! {
+                biased;
+                Some(step) = steps.recv() => {
+                    let _ = events.send(Ok(event(step))).await;
+                }
+                outcome = &mut ingesting => break outcome,
+            }
+        };
+        while let Ok(step) = steps.try_recv() {
+            let _ = events.send(Ok(event(step))).await;
+        }
+        let last = match outcome {
+            Ok(answer) => Ok(mcp::CallEvent {
+                event: Some(mcp::call_event::Event::Reply(reply(answer).encode_to_vec())),
+            }),
+            Err(err) => Err(tonic::Status::from(err)),
+        };
+        let _ = events.send(last).await;
+    });
+    Box::pin(tokio_stream::wrappers::ReceiverStream::new(received))
+}

@@ -10,7 +10,6 @@ use ithaca_kit::error::ServiceError;
 use ithaca_kit::{clock, json, principal};
 use ithaca_proto::broker::v1 as pb;
 use ithaca_proto::broker::v1::gcn_service_server::GcnService as Rpc;
-use ithaca_proto::mcp::v1 as mcp;
 use serde_json::Value as Json;
 use std::collections::HashMap;
 use tonic::{Request, Response, Status, Streaming};
@@ -25,10 +24,7 @@ fn n(v: i64) -> i32 {
     i32::try_from(v).unwrap_or(i32::MAX)
 }
 
-/// What an ingest with progress streams (`stream.proto`'s events).
-type Events = std::pin::Pin<
-    Box<dyn tokio_stream::Stream<Item = Result<mcp::CallEvent, Status>> + Send + 'static>,
->;
+use crate::progress::Events;
 
 /// One file's chunks: its source (first chunk) and its bytes, at most
 /// [`MAX_FILE_BYTES`].
@@ -360,37 +356,13 @@ impl Rpc for GcnGrpc {
         let caller = principal::of(&request)?;
         let (source, data) = read_file(request.into_inner()).await?;
         let service = self.service.clone();
-        let (events, received) = tokio::sync::mpsc::channel(16);
-        // The ingest runs to its end (one transaction) even if the caller
-        // goes away.
-        tokio::spawn(async move {
-            let (progress, mut steps) = tokio::sync::mpsc::channel::<(u64, u64)>(64);
-            let ingesting = service.ingest_file_reporting(&caller, &source, data, Some(&progress));
-            tokio::pin!(ingesting);
-            let outcome = loop {
-                tokio::select! {
-                    biased;
-                    Some(step) = steps.recv() => {
-                        let _ = events.send(Ok(crate::progress::event(step))).await;
-                    }
-                    outcome = &mut ingesting => break outcome,
-                }
-            };
-            while let Ok(step) = steps.try_recv() {
-                let _ = events.send(Ok(crate::progress::event(step))).await;
-            }
-            let last = match outcome {
-                Ok(r) => Ok(mcp::CallEvent {
-                    event: Some(mcp::call_event::Event::Reply(
-                        prost::Message::encode_to_vec(&report(r)),
-                    )),
-                }),
-                Err(err) => Err(Status::from(err)),
-            };
-            let _ = events.send(last).await;
-        });
-        Ok(Response::new(Box::pin(
-            tokio_stream::wrappers::ReceiverStream::new(received),
+        Ok(Response::new(crate::progress::streamed(
+            move |progress| async move {
+                service
+                    .ingest_file_reporting(&caller, &source, data, Some(&progress))
+                    .await
+            },
+            report,
         )))
     }
 }
