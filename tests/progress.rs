@@ -11,7 +11,11 @@
 //!   human key from a client that can elicit ask the person to confirm:
 //!   declining changes nothing and says so (validating against the output
 //!   schema), accepting runs the call; a human key whose client declared no
-//!   elicitation (2026-07-28) and an agent key keep today's flow.
+//!   elicitation (2026-07-28) and an agent key keep today's flow;
+//! - the broker's ingestion RPCs with progress (GCN, alerts, bars, catalogs)
+//!   stream done of total in order up to the total, then their report, and
+//!   `ithaca ingest` shows them; the catalog one is also read over gRPC
+//!   straight from `ithaca serve broker` (refusals are the stream's status).
 
 mod common;
 
