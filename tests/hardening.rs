@@ -277,7 +277,9 @@ fn signal(pid: u32, signal: &str) {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            let state = stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next());
+            let state = stat
+                .rsplit_once(") ")
+                .and_then(|(_, rest)| rest.chars().next());
             if state == Some('T') {
                 break;
             }
