@@ -248,22 +248,23 @@ pub async fn catalog(common: &CommonArgs, file: PathBuf, target: Target) -> anyh
             data: c.to_vec(),
         })
         .collect();
-    let progress = Progress {
-        terminal: std::io::stderr().is_terminal(),
-    };
+    let progress = Progress::stderr();
     let count = chunks.len();
     let mut sent = 0;
+    let (sending, shown) = (Progress::stderr(), name.clone());
     let stream = tokio_stream::iter(chunks.into_iter().enumerate().map(move |(i, c)| {
         sent += c.data.len();
-        progress.show(i + 1, count, &format!("{name}: {sent}/{total} bytes"));
+        sending.show(i + 1, count, &format!("{shown}: {sent}/{total} bytes"));
         c
     }));
-    let report = broker
-        .ingest_catalog(stream)
+    // Then the broker's own count: sources stored of total as it writes them.
+    let stored = |done: u64, total: u64| {
+        progress.show(count, count, &format!("{name}: {done}/{total} sources"));
+    };
+    let report = send_catalog(&mut broker, stream, stored)
         .await
-        .map_err(|s| anyhow::anyhow!("{}: {}", file.display(), s.message()))?
-        .into_inner();
-    if std::io::stderr().is_terminal() {
+        .map_err(|s| anyhow::anyhow!("{}: {}", file.display(), s.message()))?;
+    if progress.terminal {
         eprintln!();
     }
     if report.already_present {
@@ -278,6 +279,34 @@ pub async fn catalog(common: &CommonArgs, file: PathBuf, target: Target) -> anyh
         );
     }
     Ok(())
+}
+
+/// Stream a catalog file's chunks to the broker's catalog ingest, handing
+/// each progress report (sources stored of total) to `on_progress`.
+async fn send_catalog(
+    broker: &mut crate::ingest::Client,
+    chunks: impl tokio_stream::Stream<Item = pb::CatalogFileChunk> + Send + 'static,
+    mut on_progress: impl FnMut(u64, u64),
+) -> Result<pb::CatalogIngestReport, tonic::Status> {
+    let mut events = broker
+        .ingest_catalog_with_progress(chunks)
+        .await?
+        .into_inner();
+    while let Some(event) = events.message().await? {
+        match event.event {
+            Some(Event::Progress(p)) => {
+                on_progress(p.progress as u64, p.total.unwrap_or(0.0) as u64);
+            }
+            Some(Event::Reply(reply)) => {
+                return prost::Message::decode(reply.as_slice())
+                    .map_err(|e| tonic::Status::internal(format!("decoding the report: {e}")));
+            }
+            _ => {}
+        }
+    }
+    Err(tonic::Status::internal(
+        "the ingest ended without its report",
+    ))
 }
 
 pub fn connect(common: &CommonArgs, target: &Target) -> anyhow::Result<crate::ingest::Client> {

@@ -11,7 +11,11 @@
 //!   human key from a client that can elicit ask the person to confirm:
 //!   declining changes nothing and says so (validating against the output
 //!   schema), accepting runs the call; a human key whose client declared no
-//!   elicitation (2026-07-28) and an agent key keep today's flow.
+//!   elicitation (2026-07-28) and an agent key keep today's flow;
+//! - the broker's ingestion RPCs with progress (GCN, alerts, bars, catalogs)
+//!   stream done of total in order up to the total, then their report, and
+//!   `ithaca ingest` shows them; the catalog one is also read over gRPC
+//!   straight from `ithaca serve broker` (refusals are the stream's status).
 
 mod common;
 
@@ -1030,4 +1034,187 @@ async fn bars_ingestion_streams_rows_written_of_total() {
     // Again: already there, all of it at once.
     let stderr = ingest();
     assert_eq!(written(&stderr), [(1200, 1200)], "{stderr}");
+}
+
+/// Sources stored of total in `ithaca ingest catalog`'s stderr for `name`.
+fn sources(stderr: &str, name: &str) -> Vec<(u64, u64)> {
+    let marker = format!(" {name}: ");
+    stderr
+        .lines()
+        .filter_map(|l| l.split_once(&marker))
+        .filter_map(|(_, rest)| rest.strip_suffix(" sources"))
+        .filter_map(|counts| counts.split_once('/'))
+        .map(|(d, t)| (d.parse().expect("done"), t.parse().expect("total")))
+        .collect()
+}
+
+/// What `IngestCatalogWithProgress` streamed for one file: its progress
+/// (done, total, message) in order, then its reply, or the status that
+/// ended it. Anything after the reply fails the test.
+async fn catalog_events(
+    broker: &mut ithaca_proto::broker::v1::broker_service_client::BrokerServiceClient<
+        tonic::service::interceptor::InterceptedService<
+            tonic::transport::Channel,
+            ithaca_kit::client::Outbound,
+        >,
+    >,
+    source: &str,
+    data: Vec<u8>,
+) -> (
+    Vec<(u64, u64, String)>,
+    Result<ithaca_proto::broker::v1::CatalogIngestReport, tonic::Status>,
+) {
+    use ithaca_proto::mcp::v1::call_event::Event;
+    // Two chunks, as a client streaming a large file sends them.
+    let half = data.len() / 2;
+    let chunks = vec![
+        ithaca_proto::broker::v1::CatalogFileChunk {
+            source: source.to_owned(),
+            data: data[..half].to_vec(),
+        },
+        ithaca_proto::broker::v1::CatalogFileChunk {
+            source: String::new(),
+            data: data[half..].to_vec(),
+        },
+    ];
+    let mut events = match broker
+        .ingest_catalog_with_progress(tokio_stream::iter(chunks))
+        .await
+    {
+        Ok(r) => r.into_inner(),
+        Err(status) => return (Vec::new(), Err(status)),
+    };
+    let mut progress = Vec::new();
+    loop {
+        match events.message().await {
+            Ok(Some(event)) => match event.event {
+                Some(Event::Progress(p)) => progress.push((
+                    p.progress as u64,
+                    p.total.expect("a total") as u64,
+                    p.message,
+                )),
+                Some(Event::Reply(reply)) => {
+                    let report = prost::Message::decode(reply.as_slice()).expect("the report");
+                    let after = events.message().await.expect("the stream's end");
+                    assert!(after.is_none(), "an event after the reply: {after:?}");
+                    return (progress, Ok(report));
+                }
+                other => panic!("an unexpected event: {other:?}"),
+            },
+            Ok(None) => panic!("the stream ended without a reply after {progress:?}"),
+            Err(status) => return (progress, Err(status)),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catalog_ingestion_streams_sources_stored_of_total() {
+    use ithaca_kit::client::{self, Outbound};
+    use ithaca_kit::principal::{Principal, VerifiedKey};
+    use ithaca_proto::broker::v1::broker_service_client::BrokerServiceClient;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_broker, url) = common::serve("broker", &common::sqlite_path(&dir, "broker"), "unused");
+    let client = |who: Principal| {
+        BrokerServiceClient::with_interceptor(
+            client::channel(&url).expect("url"),
+            Outbound::new(common::key(), who),
+        )
+    };
+    let mut admin = client(Principal::system(""));
+    let catalogs = common::astro::data().join("catalogs");
+    // Every line but the header is one source; the broker writes 200 per
+    // batch and reports after each, the last one at the total.
+    let expected = |csv: &str| -> Vec<(u64, u64)> {
+        let total = csv.lines().filter(|l| !l.trim().is_empty()).count() as u64 - 1;
+        let mut steps: Vec<(u64, u64)> = (1..=total / 200).map(|k| (k * 200, total)).collect();
+        if !total.is_multiple_of(200) {
+            steps.push((total, total));
+        }
+        steps
+    };
+
+    // Over gRPC: progress in order up to the total, then the report, then
+    // nothing.
+    let name = "hipparcos2_hp_le_6.0.csv";
+    let csv = std::fs::read_to_string(catalogs.join(name)).expect("the Hipparcos catalog");
+    let steps = expected(&csv);
+    let total = steps.last().expect("a source").1;
+    let (progress, report) = catalog_events(&mut admin, name, csv.clone().into_bytes()).await;
+    let report = report.expect("the report");
+    assert_eq!(
+        progress
+            .iter()
+            .map(|(d, t, _)| (*d, *t))
+            .collect::<Vec<_>>(),
+        steps
+    );
+    assert_eq!(
+        progress.last().map(|(_, _, m)| m.as_str()),
+        Some(format!("{total} of {total} sources").as_str())
+    );
+    assert_eq!(
+        (
+            report.catalog.as_str(),
+            report.source.as_str(),
+            i64::from(report.rows),
+            report.already_present
+        ),
+        ("hipparcos2", name, total as i64, false),
+        "{report:?}"
+    );
+    // Again: nothing changes; all of it at once, then the report saying so.
+    let (progress, again) = catalog_events(&mut admin, name, csv.into_bytes()).await;
+    let again = again.expect("the report");
+    assert_eq!(
+        progress,
+        [(total, total, format!("{total} of {total} sources"))]
+    );
+    assert!(again.already_present, "{again:?}");
+    assert_eq!(again.checksum, report.checksum);
+
+    // A refusal is the stream's status, before any progress: a file that
+    // is no catalog (named), and a caller who is no administrator.
+    let (progress, refused) = catalog_events(&mut admin, "notes.csv", b"a,b\n1,2\n".to_vec()).await;
+    let status = refused.expect_err("not a catalog");
+    assert!(progress.is_empty(), "{progress:?}");
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    assert!(status.message().contains("notes.csv"), "{status:?}");
+    let mut agent = client(Principal::verified(VerifiedKey {
+        tenant_id: "acme".to_owned(),
+        key_id: "acme-agent".to_owned(),
+        scopes: vec!["data:read".into()],
+        human: false,
+    }));
+    let name = "openngc_galaxies_z_le_0.01.csv";
+    let csv = std::fs::read_to_string(catalogs.join(name)).expect("the OpenNGC catalog");
+    let (progress, refused) = catalog_events(&mut agent, name, csv.clone().into_bytes()).await;
+    let status = refused.expect_err("an agent");
+    assert!(progress.is_empty(), "{progress:?}");
+    assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
+
+    // From the command line: `name: done/total sources` on stderr, as the
+    // broker stores them, then the report on stdout.
+    let ingest = || {
+        let out = common::ithaca()
+            .args(["ingest", "catalog"])
+            .arg(catalogs.join(name))
+            .args(["--broker-url", &url])
+            .output()
+            .expect("run ithaca ingest catalog");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "ingest catalog: {stderr}");
+        (String::from_utf8_lossy(&out.stdout).into_owned(), stderr)
+    };
+    let steps = expected(&csv);
+    let total = steps.last().expect("a source").1;
+    let (stdout, stderr) = ingest();
+    assert_eq!(sources(&stderr, name), steps, "{stderr}");
+    assert!(
+        stdout.contains(&format!("{name}: {total} openngc sources")),
+        "{stdout}"
+    );
+    let (stdout, stderr) = ingest();
+    assert_eq!(sources(&stderr, name), [(total, total)], "{stderr}");
+    assert!(stdout.contains("already ingested"), "{stdout}");
+    println!("catalogs ingested with progress: hipparcos2 and {total} openngc sources");
 }

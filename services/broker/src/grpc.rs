@@ -426,22 +426,54 @@ impl Rpc for Grpc {
         request: Request<Streaming<pb::CatalogFileChunk>>,
     ) -> Result<Response<pb::CatalogIngestReport>, Status> {
         let caller = principal::of(&request)?;
-        let mut stream = request.into_inner();
-        let (mut source, mut data) = (String::new(), Vec::new());
-        while let Some(chunk) = stream.message().await? {
-            if source.is_empty() {
-                source = chunk.source;
-            }
-            if data.len() + chunk.data.len() > MAX_FILE_BYTES {
-                return Err(ServiceError::invalid(format!(
-                    "data: a file may hold at most {MAX_FILE_BYTES} bytes"
-                ))
-                .into());
-            }
-            data.extend_from_slice(&chunk.data);
-        }
+        let (source, data) = read_catalog_file(request.into_inner()).await?;
         let report = self.catalogs.ingest(&caller, &source, &data).await?;
         Ok(Response::new(render::catalog_report(report)))
+    }
+
+    type IngestCatalogWithProgressStream = Events;
+
+    async fn ingest_catalog_with_progress(
+        &self,
+        request: Request<Streaming<pb::CatalogFileChunk>>,
+    ) -> Result<Response<Events>, Status> {
+        let caller = principal::of(&request)?;
+        let (source, data) = read_catalog_file(request.into_inner()).await?;
+        let catalogs = self.catalogs.clone();
+        let (events, received) = tokio::sync::mpsc::channel(16);
+        // The ingest runs to its end (one transaction) even if the caller
+        // goes away.
+        tokio::spawn(async move {
+            let (progress, mut steps) = tokio::sync::mpsc::channel::<(u64, u64)>(64);
+            let ingesting = catalogs.ingest_reporting(&caller, &source, &data, Some(&progress));
+            tokio::pin!(ingesting);
+            let outcome = loop {
+                tokio::select! {
+                    biased;
+                    Some(step) = steps.recv() => {
+                        let _ = events.send(Ok(crate::progress::event_of(step, "sources"))).await;
+                    }
+                    outcome = &mut ingesting => break outcome,
+                }
+            };
+            while let Ok(step) = steps.try_recv() {
+                let _ = events
+                    .send(Ok(crate::progress::event_of(step, "sources")))
+                    .await;
+            }
+            let last = match outcome {
+                Ok(report) => Ok(mcp::CallEvent {
+                    event: Some(mcp::call_event::Event::Reply(
+                        prost::Message::encode_to_vec(&render::catalog_report(report)),
+                    )),
+                }),
+                Err(err) => Err(Status::from(err)),
+            };
+            let _ = events.send(last).await;
+        });
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(received),
+        )))
     }
 }
 
@@ -469,6 +501,27 @@ async fn read_alert_file(
         data.extend_from_slice(&chunk.data);
     }
     Ok((broker_id, source, data))
+}
+
+/// One catalog file's chunks: its source (first chunk) and its bytes, at
+/// most [`MAX_FILE_BYTES`].
+async fn read_catalog_file(
+    mut stream: Streaming<pb::CatalogFileChunk>,
+) -> Result<(String, Vec<u8>), Status> {
+    let (mut source, mut data) = (String::new(), Vec::new());
+    while let Some(chunk) = stream.message().await? {
+        if source.is_empty() {
+            source = chunk.source;
+        }
+        if data.len() + chunk.data.len() > MAX_FILE_BYTES {
+            return Err(ServiceError::invalid(format!(
+                "data: a file may hold at most {MAX_FILE_BYTES} bytes"
+            ))
+            .into());
+        }
+        data.extend_from_slice(&chunk.data);
+    }
+    Ok((source, data))
 }
 
 fn alert_report(report: crate::alerts::service::IngestReport) -> pb::AlertIngestReport {

@@ -14,13 +14,19 @@ pub fn report(progress: Option<&Progress>, done: u64, total: u64) {
 }
 
 /// Packets done of total as a stream event.
-pub fn event((done, total): (u64, u64)) -> ithaca_proto::mcp::v1::CallEvent {
+pub fn event(step: (u64, u64)) -> ithaca_proto::mcp::v1::CallEvent {
+    event_of(step, "packets")
+}
+
+/// Done of total as a stream event, its message naming what is counted
+/// (`sources` for a catalog, whose rows are stars and galaxies, not packets).
+pub fn event_of((done, total): (u64, u64), unit: &str) -> ithaca_proto::mcp::v1::CallEvent {
     use ithaca_proto::mcp::v1 as mcp;
     mcp::CallEvent {
         event: Some(mcp::call_event::Event::Progress(mcp::Progress {
             progress: done as f64,
             total: Some(total as f64),
-            message: format!("{done} of {total} packets"),
+            message: format!("{done} of {total} {unit}"),
         })),
     }
 }

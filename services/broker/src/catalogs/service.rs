@@ -98,6 +98,19 @@ impl CatalogService {
         source: &str,
         bytes: &[u8],
     ) -> Result<CatalogReport, ServiceError> {
+        self.ingest_reporting(caller, source, bytes, None).await
+    }
+
+    /// [`Self::ingest`], reporting sources stored of total to `progress`
+    /// once the file is parsed (every insert batch; a file ingested before:
+    /// all of it at once).
+    pub async fn ingest_reporting(
+        &self,
+        caller: &Principal,
+        source: &str,
+        bytes: &[u8],
+        progress: Option<&crate::progress::Progress>,
+    ) -> Result<CatalogReport, ServiceError> {
         if caller.actor() != Actor::System {
             return Err(ServiceError::denied("only administrators ingest catalogs"));
         }
@@ -112,6 +125,8 @@ impl CatalogService {
             ServiceError::invalid(format!("{source}: {e}")).with_domain("BAD_CATALOG_FILE")
         })?;
         if let Some((_, count)) = self.store.file(&checksum).await? {
+            let stored = u64::try_from(count).unwrap_or(0);
+            crate::progress::report(progress, stored, stored);
             return Ok(CatalogReport {
                 catalog: catalog.as_str(),
                 source,
@@ -121,7 +136,14 @@ impl CatalogService {
             });
         }
         self.store
-            .ingest(&checksum, &source, catalog.as_str(), &rows, clock::now_ms())
+            .ingest(
+                &checksum,
+                &source,
+                catalog.as_str(),
+                &rows,
+                clock::now_ms(),
+                progress,
+            )
             .await?;
         tracing::info!(
             catalog = catalog.as_str(),

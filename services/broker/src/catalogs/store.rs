@@ -28,7 +28,9 @@ impl CatalogStore {
     }
 
     /// Store a file's sources in one transaction; a source already present
-    /// (same catalog and id) is replaced by the newer file's.
+    /// (same catalog and id) is replaced by the newer file's. Sources written
+    /// of total go to `progress` after each insert batch (written, not yet
+    /// committed: the commit follows the last batch).
     pub async fn ingest(
         &self,
         checksum: &str,
@@ -36,7 +38,10 @@ impl CatalogStore {
         catalog: &str,
         rows: &[SourceRow],
         now_ms: i64,
+        progress: Option<&crate::progress::Progress>,
     ) -> Result<(), sqlx::Error> {
+        let total = rows.len() as u64;
+        let mut written = 0u64;
         let _gate = self.db.write_gate().await;
         with_pool!(self.db, pool => {
             let mut tx = pool.begin().await?;
@@ -72,6 +77,8 @@ impl CatalogStore {
                      radial_velocity = excluded.radial_velocity, names = excluded.names, b_v = excluded.b_v",
                 );
                 b.build().execute(&mut *tx).await?;
+                written += chunk.len() as u64;
+                crate::progress::report(progress, written, total);
             }
             sqlx::query("INSERT INTO catalog_files (checksum, catalog, source, rows, ingested_at_ms) VALUES ($1, $2, $3, $4, $5)")
                 .bind(checksum)
