@@ -216,6 +216,7 @@ impl Rpc for Grpc {
         let (source, checksum, rows) = read_bars(request.into_inner()).await?;
         let service = self.service.clone();
         Ok(Response::new(crate::progress::streamed(
+            "rows",
             move |progress| async move {
                 service
                     .ingest_reporting(&caller, &source, &checksum, rows, Some(&progress))
@@ -412,6 +413,7 @@ impl Rpc for Grpc {
         let (broker_id, source, data) = read_alert_file(request.into_inner()).await?;
         let alerts = self.alerts.clone();
         Ok(Response::new(crate::progress::streamed(
+            "packets",
             move |progress| async move {
                 alerts
                     .ingest_file_reporting(&caller, &broker_id, &source, data, Some(&progress))
@@ -440,39 +442,14 @@ impl Rpc for Grpc {
         let caller = principal::of(&request)?;
         let (source, data) = read_catalog_file(request.into_inner()).await?;
         let catalogs = self.catalogs.clone();
-        let (events, received) = tokio::sync::mpsc::channel(16);
-        // The ingest runs to its end (one transaction) even if the caller
-        // goes away.
-        tokio::spawn(async move {
-            let (progress, mut steps) = tokio::sync::mpsc::channel::<(u64, u64)>(64);
-            let ingesting = catalogs.ingest_reporting(&caller, &source, &data, Some(&progress));
-            tokio::pin!(ingesting);
-            let outcome = loop {
-                tokio::select! {
-                    biased;
-                    Some(step) = steps.recv() => {
-                        let _ = events.send(Ok(crate::progress::event_of(step, "sources"))).await;
-                    }
-                    outcome = &mut ingesting => break outcome,
-                }
-            };
-            while let Ok(step) = steps.try_recv() {
-                let _ = events
-                    .send(Ok(crate::progress::event_of(step, "sources")))
-                    .await;
-            }
-            let last = match outcome {
-                Ok(report) => Ok(mcp::CallEvent {
-                    event: Some(mcp::call_event::Event::Reply(
-                        prost::Message::encode_to_vec(&render::catalog_report(report)),
-                    )),
-                }),
-                Err(err) => Err(Status::from(err)),
-            };
-            let _ = events.send(last).await;
-        });
-        Ok(Response::new(Box::pin(
-            tokio_stream::wrappers::ReceiverStream::new(received),
+        Ok(Response::new(crate::progress::streamed(
+            "sources",
+            move |progress| async move {
+                catalogs
+                    .ingest_reporting(&caller, &source, &data, Some(&progress))
+                    .await
+            },
+            render::catalog_report,
         )))
     }
 }

@@ -13,11 +13,6 @@ pub fn report(progress: Option<&Progress>, done: u64, total: u64) {
     }
 }
 
-/// Packets done of total as a stream event.
-pub fn event(step: (u64, u64)) -> ithaca_proto::mcp::v1::CallEvent {
-    event_of(step, "packets")
-}
-
 /// Done of total as a stream event, its message naming what is counted
 /// (`sources` for a catalog, whose rows are stars and galaxies, not packets).
 pub fn event_of((done, total): (u64, u64), unit: &str) -> ithaca_proto::mcp::v1::CallEvent {
@@ -41,10 +36,11 @@ pub type Events = std::pin::Pin<
 >;
 
 /// Run an ingest on a task of its own and stream what it reports: its
-/// progress, then its answer (`reply` of the outcome) as the terminal
-/// `reply` event, or its error as the stream's status. The ingest runs to
-/// its end (one transaction) even if the caller goes away.
-pub fn streamed<T, M, F, Fut>(ingest: F, reply: fn(T) -> M) -> Events
+/// progress (done of total `unit`), then its answer (`reply` of the
+/// outcome) as the terminal `reply` event, or its error as the stream's
+/// status. The ingest runs to its end (one transaction) even if the caller
+/// goes away.
+pub fn streamed<T, M, F, Fut>(unit: &'static str, ingest: F, reply: fn(T) -> M) -> Events
 where
     F: FnOnce(Progress) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = Result<T, ithaca_kit::error::ServiceError>> + Send,
@@ -61,13 +57,13 @@ where
             tokio::select! {
                 biased;
                 Some(step) = steps.recv() => {
-                    let _ = events.send(Ok(event(step))).await;
+                    let _ = events.send(Ok(event_of(step, unit))).await;
                 }
                 outcome = &mut ingesting => break outcome,
             }
         };
         while let Ok(step) = steps.try_recv() {
-            let _ = events.send(Ok(event(step))).await;
+            let _ = events.send(Ok(event_of(step, unit))).await;
         }
         let last = match outcome {
             Ok(answer) => Ok(mcp::CallEvent {

@@ -357,6 +357,7 @@ impl Rpc for GcnGrpc {
         let (source, data) = read_file(request.into_inner()).await?;
         let service = self.service.clone();
         Ok(Response::new(crate::progress::streamed(
+            "packets",
             move |progress| async move {
                 service
                     .ingest_file_reporting(&caller, &source, data, Some(&progress))
