@@ -461,6 +461,24 @@ impl Compiler<'_> {
                 }
                 None => {
                     ok &= self.new_field(name, here);
+                    // objectId and candid are kept by a projection that
+                    // keeps fields (unless it drops them, which the
+                    // collision check above refuses beside a path under
+                    // them), so a field computed under one collides with it.
+                    if let Some(id) = ["objectId", "candid"]
+                        .into_iter()
+                        .find(|id| name != id && under(name, id))
+                    {
+                        self.error(
+                            here,
+                            format!(
+                                "path collision: {name} and {id}, which a $project that keeps fields also keeps"
+                            ),
+                            Some(format!("compute the field under another name than {id}")),
+                        );
+                        ok = false;
+                        continue;
+                    }
                     match self.expr(v, here, 0) {
                         Some((e, k)) => {
                             computed.push((FieldPath::parse(name), e));

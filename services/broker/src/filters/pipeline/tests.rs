@@ -612,6 +612,16 @@ fn type_mismatches_against_the_schema() {
         "pipeline[0].$addFields.a",
         "path collision",
     );
+    // Found by the pipeline fuzz target: objectId is kept by a projection
+    // that keeps fields, so a field computed under it collides (its
+    // canonical form, which names objectId, was refused).
+    for (name, id) in [("objectId.x", "objectId"), ("candid.y.z", "candid")] {
+        has(
+            &problems(json!([{"$project": {name: "fresh"}}])),
+            &format!("pipeline[0].$project.{name}"),
+            &format!("path collision: {name} and {id}"),
+        );
+    }
     has(&problems(json!({"$match": {}})), "pipeline", "JSON array");
 }
 
