@@ -116,7 +116,7 @@ pub async fn send_alert_file(
     broker_id: &str,
     source: &str,
     bytes: Vec<u8>,
-    mut on_progress: impl FnMut(u64, u64),
+    on_progress: impl FnMut(u64, u64),
 ) -> Result<pb::AlertIngestReport, tonic::Status> {
     let mut chunks: Vec<pb::AlertFileChunk> = bytes
         .chunks(CHUNK_BYTES)
@@ -131,25 +131,11 @@ pub async fn send_alert_file(
     }
     chunks[0].broker_id = broker_id.to_owned();
     chunks[0].source = source.to_owned();
-    let mut events = broker
+    let events = broker
         .ingest_alerts_with_progress(tokio_stream::iter(chunks))
         .await?
         .into_inner();
-    while let Some(event) = events.message().await? {
-        match event.event {
-            Some(Event::Progress(p)) => {
-                on_progress(p.progress as u64, p.total.unwrap_or(0.0) as u64);
-            }
-            Some(Event::Reply(reply)) => {
-                return prost::Message::decode(reply.as_slice())
-                    .map_err(|e| tonic::Status::internal(format!("decoding the report: {e}")));
-            }
-            _ => {}
-        }
-    }
-    Err(tonic::Status::internal(
-        "the ingest ended without its report",
-    ))
+    follow(events, on_progress).await
 }
 
 pub async fn ztf(
@@ -286,27 +272,13 @@ pub async fn catalog(common: &CommonArgs, file: PathBuf, target: Target) -> anyh
 async fn send_catalog(
     broker: &mut crate::ingest::Client,
     chunks: impl tokio_stream::Stream<Item = pb::CatalogFileChunk> + Send + 'static,
-    mut on_progress: impl FnMut(u64, u64),
+    on_progress: impl FnMut(u64, u64),
 ) -> Result<pb::CatalogIngestReport, tonic::Status> {
-    let mut events = broker
+    let events = broker
         .ingest_catalog_with_progress(chunks)
         .await?
         .into_inner();
-    while let Some(event) = events.message().await? {
-        match event.event {
-            Some(Event::Progress(p)) => {
-                on_progress(p.progress as u64, p.total.unwrap_or(0.0) as u64);
-            }
-            Some(Event::Reply(reply)) => {
-                return prost::Message::decode(reply.as_slice())
-                    .map_err(|e| tonic::Status::internal(format!("decoding the report: {e}")));
-            }
-            _ => {}
-        }
-    }
-    Err(tonic::Status::internal(
-        "the ingest ended without its report",
-    ))
+    follow(events, on_progress).await
 }
 
 pub fn connect(common: &CommonArgs, target: &Target) -> anyhow::Result<crate::ingest::Client> {
@@ -317,4 +289,27 @@ pub fn connect(common: &CommonArgs, target: &Target) -> anyhow::Result<crate::in
         .unwrap_or_else(|| "http://127.0.0.1:50054".to_owned());
     let key = common.internal_key(&stack::key_file(&target.data_dir))?;
     broker_client(&url, key)
+}
+
+/// Read an ingest's streamed events (`stream.proto`): hand each progress
+/// report to `on_progress` (done, total) and decode the terminal reply.
+pub(crate) async fn follow<M: prost::Message + Default>(
+    mut events: tonic::Streaming<ithaca_proto::mcp::v1::CallEvent>,
+    mut on_progress: impl FnMut(u64, u64),
+) -> Result<M, tonic::Status> {
+    while let Some(event) = events.message().await? {
+        match event.event {
+            Some(Event::Progress(p)) => {
+                on_progress(p.progress as u64, p.total.unwrap_or(0.0) as u64);
+            }
+            Some(Event::Reply(reply)) => {
+                return M::decode(reply.as_slice())
+                    .map_err(|e| tonic::Status::internal(format!("decoding the report: {e}")));
+            }
+            _ => {}
+        }
+    }
+    Err(tonic::Status::internal(
+        "the ingest ended without its report",
+    ))
 }

@@ -6,14 +6,13 @@
 //! named and skipped while the others land, the command then exits non-zero
 //! saying which were skipped, and re-ingesting a file changes nothing.
 
-use crate::ingest_astro::{Progress, Target};
+use crate::ingest_astro::{Progress, Target, follow};
 use crate::stack::{self, StackInfo};
 use ithaca_kit::client::{self, Outbound};
 use ithaca_kit::config::CommonArgs;
 use ithaca_kit::principal::Principal;
 use ithaca_proto::broker::v1 as pb;
 use ithaca_proto::broker::v1::gcn_service_client::GcnServiceClient;
-use ithaca_proto::mcp::v1::call_event::Event;
 use std::path::{Path, PathBuf};
 
 /// Bytes per streamed chunk.
@@ -56,7 +55,7 @@ async fn send(
     gcn: &mut Client,
     source: &str,
     bytes: &[u8],
-    mut on_progress: impl FnMut(u64, u64),
+    on_progress: impl FnMut(u64, u64),
 ) -> Result<pb::GcnIngestReport, tonic::Status> {
     let mut chunks: Vec<pb::GcnFileChunk> = bytes
         .chunks(CHUNK_BYTES)
@@ -69,25 +68,11 @@ async fn send(
         chunks.push(pb::GcnFileChunk::default());
     }
     chunks[0].source = source.to_owned();
-    let mut events = gcn
+    let events = gcn
         .ingest_gcn_with_progress(tokio_stream::iter(chunks))
         .await?
         .into_inner();
-    while let Some(event) = events.message().await? {
-        match event.event {
-            Some(Event::Progress(p)) => {
-                on_progress(p.progress as u64, p.total.unwrap_or(0.0) as u64)
-            }
-            Some(Event::Reply(reply)) => {
-                return prost::Message::decode(reply.as_slice())
-                    .map_err(|e| tonic::Status::internal(format!("decoding the report: {e}")));
-            }
-            _ => {}
-        }
-    }
-    Err(tonic::Status::internal(
-        "the ingest ended without its report",
-    ))
+    follow(events, on_progress).await
 }
 
 /// What the files added up to.
