@@ -303,6 +303,27 @@ mod tests {
         assert_eq!(Value::Object(reused), serde_json::json!({"drb": 2}));
     }
 
+    /// A number read back out of a stored candidate's text is the number
+    /// that was stored: the text holds the shortest form that round-trips,
+    /// and reading it must land on the same double (found by the pipeline
+    /// fuzz target: a 112-digit `fid` read back one step off, so a cut-down
+    /// alert and the whole alert could disagree on a filter).
+    #[test]
+    fn numbers_read_back_exactly() {
+        let keys = KeySet::new(vec!["fid".to_owned(), "magpsf".to_owned()]);
+        let digits = format!("2{}", "0".repeat(111));
+        for stored in [
+            format!(r#"{{"fid": {digits}, "magpsf": 16.3}}"#),
+            r#"{"fid": 2.0000000000000002e111, "magpsf": 0.30000000000000004}"#.to_owned(),
+            r#"{"fid": 1.7976931348623157e308, "magpsf": 5e-324}"#.to_owned(),
+        ] {
+            let whole: Value = serde_json::from_str(&stored).expect("json");
+            let rewritten = whole.to_string();
+            let read = object_subset(&rewritten, &keys).expect("object");
+            assert_eq!(Value::Object(read), whole, "{stored} written as {rewritten}");
+        }
+    }
+
     /// The scanner and `serde_json` agree on every prefix and every one-byte
     /// corruption of a real-looking candidate (and neither panics).
     #[test]
