@@ -8,7 +8,8 @@
 # FUZZ_SANITIZER=none builds without AddressSanitizer (into its own target
 # directory, "<FUZZ_TARGET_DIR>-none", sharing the corpus): the targets are
 # safe Rust, and without ASan they run several times faster, which is how
-# the 10 M runs were made.
+# the 10 M runs were made. FUZZ_MAX_LEN=N caps an input's length (libFuzzer's
+# -max_len; its default follows the corpus).
 #
 # Needs the nightly toolchain and cargo-fuzz (`cargo install cargo-fuzz
 # --locked`). Builds into $FUZZ_TARGET_DIR (default ~/.cache/ithaca/fuzz-target, as .ci/run; never
@@ -59,6 +60,9 @@ for target in "${targets[@]}"; do
     else
         limit=(-max_total_time="$seconds")
         echo "fuzz: $target ($seconds s, sanitizer $sanitizer)"
+    fi
+    if [ -n "${FUZZ_MAX_LEN:-}" ]; then
+        limit+=(-max_len="$FUZZ_MAX_LEN")
     fi
     log="$CARGO_TARGET_DIR/$target.log"
     if nice -n 10 cargo +nightly fuzz run -s "$sanitizer" --fuzz-dir . "$target" "$corpus" -- \

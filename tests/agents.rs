@@ -9,43 +9,8 @@ mod common;
 use common::http::{self, Reply};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
 
-struct Up {
-    url: String,
-    agent: String,
-    human: String,
-    _process: common::Process,
-    dir: tempfile::TempDir,
-}
-
-/// `ithaca up` on free ports in a fresh data directory.
-fn up(env: &[(&str, &str)]) -> Up {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut cmd = common::ithaca();
-    cmd.args(["up", "--port-base", "0", "--data-dir"])
-        .arg(dir.path().join("stack"))
-        .env_remove("DOOMBERG_MCP_PORT");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let process = common::Process::spawn(cmd);
-    let lines = process.wait_for("ithaca: ready", Duration::from_secs(90));
-    let after = |label: &str| -> String {
-        lines
-            .iter()
-            .find_map(|l| l.trim().strip_prefix(label).map(|v| v.trim().to_owned()))
-            .unwrap_or_else(|| panic!("no {label:?} line in {lines:#?}"))
-    };
-    let mcp = after("mcp ");
-    Up {
-        url: mcp.trim_end_matches("/mcp").to_owned(),
-        agent: after("agent key"),
-        human: after("human key"),
-        _process: process,
-        dir,
-    }
-}
+use common::{Up, up};
 
 fn meta() -> Value {
     http::modern_meta()

@@ -16,41 +16,10 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// `ithaca up` on free ports, and what it printed.
-struct Up {
-    url: String,
-    agent: String,
-    human: String,
-    auth_url: String,
-    data_dir: PathBuf,
-    _process: common::Process,
-    _dir: tempfile::TempDir,
-}
+use common::Up;
 
 fn up() -> Up {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let data_dir = dir.path().join("stack");
-    let mut cmd = common::ithaca();
-    cmd.args(["up", "--port-base", "0", "--data-dir"])
-        .arg(&data_dir)
-        .env_remove("DOOMBERG_MCP_PORT");
-    let process = common::Process::spawn(cmd);
-    let lines = process.wait_for("ithaca: ready", Duration::from_secs(90));
-    let after = |label: &str| -> String {
-        lines
-            .iter()
-            .find_map(|l| l.trim().strip_prefix(label).map(|v| v.trim().to_owned()))
-            .unwrap_or_else(|| panic!("no {label:?} line in {lines:#?}"))
-    };
-    Up {
-        url: after("mcp ").trim_end_matches("/mcp").to_owned(),
-        agent: after("agent key"),
-        human: after("human key"),
-        auth_url: after("auth "),
-        data_dir,
-        _process: process,
-        _dir: dir,
-    }
+    common::up(&[])
 }
 
 /// One `tools/call` as an MCP client sends it (2026-07-28, stateless),
@@ -663,22 +632,6 @@ async fn browser_approval_decided_and_run_artifacts() {
     let _ = b.client.close().await;
 }
 
-/// `ithaca ingest <what> <paths…>` into the stack's data directory.
-fn ingest(up: &Up, what: &str, paths: &[PathBuf]) {
-    let out = common::ithaca()
-        .args(["ingest", what])
-        .args(paths)
-        .arg("--data-dir")
-        .arg(&up.data_dir)
-        .output()
-        .expect("run ithaca ingest");
-    assert!(
-        out.status.success(),
-        "ingest {what}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// The structured content of a successful tool result.
 fn ok(result: &Value) -> Value {
     assert_eq!(result["isError"], false, "{result}");
@@ -701,9 +654,8 @@ async fn browser_filter_and_gcn_event_pages() {
     assert!(b.text("#empty").await.contains("ithaca ingest gcn"));
 
     // A night of alerts, and the GCN circulars and notices.
-    ingest(&up, "ztf", &[common::astro::alerts_dir().join("v4.02")]);
-    ingest(
-        &up,
+    up.ingest("ztf", &[common::astro::alerts_dir().join("v4.02")]);
+    up.ingest(
         "gcn",
         &[common::gcn::circulars_file(), common::gcn::notices_dir()],
     );
@@ -773,7 +725,7 @@ async fn browser_filter_and_gcn_event_pages() {
     .await);
     assert_eq!(decided["status"], "executed", "{decided}");
     // The next night's alerts pass through the active version.
-    ingest(&up, "ztf", &[common::astro::alerts_dir().join("v4.01")]);
+    up.ingest("ztf", &[common::astro::alerts_dir().join("v4.01")]);
 
     // The list, then the filter's page.
     b.goto(&format!("{}/console/filters", up.url)).await;

@@ -26,38 +26,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-struct Up {
-    url: String,
-    agent: String,
-    human: String,
-    data_dir: PathBuf,
-    _process: common::Process,
-    _dir: tempfile::TempDir,
-}
+use common::Up;
 
 fn up() -> Up {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let data_dir = dir.path().join("stack");
-    let mut cmd = common::ithaca();
-    cmd.args(["up", "--port-base", "0", "--data-dir"])
-        .arg(&data_dir)
-        .env_remove("DOOMBERG_MCP_PORT");
-    let process = common::Process::spawn(cmd);
-    let lines = process.wait_for("ithaca: ready", Duration::from_secs(90));
-    let after = |label: &str| -> String {
-        lines
-            .iter()
-            .find_map(|l| l.trim().strip_prefix(label).map(|v| v.trim().to_owned()))
-            .unwrap_or_else(|| panic!("no {label:?} line in {lines:#?}"))
-    };
-    Up {
-        url: after("mcp ").trim_end_matches("/mcp").to_owned(),
-        agent: after("agent key"),
-        human: after("human key"),
-        data_dir,
-        _process: process,
-        _dir: dir,
-    }
+    common::up(&[])
 }
 
 /// The protocol revision a call speaks.
@@ -698,25 +670,10 @@ async fn a_person_confirms_a_promotion_through_elicitation_in_both_eras() {
     assert_eq!(strategy_status(&up, &up.agent, &agents).await, "draft");
 }
 
-fn ingest(up: &Up, what: &str, paths: &[PathBuf]) {
-    let out = common::ithaca()
-        .args(["ingest", what])
-        .args(paths)
-        .arg("--data-dir")
-        .arg(&up.data_dir)
-        .output()
-        .expect("run ithaca ingest");
-    assert!(
-        out.status.success(),
-        "ingest {what}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_person_confirms_a_filter_activation_through_elicitation_in_both_eras() {
     let up = up();
-    ingest(&up, "ztf", &[common::astro::alerts_dir().join("v4.02")]);
+    up.ingest("ztf", &[common::astro::alerts_dir().join("v4.02")]);
     let human = up.human.clone();
     open_session(&up, &human, json!({})).await;
     let schemas = output_schemas(&up, &human).await;
@@ -992,7 +949,7 @@ async fn bars_ingestion_streams_rows_written_of_total() {
             ));
         }
     }
-    let file = up._dir.path().join("bars.csv");
+    let file = up.dir.path().join("bars.csv");
     std::fs::write(&file, &csv).expect("write the bars");
     let ingest = || {
         let out = common::ithaca()

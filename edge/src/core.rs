@@ -89,6 +89,20 @@ fn summary(outcome: &Result<Value, ToolFailure>) -> String {
     }
 }
 
+/// Every JSON-RPC error code the edge answers with, by name: the ones the
+/// HTTP front gives itself and the ones a call's handling gives.
+pub mod codes {
+    pub const PARSE_ERROR: i32 = -32700;
+    pub const INVALID_REQUEST: i32 = -32600;
+    pub const METHOD_NOT_FOUND: i32 = -32601;
+    pub const INVALID_PARAMS: i32 = -32602;
+    pub const INTERNAL_ERROR: i32 = -32603;
+    /// 2026-07-28's MissingRequiredClientCapability.
+    pub const MISSING_CAPABILITY: i32 = -32021;
+    /// 2026-07-28's UnsupportedProtocolVersion.
+    pub const UNSUPPORTED_PROTOCOL_VERSION: i32 = -32022;
+}
+
 /// A JSON-RPC level failure (not a tool result).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RpcError {
@@ -98,10 +112,9 @@ pub struct RpcError {
 }
 
 impl RpcError {
-    pub const INVALID_PARAMS: i32 = -32602;
-    pub const INTERNAL: i32 = -32603;
-    /// 2026-07-28's MissingRequiredClientCapability.
-    pub const MISSING_CAPABILITY: i32 = -32021;
+    pub const INVALID_PARAMS: i32 = codes::INVALID_PARAMS;
+    pub const INTERNAL: i32 = codes::INTERNAL_ERROR;
+    pub const MISSING_CAPABILITY: i32 = codes::MISSING_CAPABILITY;
 
     /// A call needs a client capability the request did not declare.
     pub fn missing_capability(capability: &str) -> Self {

@@ -86,15 +86,8 @@ impl Default for HttpOptions {
     }
 }
 
-/// Named JSON-RPC error codes the HTTP front answers with itself.
-pub mod codes {
-    pub const PARSE_ERROR: i32 = -32700;
-    pub const INVALID_REQUEST: i32 = -32600;
-    pub const METHOD_NOT_FOUND: i32 = -32601;
-    pub const INVALID_PARAMS: i32 = -32602;
-    pub const INTERNAL_ERROR: i32 = -32603;
-    pub const UNSUPPORTED_PROTOCOL_VERSION: i32 = -32022;
-}
+/// The named JSON-RPC error codes (one list, in `core`).
+pub use crate::core::codes;
 
 /// The requests a 2026-07-28 client may send (its schema's `ClientRequest`).
 const MODERN_METHODS: &[&str] = &[

@@ -276,6 +276,24 @@ impl Gateway {
         serde_json::from_value(body)
             .map_err(|e| ErrorData::internal_error(format!("building result: {e}"), None))
     }
+
+    /// The catalog's resources (`templates` false) or its resource
+    /// templates, under `field` of a list result.
+    fn resource_list<T: DeserializeOwned>(
+        &self,
+        field: &str,
+        templates: bool,
+    ) -> Result<T, ErrorData> {
+        let listed: Vec<Value> = self
+            .core
+            .catalog
+            .resources
+            .iter()
+            .filter(|r| r.is_template() == templates)
+            .map(|r| r.to_json())
+            .collect();
+        self.result(json!({ field: listed }), LIST_TTL_MS, "private")
+    }
 }
 
 /// Whether `version` has structured tool output (`structuredContent`,
@@ -569,15 +587,7 @@ impl ServerHandler for Gateway {
         ctx: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
         self.caller(&ctx)?;
-        let resources: Vec<Value> = self
-            .core
-            .catalog
-            .resources
-            .iter()
-            .filter(|r| !r.is_template())
-            .map(|r| r.to_json())
-            .collect();
-        self.result(json!({"resources": resources}), LIST_TTL_MS, "private")
+        self.resource_list("resources", false)
     }
 
     async fn list_resource_templates(
@@ -586,19 +596,7 @@ impl ServerHandler for Gateway {
         ctx: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
         self.caller(&ctx)?;
-        let templates: Vec<Value> = self
-            .core
-            .catalog
-            .resources
-            .iter()
-            .filter(|r| r.is_template())
-            .map(|r| r.to_json())
-            .collect();
-        self.result(
-            json!({"resourceTemplates": templates}),
-            LIST_TTL_MS,
-            "private",
-        )
+        self.resource_list("resourceTemplates", true)
     }
 
     async fn read_resource(

@@ -255,6 +255,69 @@ impl Drop for Process {
     }
 }
 
+/// `ithaca up` on free ports in a fresh data directory, with the addresses
+/// and keys it printed.
+pub struct Up {
+    /// The MCP base URL (without `/mcp`).
+    pub url: String,
+    pub agent: String,
+    pub human: String,
+    pub auth_url: String,
+    /// `<dir>/stack`, the data directory `ithaca up` was given.
+    pub data_dir: std::path::PathBuf,
+    pub process: Process,
+    pub dir: tempfile::TempDir,
+}
+
+impl Up {
+    /// `ithaca ingest <what> <paths>` into this stack's data directory,
+    /// which must succeed.
+    pub fn ingest(&self, what: &str, paths: &[std::path::PathBuf]) {
+        let out = ithaca()
+            .args(["ingest", what])
+            .args(paths)
+            .arg("--data-dir")
+            .arg(&self.data_dir)
+            .output()
+            .expect("run ithaca ingest");
+        assert!(
+            out.status.success(),
+            "ingest {what}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// Start `ithaca up` with `env` set, and wait until it is ready.
+pub fn up(env: &[(&str, &str)]) -> Up {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data_dir = dir.path().join("stack");
+    let mut cmd = ithaca();
+    cmd.args(["up", "--port-base", "0", "--data-dir"])
+        .arg(&data_dir)
+        .env_remove("DOOMBERG_MCP_PORT");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let process = Process::spawn(cmd);
+    let lines = process.wait_for("ithaca: ready", Duration::from_secs(90));
+    let after = |label: &str| -> String {
+        lines
+            .iter()
+            .find_map(|l| l.trim().strip_prefix(label).map(|v| v.trim().to_owned()))
+            .unwrap_or_else(|| panic!("no {label:?} line in {lines:#?}"))
+    };
+    Up {
+        url: after("mcp ").trim_end_matches("/mcp").to_owned(),
+        agent: after("agent key"),
+        human: after("human key"),
+        auth_url: after("auth "),
+        data_dir,
+        process,
+        dir,
+    }
+}
+
 /// `ithaca serve <service>` on a free loopback port; returns the process and
 /// its URL.
 pub fn serve(service: &str, database_url: &str, schema: &str) -> (Process, String) {

@@ -320,7 +320,11 @@ mod tests {
             let whole: Value = serde_json::from_str(&stored).expect("json");
             let rewritten = whole.to_string();
             let read = object_subset(&rewritten, &keys).expect("object");
-            assert_eq!(Value::Object(read), whole, "{stored} written as {rewritten}");
+            assert_eq!(
+                Value::Object(read),
+                whole,
+                "{stored} written as {rewritten}"
+            );
         }
     }
 
