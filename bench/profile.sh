@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Profile the full path by hand: `ithaca up`, the bench's probe backend and
+# an edge in front of them (as `ithaca-bench` arranges them), the agent's
+# session opened, then `ithaca-bench load` drives `tools/call bench_ping`
+# while `perf record` samples every CPU. Prints the load's figures and the
+# share of each process by binary and its top symbols; everything it starts is
+# stopped at the end.
+#
+#   cargo build --release -p ithaca -p ithaca-bench
+#   bench/profile.sh [seconds] [out-dir]      # defaults: 10, target/ithaca-bench/profile
+#
+# Needs `perf` (Debian's linux-perf) and `curl`; perf needs
+# kernel.perf_event_paranoid <= 1 or root. Release binaries carry no frame
+# pointers, so the report is by self time (where the cycles are spent), not
+# by call graph.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+seconds="${1:-10}"
+out="${2:-target/ithaca-bench/profile}"
+bin="${CARGO_TARGET_DIR:-target}/release"
+for tool in perf curl; do
+    command -v "$tool" >/dev/null || { echo "profile: $tool is missing" >&2; exit 1; }
+done
+for exe in ithaca ithaca-bench; do
+    [ -x "$bin/$exe" ] || { echo "profile: no $bin/$exe (cargo build --release -p ithaca -p ithaca-bench)" >&2; exit 1; }
+done
+mkdir -p "$out"
+work="$(mktemp -d)"
+pids=()
+cleanup() {
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+ITHACA_INTERNAL_KEY="$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+export ITHACA_INTERNAL_KEY RUST_LOG=warn
+
+# Start a process with its stdout in $work/<name>.out; wait for `needle`.
+start() {
+    local name="$1" needle="$2"
+    shift 2
+    "$@" >"$work/$name.out" 2>"$work/$name.err" &
+    pids+=("$!")
+    for _ in $(seq 1 300); do
+        if grep -q "$needle" "$work/$name.out" 2>/dev/null; then return 0; fi
+        sleep 0.1
+    done
+    echo "profile: $name did not print '$needle'" >&2
+    cat "$work/$name.err" >&2
+    exit 1
+}
+# The value after `label` on a line of $work/<name>.out.
+field() { grep -m1 "^ *$2" "$work/$1.out" | sed -e "s/^ *$2 *//" -e 's/ .*//'; }
+
+start up "ithaca: ready" "$bin/ithaca" up --port-base 0 --data-dir "$work/data"
+token="$(field up "agent key")"
+start backend "listening on" "$bin/ithaca-bench" backend --listen 127.0.0.1:0
+backend="$(grep -m1 'listening on' "$work/backend.out" | awk '{print $NF}')"
+start edge "edge listening on" "$bin/ithaca" serve edge --listen 127.0.0.1:0 \
+    --auth-url "$(field up "auth ")" --session-url "$(field up "session ")" \
+    --backend "http://$backend"
+edge="$(grep -m1 'edge listening on' "$work/edge.out" | awk '{print $NF}')"
+
+meta='{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"profile.sh","version":"1"}}'
+opened="$(curl -fsS "http://$edge/mcp" -H "Authorization: Bearer $token" \
+    -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' \
+    -H 'MCP-Protocol-Version: 2026-07-28' -H 'Mcp-Method: tools/call' -H 'Mcp-Name: session_context' \
+    -d "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"session_context\",\"arguments\":{\"prompt\":\"profile.sh\"},\"_meta\":$meta}}")"
+case "$opened" in *session_id*) ;; *) echo "profile: session_context gave $opened" >&2; exit 1 ;; esac
+
+echo "profile: edge $edge, ithaca up pid ${pids[0]}, edge pid ${pids[2]}, probe pid ${pids[1]}"
+# Warm up, then sample for the load's middle.
+"$bin/ithaca-bench" load --addr "$edge" --token "$token" --seconds 2 >/dev/null
+"$bin/ithaca-bench" load --addr "$edge" --token "$token" --seconds "$seconds" >"$out/load.txt" &
+load=$!
+sleep 1
+perf record -a -F 997 -o "$out/perf.data" -- sleep "$((seconds - 2))" 2>"$out/perf-record.log"
+wait "$load"
+cat "$out/load.txt"
+# Shares of all samples (every CPU), per process, by binary, then its top
+# symbols.
+report() { perf report -i "$out/perf.data" --stdio --percentage absolute "$@" 2>/dev/null | grep -v '^#' | grep -v '^$' || true; }
+: >"$out/report.txt"
+for entry in "ithaca up:${pids[0]}" "ithaca serve edge:${pids[2]}" "probe backend:${pids[1]}"; do
+    name="${entry%%:*}" pid="${entry##*:}"
+    {
+        echo "=== $name (pid $pid): share of all samples by binary"
+        report --pid "$pid" --sort dso --percent-limit 0.5
+        echo "=== $name: top symbols"
+        report --pid "$pid" --sort dso,sym --percent-limit 0.4 | head -n 25
+    } >>"$out/report.txt"
+done
+{
+    echo "=== everything, by command"
+    report --sort comm --percent-limit 0.5
+} >>"$out/report.txt"
+cat "$out/report.txt"
+echo "profile: $out/perf.data, $out/report.txt"
