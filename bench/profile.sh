@@ -3,7 +3,7 @@
 # an edge in front of them (as `ithaca-bench` arranges them), the agent's
 # session opened, then `ithaca-bench load` drives `tools/call bench_ping`
 # while `perf record` samples every CPU. Prints the load's figures and the
-# share of each process by binary and its top symbols; everything it starts is
+# share of each thread by binary (with the process it belongs to) and the top symbols; everything it starts is
 # stopped at the end.
 #
 #   cargo build --release -p ithaca -p ithaca-bench
@@ -80,22 +80,22 @@ sleep 1
 perf record -a -F 997 -o "$out/perf.data" -- sleep "$((seconds - 2))" 2>"$out/perf-record.log"
 wait "$load"
 cat "$out/load.txt"
-# Shares of all samples (every CPU), per process, by binary, then its top
-# symbols.
-report() { perf report -i "$out/perf.data" --stdio --percentage absolute "$@" 2>/dev/null | grep -v '^#' | grep -v '^$' || true; }
-: >"$out/report.txt"
-for entry in "ithaca up:${pids[0]}" "ithaca serve edge:${pids[2]}" "probe backend:${pids[1]}"; do
-    name="${entry%%:*}" pid="${entry##*:}"
-    {
-        echo "=== $name (pid $pid): share of all samples by binary"
-        report --pid "$pid" --sort dso --percent-limit 0.5
-        echo "=== $name: top symbols"
-        report --pid "$pid" --sort dso,sym --percent-limit 0.4 | head -n 25
-    } >>"$out/report.txt"
+# Which process each thread belongs to (perf reports threads).
+: >"$out/threads.txt"
+for entry in "ithaca-up:${pids[0]}" "edge:${pids[2]}" "probe:${pids[1]}"; do
+    for tid in $(ls "/proc/${entry##*:}/task"); do
+        echo "$tid ${entry%%:*}" >>"$out/threads.txt"
+    done
 done
+# Shares of all samples (every CPU): per thread and binary, then by symbol.
+report() { perf report -i "$out/perf.data" --stdio "$@" 2>/dev/null | grep -v '^#' | grep -v '^$' || true; }
 {
-    echo "=== everything, by command"
-    report --sort comm --percent-limit 0.5
-} >>"$out/report.txt"
+    echo "=== threads (thread id, process)"
+    cat "$out/threads.txt"
+    echo "=== share of all samples by thread and binary"
+    report --sort pid,dso --percent-limit 0.5
+    echo "=== top symbols"
+    report --sort comm,dso,sym --percent-limit 0.4 | head -n 60
+} >"$out/report.txt"
 cat "$out/report.txt"
 echo "profile: $out/perf.data, $out/report.txt"
