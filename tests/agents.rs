@@ -485,18 +485,7 @@ async fn every_tool_result_validates_against_its_output_schema() {
     // into this stack, its URI read back. (post_gcn_event_comment is
     // subject-scoped, so the edge does not list it in these sessions.)
     let stack_dir = up.dir.path().join("stack");
-    let ingest = common::ithaca()
-        .args(["ingest", "gcn"])
-        .arg(common::gcn::fermi_svom_dir())
-        .arg("--data-dir")
-        .arg(&stack_dir)
-        .output()
-        .expect("run ithaca ingest gcn");
-    assert!(
-        ingest.status.success(),
-        "{}",
-        String::from_utf8_lossy(&ingest.stderr)
-    );
+    up.ingest("gcn", &[common::gcn::fermi_svom_dir()]);
     let events = pass
         .ok(
             &up,
