@@ -1115,7 +1115,10 @@ pub fn error_code(status: &Status) -> String {
         // reports a server-side `grpc-timeout` as CANCELLED "Timeout
         // expired"), so both are timeouts.
         Code::DeadlineExceeded | Code::Cancelled => "TIMEOUT",
-        Code::ResourceExhausted => "RATE_LIMITED",
+        // A limit of the service (a message too large for it, a quota) was
+        // reached: not a rate limit the same call gets past by waiting. The
+        // edge's own saturation refusal carries BACKEND_BUSY, above.
+        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
         _ => "INTERNAL",
     }
     .to_owned()
@@ -1128,17 +1131,19 @@ fn status_failure(status: &Status) -> ToolFailure {
     }
     let retryable = matches!(
         status.code(),
-        Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::ResourceExhausted
-    );
+        Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled
+    ) || domain_code(status) == Some(crate::backend::BACKEND_BUSY);
     let code = error_code(status);
     if code == "INTERNAL" {
         tracing::warn!(code = ?status.code(), error = %status.message(), "backend failed");
     }
+    // A service of another team (found through reflection) may not cap its
+    // messages as ours do; an agent gets a bounded one either way.
     let message = match status.code() {
-        Code::Internal | Code::Unknown => "the service failed; see the server logs",
-        _ => status.message(),
+        Code::Internal | Code::Unknown => "the service failed; see the server logs".to_owned(),
+        _ => ithaca_kit::error::cap_message(status.message().to_owned()),
     };
-    ToolFailure::new(&code, message, retryable)
+    ToolFailure::new(&code, &message, retryable)
 }
 
 fn no_session() -> ToolFailure {
