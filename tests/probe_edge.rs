@@ -337,13 +337,13 @@ async fn every_long_lived_stream_of_a_revoked_key_ends() {
     .await;
     let subscribed = legacy(&s.url, &watcher, "resources/subscribe", json!({"uri": uri})).await;
     assert_eq!(subscribed.status, 200, "{}", subscribed.text());
-    assert_eq!(subscriptions_held(&s.url).await, Some(1), "the gauge counts it");
+    let held = subscriptions_held(&s.url).await;
     // A 2026-07-28 listen on the session.
     let body = json!({"jsonrpc": "2.0", "id": "listen-1", "method": "subscriptions/listen",
-        "params": {
-            "_meta": http::modern_meta(),
-            "notifications": {"resourceSubscriptions": [&uri]},
-        }})
+    "params": {
+        "_meta": http::modern_meta(),
+        "notifications": {"resourceSubscriptions": [&uri]},
+    }})
     .to_string();
     let mut listen = Open::send(
         &s.url,
@@ -365,15 +365,21 @@ async fn every_long_lived_stream_of_a_revoked_key_ends() {
     );
 
     // All of them are live: the agent's next event reaches each.
-    let recorded = call(&s.url, &s.agent, "record_reasoning", json!({"text": "live"})).await;
+    let recorded = call(
+        &s.url,
+        &s.agent,
+        "record_reasoning",
+        json!({"text": "live"}),
+    )
+    .await;
     assert_eq!(recorded["result"]["isError"], false, "{recorded}");
-    assert!(
-        trace.until(|t| t.contains("live")).await,
-        "{}",
-        trace.text
-    );
+    assert!(trace.until(|t| t.contains("live")).await, "{}", trace.text);
     assert!(get.until(|t| updates_in(t) >= 1).await, "{}", get.text);
-    assert!(listen.until(|t| updates_in(t) >= 1).await, "{}", listen.text);
+    assert!(
+        listen.until(|t| updates_in(t) >= 1).await,
+        "{}",
+        listen.text
+    );
 
     revoke(&s.auth_url, &s.tenant, &watcher).await;
     let revoked_at = Instant::now();
@@ -382,7 +388,13 @@ async fn every_long_lived_stream_of_a_revoked_key_ends() {
     let agent = s.agent.clone();
     let busy = tokio::spawn(async move {
         loop {
-            call(&agent_url, &agent, "record_reasoning", json!({"text": "after"})).await;
+            call(
+                &agent_url,
+                &agent,
+                "record_reasoning",
+                json!({"text": "after"}),
+            )
+            .await;
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
     });
@@ -398,13 +410,20 @@ async fn every_long_lived_stream_of_a_revoked_key_ends() {
              it was still open {:?} after the revocation, and sent after it: {rest}",
             revoked_at.elapsed()
         );
-        eprintln!("{name} ended {:?} after the revocation", revoked_at.elapsed());
+        eprintln!(
+            "{name} ended {:?} after the revocation",
+            revoked_at.elapsed()
+        );
         if name == "the listen" {
-            assert!(rest.contains("no longer verifies"), "the listen says why: {rest}");
+            assert!(
+                rest.contains("no longer verifies"),
+                "the listen says why: {rest}"
+            );
         }
     }
     // The subscription behind the GET stream is gone too, not left
     // watching the session service for its caller.
+    assert_eq!(held, Some(1), "/metrics counted the subscription");
     let deadline = Instant::now() + PATIENCE;
     while subscriptions_held(&s.url).await != Some(0) {
         assert!(
@@ -495,6 +514,11 @@ async fn a_long_argument_is_a_short_invalid_argument_and_other_tenants_calls_suc
 // ---------------------------------------------------------------------------
 // Item 13: failed key checks are throttled at every door.
 
+/// Failures in a row that throttle a key id, and an address (the README's
+/// numbers; `ithaca_edge::throttle::{PER_KEY, PER_ADDRESS}`).
+const KEY_BURST: usize = 10;
+const ADDRESS_BURST: u8 = 30;
+
 /// A token of a key id that does not exist.
 fn wrong_token(n: u8) -> String {
     format!(
@@ -530,7 +554,7 @@ async fn wrong_secrets_are_throttled_at_every_door_and_a_right_key_elsewhere_wor
     let up = common::up(&[]);
     let sid = open_session(&up.url, &up.agent).await;
     let stream = format!("/api/sessions/{sid}/events/stream");
-    let burst = ithaca_edge::throttle::PER_KEY.burst as usize;
+    let burst = KEY_BURST;
 
     // /mcp: one key id's wrong secrets are 401 until the burst, then 429
     // with Retry-After.
@@ -547,10 +571,26 @@ async fn wrong_secrets_are_throttled_at_every_door_and_a_right_key_elsewhere_wor
     let token = wrong_token(2);
     let auth = format!("Bearer {token}");
     for attempt in 0..burst {
-        let reply = request_from("127.0.0.1", &up.url, "GET", &stream, &[("Authorization", &auth)], b"").await;
+        let reply = request_from(
+            "127.0.0.1",
+            &up.url,
+            "GET",
+            &stream,
+            &[("Authorization", &auth)],
+            b"",
+        )
+        .await;
         assert_eq!(reply.status, 401, "attempt {attempt}: {}", reply.text());
     }
-    let reply = request_from("127.0.0.1", &up.url, "GET", &stream, &[("Authorization", &auth)], b"").await;
+    let reply = request_from(
+        "127.0.0.1",
+        &up.url,
+        "GET",
+        &stream,
+        &[("Authorization", &auth)],
+        b"",
+    )
+    .await;
     assert_eq!(reply.status, 429, "{}", reply.text());
     assert!(retry_after(&reply) >= 1);
 
@@ -563,7 +603,11 @@ async fn wrong_secrets_are_throttled_at_every_door_and_a_right_key_elsewhere_wor
     let reply = sign_in_from("127.0.0.1", &up.url, &token).await;
     assert_eq!(reply.status, 429, "{}", reply.text());
     assert!(retry_after(&reply) >= 1);
-    assert!(reply.text().contains("Too many failed sign-ins"), "{}", reply.text());
+    assert!(
+        reply.text().contains("Too many failed sign-ins"),
+        "{}",
+        reply.text()
+    );
     // The doors count together: the key id throttled on /mcp is throttled
     // at the console too.
     let reply = sign_in_from("127.0.0.1", &up.url, &wrong_token(1)).await;
@@ -572,7 +616,7 @@ async fn wrong_secrets_are_throttled_at_every_door_and_a_right_key_elsewhere_wor
     // Spraying key ids from 127.0.0.1: each new key id fails once, and
     // soon the address is throttled, whatever key id it names. (Thirty
     // failures so far; a few more make up for what leaked away meanwhile.)
-    let address = ithaca_edge::throttle::PER_ADDRESS.burst as u8;
+    let address = ADDRESS_BURST;
     let mut throttled = None;
     for n in 4..(4 + address) {
         let reply = list_from("127.0.0.1", &up.url, &wrong_token(n)).await;
@@ -614,7 +658,10 @@ async fn an_origin_of_another_loopback_port_is_refused() {
         .next()
         .and_then(|p| p.parse().ok())
         .expect("a port");
-    let other = format!("http://127.0.0.1:{}", if port == 65535 { 1 } else { port + 1 });
+    let other = format!(
+        "http://127.0.0.1:{}",
+        if port == 65535 { 1 } else { port + 1 }
+    );
 
     // /mcp with a bearer key.
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list",

@@ -6,12 +6,12 @@
 //! (`throttle.rs`): a door that [`Authenticator::check`]s a key refuses a
 //! key id or a client address that failed too often, without asking auth.
 
+use crate::throttle::Failures;
 use ithaca_kit::client::Outbound;
 use ithaca_kit::principal::{InternalKey, Principal, VerifiedKey};
 use ithaca_proto::auth::v1 as pb;
 use ithaca_proto::auth::v1::auth_service_client::AuthServiceClient;
 use sha2::{Digest, Sha256};
-use crate::throttle::Failures;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};

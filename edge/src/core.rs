@@ -1248,3 +1248,35 @@ fn render_resource(resource: &Resource, uri: &str, response: &DynamicMessage) ->
     let body = transcode::to_json(response);
     json!({"contents": [{"uri": uri, "mimeType": resource.mime_type, "text": body.to_string()}]})
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resource_exhausted_is_not_a_retryable_rate_limit_unless_the_edge_is_busy() {
+        let limit = status_failure(&Status::resource_exhausted("message too large"));
+        assert_eq!(limit.code, "RESOURCE_EXHAUSTED");
+        assert!(!limit.retryable, "{limit:?}");
+        let mut busy = Status::resource_exhausted("busy");
+        busy.metadata_mut().insert(
+            ithaca_kit::error::DOMAIN_CODE_KEY,
+            tonic::metadata::MetadataValue::from_static(crate::backend::BACKEND_BUSY),
+        );
+        let busy = status_failure(&busy);
+        assert_eq!(busy.code, crate::backend::BACKEND_BUSY);
+        assert!(busy.retryable, "{busy:?}");
+    }
+
+    #[test]
+    fn a_backends_long_message_reaches_the_agent_capped() {
+        let long = "x".repeat(100_000);
+        let failure = status_failure(&Status::invalid_argument(long));
+        assert!(failure.message.len() <= ithaca_kit::error::MAX_MESSAGE_BYTES);
+        assert!(
+            failure.message.ends_with("100000 bytes in all)"),
+            "{}",
+            failure.message
+        );
+    }
+}

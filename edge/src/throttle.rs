@@ -82,8 +82,8 @@ struct Bucket {
 
 impl Bucket {
     fn level(&self, rule: Rule, now: Instant) -> f64 {
-        let leaked = now.saturating_duration_since(self.at).as_secs_f64()
-            / rule.forgive_every.as_secs_f64();
+        let leaked =
+            now.saturating_duration_since(self.at).as_secs_f64() / rule.forgive_every.as_secs_f64();
         (self.level - leaked).max(0.0)
     }
 
@@ -134,7 +134,9 @@ impl Failures {
         if wait.is_zero() {
             Ok(())
         } else {
-            Err(Duration::from_secs(wait.as_secs_f64().ceil().max(1.0) as u64))
+            Err(Duration::from_secs(
+                wait.as_secs_f64().ceil().max(1.0) as u64
+            ))
         }
     }
 
@@ -198,7 +200,10 @@ fn add<K: Eq + Hash + Clone>(map: &mut HashMap<K, Bucket>, id: K, rule: Rule, no
             map.remove(&emptiest);
         }
     }
-    let bucket = map.entry(id).or_insert(Bucket { level: 0.0, at: now });
+    let bucket = map.entry(id).or_insert(Bucket {
+        level: 0.0,
+        at: now,
+    });
     bucket.level = bucket.level(rule, now) + 1.0;
     bucket.at = now;
 }
@@ -279,7 +284,10 @@ mod tests {
         let f = Failures::default();
         for i in 0..(MAX_TRACKED + 500) {
             let key = format!("{i:032x}");
-            f.failed(Some(&key), addr(&format!("10.{}.{}.1", i / 256 % 256, i % 256)));
+            f.failed(
+                Some(&key),
+                addr(&format!("10.{}.{}.1", i / 256 % 256, i % 256)),
+            );
         }
         let (keys, addresses, _) = f.tracked();
         assert!(keys <= MAX_TRACKED, "{keys}");
@@ -288,7 +296,10 @@ mod tests {
 
     #[test]
     fn reads_key_ids_only_from_well_shaped_tokens() {
-        assert_eq!(key_id_of(&format!("dmbg_test_{KEY}_s_e_c_r_e_t")), Some(KEY));
+        assert_eq!(
+            key_id_of(&format!("dmbg_test_{KEY}_s_e_c_r_e_t")),
+            Some(KEY)
+        );
         assert_eq!(key_id_of(&format!("dmbg_test_{KEY}")), None);
         assert_eq!(key_id_of("dmbg_test_XYZ_secret"), None);
         assert_eq!(key_id_of(&format!("oops_test_{KEY}_secret")), None);

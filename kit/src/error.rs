@@ -225,7 +225,10 @@ mod tests {
         let long = "é".repeat(5000);
         let capped = cap_message(long.clone());
         assert!(capped.len() <= MAX_MESSAGE_BYTES, "{}", capped.len());
-        assert!(capped.ends_with("(message cut: 10000 bytes in all)"), "{capped}");
+        assert!(
+            capped.ends_with("(message cut: 10000 bytes in all)"),
+            "{capped}"
+        );
         let status = Status::from(ServiceError::invalid(long));
         assert!(status.message().len() <= MAX_MESSAGE_BYTES);
     }
