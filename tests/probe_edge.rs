@@ -466,6 +466,7 @@ async fn a_long_argument_is_a_short_invalid_argument_and_other_tenants_calls_suc
         let url = up.url.clone();
         tokio::spawn(async move {
             let mut failures = Vec::new();
+            let mut answered = Vec::new();
             for _ in 0..60 {
                 let answer = call(
                     &url,
@@ -477,10 +478,12 @@ async fn a_long_argument_is_a_short_invalid_argument_and_other_tenants_calls_suc
                 if answer["result"]["isError"] != false {
                     failures.push(answer);
                 }
+                answered.push(Instant::now());
             }
-            failures
+            (failures, answered)
         })
     };
+    let started = Instant::now();
     for round in 0..10 {
         let length = if round % 2 == 0 { 17_000 } else { 100_000 };
         let answer = call(
@@ -504,10 +507,20 @@ async fn a_long_argument_is_a_short_invalid_argument_and_other_tenants_calls_suc
             "the message says how long the input was: {message}"
         );
     }
-    let failures = reader.await.expect("the reader");
+    let ended = Instant::now();
+    let (failures, answered) = reader.await.expect("the reader");
     assert!(
         failures.is_empty(),
         "another tenant's calls failed: {failures:#?}"
+    );
+    let meanwhile = answered
+        .iter()
+        .filter(|at| **at > started && **at < ended)
+        .count();
+    eprintln!("{meanwhile} of the other tenant's 60 calls were answered while the long ones ran");
+    assert!(
+        meanwhile > 0,
+        "the other tenant's calls overlapped the long ones"
     );
 }
 
@@ -628,6 +641,15 @@ async fn wrong_secrets_are_throttled_at_every_door_and_a_right_key_elsewhere_wor
     }
     let reply = throttled.expect("the address is throttled");
     assert!(retry_after(&reply) >= 1);
+    let metrics = http::request(&up.url, "GET", "/metrics", &[], b"")
+        .await
+        .text();
+    let refused: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("ithaca_edge_key_checks_throttled_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("/metrics counts throttled checks: {metrics}"));
+    assert!(refused >= 5, "{refused} throttled checks counted");
 
     // Right keys of other key ids from another address work: an agent on
     // /mcp and a person at the console.

@@ -105,6 +105,11 @@ impl Authenticator {
         }
     }
 
+    /// Key checks refused by the throttle so far (`/metrics`).
+    pub fn throttled(&self) -> u64 {
+        self.failures.refused()
+    }
+
     /// How often a long-lived request (the SSE trace stream) re-verifies
     /// its key: as often as a verified key may be cached, so revoking it
     /// ends the stream within the cache window plus one check.

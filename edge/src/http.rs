@@ -1239,16 +1239,29 @@ async fn metrics(State(edge): State<Arc<Edge>>) -> Response {
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        edge.metrics.render()
-            + &edge.limiter.render(&edge.core.backends())
-            + &format!(
-                "# HELP ithaca_edge_resource_subscriptions Legacy resource subscriptions held on this replica.\n\
-                 # TYPE ithaca_edge_resource_subscriptions gauge\n\
-                 ithaca_edge_resource_subscriptions {}\n",
-                edge.subscriptions.live()
-            ),
+        edge.metrics.render() + &edge.limiter.render(&edge.core.backends()) + &doors(&edge),
     )
         .into_response()
+}
+
+/// The metrics of the doors: legacy subscriptions held, and key checks
+/// the throttle refused (`throttle.rs`).
+fn doors(edge: &Edge) -> String {
+    let mut out = format!(
+        "# HELP ithaca_edge_resource_subscriptions Legacy resource subscriptions held on this replica.\n\
+         # TYPE ithaca_edge_resource_subscriptions gauge\n\
+         ithaca_edge_resource_subscriptions {}\n",
+        edge.subscriptions.live()
+    );
+    if let Callers::Keys(auth) = &edge.callers {
+        out.push_str(&format!(
+            "# HELP ithaca_edge_key_checks_throttled_total Key checks refused for too many failures of their key id or address.\n\
+             # TYPE ithaca_edge_key_checks_throttled_total counter\n\
+             ithaca_edge_key_checks_throttled_total {}\n",
+            auth.throttled()
+        ));
+    }
+    out
 }
 
 async fn resource_metadata(State(edge): State<Arc<Edge>>) -> Response {

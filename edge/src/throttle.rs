@@ -25,6 +25,7 @@ use std::collections::HashMap;
 use std::hash::Hash;
 use std::net::IpAddr;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// A leaky bucket's shape.
@@ -63,6 +64,8 @@ pub struct Failures {
     inner: Mutex<Inner>,
     per_key: Rule,
     per_address: Rule,
+    /// Checks refused so far (`/metrics`).
+    refused: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -109,6 +112,7 @@ impl Failures {
             inner: Mutex::default(),
             per_key,
             per_address,
+            refused: AtomicU64::new(0),
         }
     }
 
@@ -132,12 +136,14 @@ impl Failures {
             wait = wait.max(address.wait(self.per_address, now));
         }
         if wait.is_zero() {
-            Ok(())
-        } else {
-            Err(Duration::from_secs(
-                wait.as_secs_f64().ceil().max(1.0) as u64
-            ))
+            return Ok(());
         }
+        if self.refused.fetch_add(1, Ordering::Relaxed) == 0 {
+            tracing::warn!(key_id, client = ?client, "failed key checks throttled");
+        }
+        Err(Duration::from_secs(
+            wait.as_secs_f64().ceil().max(1.0) as u64
+        ))
     }
 
     /// After a check that failed: the key had a wrong or revoked secret,
@@ -177,6 +183,11 @@ impl Failures {
             }
         }
         inner.good.insert(key.to_owned(), now);
+    }
+
+    /// Checks refused since the process started.
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
     }
 
     /// Entries held (key ids, addresses, known-good key ids), for tests.
