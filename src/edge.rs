@@ -253,11 +253,19 @@ pub async fn start_http(
                 .as_deref()
                 .context("--auth-url is required while authentication is on")?;
             let channel = ithaca_kit::client::channel(url)?;
-            console = Some(console_for(args, key, url, &public_url, key_cache)?);
-            Callers::Keys(Box::new(
-                Authenticator::new(channel, key.clone(), key_cache)
-                    .with_timeout(Duration::from_millis(args.backend_timeout_ms)),
-            ))
+            let authenticator = Authenticator::new(channel, key.clone(), key_cache)
+                .with_timeout(Duration::from_millis(args.backend_timeout_ms));
+            // The console's sign-in counts failed key checks with the
+            // edge's doors: a client throttled at one is at all.
+            console = Some(console_for(
+                args,
+                key,
+                url,
+                &public_url,
+                key_cache,
+                &authenticator,
+            )?);
+            Callers::Keys(Box::new(authenticator))
         }
         AuthMode::Off => {
             if !addr.ip().is_loopback() {
@@ -307,6 +315,7 @@ fn console_for(
     auth_url: &str,
     public_url: &str,
     key_cache: Duration,
+    edge: &Authenticator,
 ) -> anyhow::Result<Arc<ithaca_console::Console>> {
     let backends = ithaca_console::backends::Backends::from_urls(
         auth_url,
@@ -321,7 +330,8 @@ fn console_for(
         key.clone(),
         key_cache,
     )
-    .with_timeout(Duration::from_millis(args.backend_timeout_ms));
+    .with_timeout(Duration::from_millis(args.backend_timeout_ms))
+    .sharing_failures_with(edge);
     Ok(ithaca_console::Console::new(ithaca_console::Config {
         key: key.clone(),
         authenticator,

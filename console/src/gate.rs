@@ -9,7 +9,7 @@ use askama::Template;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
-use ithaca_edge::auth::AuthFailure;
+use ithaca_edge::auth::{AuthFailure, CheckFailure};
 use ithaca_kit::principal::{Actor, Principal};
 use serde::Deserialize;
 use std::sync::Arc;
@@ -210,8 +210,11 @@ pub struct SignInForm {
 }
 
 /// `POST /console/sign-in`: exchange a human key for the sealed cookie.
+/// Failed sign-ins are throttled per key id and client address with the
+/// edge's doors (`ithaca_edge::throttle`): 429 with `Retry-After`.
 pub async fn sign_in(
     State(console): State<Arc<Console>>,
+    extensions: axum::http::Extensions,
     headers: HeaderMap,
     axum::Form(form): axum::Form<SignInForm>,
 ) -> Response {
@@ -228,9 +231,26 @@ pub async fn sign_in(
         )
     };
     let token = form.key.trim();
-    let principal = match console.authenticator.verify(token).await {
+    let client = extensions
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|info| info.0.ip());
+    let principal = match console.authenticator.check(token, client).await {
         Ok(p) => p,
-        Err(AuthFailure::Unavailable(why)) => {
+        Err(CheckFailure::Throttled(wait)) => {
+            let secs = wait.as_secs().max(1);
+            let mut response = refuse(
+                StatusCode::TOO_MANY_REQUESTS,
+                &format!(
+                    "Too many failed sign-ins with this key or from this address; \
+                     try again in {secs} s."
+                ),
+            );
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+            return response;
+        }
+        Err(CheckFailure::Auth(AuthFailure::Unavailable(why))) => {
             tracing::warn!(error = %why, "console: authentication unavailable");
             return refuse(
                 StatusCode::SERVICE_UNAVAILABLE,

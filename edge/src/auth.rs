@@ -2,15 +2,19 @@
 //!
 //! A verified principal is cached for at most [`MAX_CACHE_TTL`], keyed by the
 //! SHA-256 of the token (the token itself is not kept), so a revoked key stops
-//! working within that bound. Failures are not cached.
+//! working within that bound. Failures are not cached; they are counted
+//! (`throttle.rs`): a door that [`Authenticator::check`]s a key refuses a
+//! key id or a client address that failed too often, without asking auth.
 
+use crate::throttle::Failures;
 use ithaca_kit::client::Outbound;
 use ithaca_kit::principal::{InternalKey, Principal, VerifiedKey};
 use ithaca_proto::auth::v1 as pb;
 use ithaca_proto::auth::v1::auth_service_client::AuthServiceClient;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
@@ -32,6 +36,17 @@ pub enum AuthFailure {
     Unavailable(String),
 }
 
+/// Why a door refused a key: the check failed, or it was not made.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum CheckFailure {
+    #[error(transparent)]
+    Auth(#[from] AuthFailure),
+    /// The key id or the client address failed too often lately; auth was
+    /// not asked. Try again after the duration (whole seconds, at least 1).
+    #[error("too many failed key checks from this key id or address; retry in {} s", .0.as_secs())]
+    Throttled(Duration),
+}
+
 /// The shortest pause between two checks of an open stream's key, so a
 /// cache of zero does not make a busy loop.
 const MIN_RECHECK: Duration = Duration::from_secs(1);
@@ -45,6 +60,10 @@ pub struct Authenticator {
     /// every request open).
     timeout: Duration,
     cache: Mutex<HashMap<[u8; 32], (Instant, Principal)>>,
+    /// Failed checks per key id and client address; shared by the doors of
+    /// one process (the edge and its console), so a client throttled at
+    /// one is throttled at all.
+    failures: Arc<Failures>,
 }
 
 impl Authenticator {
@@ -57,7 +76,15 @@ impl Authenticator {
             ttl: ttl.min(MAX_CACHE_TTL),
             timeout: crate::DEFAULT_BACKEND_TIMEOUT,
             cache: Mutex::new(HashMap::new()),
+            failures: Arc::default(),
         }
+    }
+
+    /// The same, counting failed checks with `other`'s, so a client
+    /// throttled at one door is throttled at the other's too.
+    pub fn sharing_failures_with(mut self, other: &Authenticator) -> Self {
+        self.failures = other.failures.clone();
+        self
     }
 
     /// The same, with the deadline of each call to auth (zero keeps the
@@ -78,6 +105,11 @@ impl Authenticator {
         }
     }
 
+    /// Key checks refused by the throttle so far (`/metrics`).
+    pub fn throttled(&self) -> u64 {
+        self.failures.refused()
+    }
+
     /// How often a long-lived request (the SSE trace stream) re-verifies
     /// its key: as often as a verified key may be cached, so revoking it
     /// ends the stream within the cache window plus one check.
@@ -92,6 +124,51 @@ impl Authenticator {
         self.verify(token).await
     }
 
+    /// [`Authenticator::check`] of an `Authorization` header value; a
+    /// missing header is no check, and is not counted.
+    pub async fn authenticate_from(
+        &self,
+        header: Option<&str>,
+        client: Option<IpAddr>,
+    ) -> Result<Principal, CheckFailure> {
+        let token = header.and_then(bearer_token).ok_or(AuthFailure::Missing)?;
+        self.check(token, client).await
+    }
+
+    /// Verify `token` presented by `client` at a door: refused at once when
+    /// its key id or the address failed too often lately (auth is not
+    /// asked), otherwise verified, and a failure counted. A token verified
+    /// within the cache window is served from the cache, throttled or not,
+    /// so a caller that is in keeps working.
+    pub async fn check(
+        &self,
+        token: &str,
+        client: Option<IpAddr>,
+    ) -> Result<Principal, CheckFailure> {
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        if let Some(principal) = self.cached(&digest) {
+            return Ok(principal);
+        }
+        let key_id = crate::throttle::key_id_of(token);
+        self.failures
+            .admit(key_id, client)
+            .map_err(CheckFailure::Throttled)?;
+        match self.verify(token).await {
+            Ok(principal) => {
+                self.failures.succeeded(key_id);
+                Ok(principal)
+            }
+            Err(AuthFailure::Invalid) => {
+                self.failures.failed(key_id, client);
+                tracing::debug!(key_id, client = ?client, "a key check failed");
+                Err(AuthFailure::Invalid.into())
+            }
+            Err(other) => Err(other.into()),
+        }
+    }
+
+    /// Verify `token`, uncounted and never throttled: for re-checking a
+    /// credential that was let in (an open stream, a console cookie).
     pub async fn verify(&self, token: &str) -> Result<Principal, AuthFailure> {
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         if let Some(principal) = self.cached(&digest) {

@@ -1115,7 +1115,10 @@ pub fn error_code(status: &Status) -> String {
         // reports a server-side `grpc-timeout` as CANCELLED "Timeout
         // expired"), so both are timeouts.
         Code::DeadlineExceeded | Code::Cancelled => "TIMEOUT",
-        Code::ResourceExhausted => "RATE_LIMITED",
+        // A limit of the service (a message too large for it, a quota) was
+        // reached: not a rate limit the same call gets past by waiting. The
+        // edge's own saturation refusal carries BACKEND_BUSY, above.
+        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
         _ => "INTERNAL",
     }
     .to_owned()
@@ -1128,17 +1131,19 @@ fn status_failure(status: &Status) -> ToolFailure {
     }
     let retryable = matches!(
         status.code(),
-        Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::ResourceExhausted
-    );
+        Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled
+    ) || domain_code(status) == Some(crate::backend::BACKEND_BUSY);
     let code = error_code(status);
     if code == "INTERNAL" {
         tracing::warn!(code = ?status.code(), error = %status.message(), "backend failed");
     }
+    // A service of another team (found through reflection) may not cap its
+    // messages as ours do; an agent gets a bounded one either way.
     let message = match status.code() {
-        Code::Internal | Code::Unknown => "the service failed; see the server logs",
-        _ => status.message(),
+        Code::Internal | Code::Unknown => "the service failed; see the server logs".to_owned(),
+        _ => ithaca_kit::error::cap_message(status.message().to_owned()),
     };
-    ToolFailure::new(&code, message, retryable)
+    ToolFailure::new(&code, &message, retryable)
 }
 
 fn no_session() -> ToolFailure {
@@ -1242,4 +1247,36 @@ fn render_resource(resource: &Resource, uri: &str, response: &DynamicMessage) ->
     }
     let body = transcode::to_json(response);
     json!({"contents": [{"uri": uri, "mimeType": resource.mime_type, "text": body.to_string()}]})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resource_exhausted_is_not_a_retryable_rate_limit_unless_the_edge_is_busy() {
+        let limit = status_failure(&Status::resource_exhausted("message too large"));
+        assert_eq!(limit.code, "RESOURCE_EXHAUSTED");
+        assert!(!limit.retryable, "{limit:?}");
+        let mut busy = Status::resource_exhausted("busy");
+        busy.metadata_mut().insert(
+            ithaca_kit::error::DOMAIN_CODE_KEY,
+            tonic::metadata::MetadataValue::from_static(crate::backend::BACKEND_BUSY),
+        );
+        let busy = status_failure(&busy);
+        assert_eq!(busy.code, crate::backend::BACKEND_BUSY);
+        assert!(busy.retryable, "{busy:?}");
+    }
+
+    #[test]
+    fn a_backends_long_message_reaches_the_agent_capped() {
+        let long = "x".repeat(100_000);
+        let failure = status_failure(&Status::invalid_argument(long));
+        assert!(failure.message.len() <= ithaca_kit::error::MAX_MESSAGE_BYTES);
+        assert!(
+            failure.message.ends_with("100000 bytes in all)"),
+            "{}",
+            failure.message
+        );
+    }
 }

@@ -13,7 +13,7 @@
 // Refusals are finished HTTP responses; boxing them would only add noise.
 #![allow(clippy::result_large_err)]
 
-use crate::auth::{AuthFailure, Authenticator};
+use crate::auth::{AuthFailure, Authenticator, CheckFailure};
 use crate::catalog::Catalog;
 use crate::core::Core;
 use crate::mcp::{CallerInfo, Gateway};
@@ -34,6 +34,7 @@ use rmcp::transport::streamable_http_server::session::never::NeverSessionManager
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::{Value, json};
 use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tower::ServiceExt;
@@ -278,7 +279,10 @@ impl Edge {
     }
 
     /// DNS-rebinding defence: a foreign `Host`, or an `Origin` that is not
-    /// this server nor an allowed CORS origin, is refused.
+    /// this server nor an allowed CORS origin, is refused. This server is
+    /// the `Host` the request names or the public URL, port and all, as
+    /// the console's POSTs check: another port of loopback is another
+    /// origin (any local web page), not this edge.
     fn check_origin(&self, headers: &HeaderMap) -> Result<(), Response> {
         let host = headers
             .get(header::HOST)
@@ -291,8 +295,10 @@ impl Edge {
             ));
         }
         if let Some(origin) = headers.get(header::ORIGIN) {
+            let host = host.to_ascii_lowercase();
             let ok = origin.to_str().ok().is_some_and(|o| {
-                self.cors_allowed(o) || host_of(o).is_some_and(|h| self.host_allowed(&h))
+                self.cors_allowed(o)
+                    || host_of(o).is_some_and(|h| h == host || h == self.public_host)
             });
             if !ok {
                 return Err(plain(StatusCode::FORBIDDEN, "origin not allowed"));
@@ -301,16 +307,39 @@ impl Edge {
         Ok(())
     }
 
-    async fn authenticate(&self, headers: &HeaderMap) -> Result<Principal, Response> {
+    /// The caller of a request at a door, its key checked and a failure
+    /// counted against its key id and `client` address (see `throttle.rs`).
+    async fn authenticate(
+        &self,
+        headers: &HeaderMap,
+        client: Option<IpAddr>,
+    ) -> Result<Principal, Response> {
         match &self.callers {
             Callers::Local(p) => Ok(p.clone()),
             Callers::Keys(auth) => {
                 let header = headers
                     .get(header::AUTHORIZATION)
                     .and_then(|h| h.to_str().ok());
-                auth.authenticate(header)
+                auth.authenticate_from(header, client)
                     .await
-                    .map_err(|failure| self.unauthorized(&failure))
+                    .map_err(|failure| match failure {
+                        CheckFailure::Auth(failure) => self.unauthorized(&failure),
+                        CheckFailure::Throttled(wait) => throttled(wait),
+                    })
+            }
+        }
+    }
+
+    /// Whether the key a long-lived request was let in with still verifies
+    /// (uncounted: it is the same credential, not a guess).
+    async fn still_verifies(&self, headers: &HeaderMap) -> bool {
+        match &self.callers {
+            Callers::Local(_) => true,
+            Callers::Keys(auth) => {
+                let header = headers
+                    .get(header::AUTHORIZATION)
+                    .and_then(|h| h.to_str().ok());
+                auth.authenticate(header).await.is_ok()
             }
         }
     }
@@ -576,6 +605,30 @@ fn body_refused(error: &axum::Error, limit: usize) -> Response {
         StatusCode::BAD_REQUEST,
         format!("the request body could not be read: {error}"),
     )
+}
+
+/// The `429` of a door throttled for failed key checks (`throttle.rs`).
+fn throttled(wait: Duration) -> Response {
+    let secs = wait.as_secs().max(1);
+    let mut response = plain(
+        StatusCode::TOO_MANY_REQUESTS,
+        format!(
+            "too many failed key checks for this key id or from this address; \
+             retry after {secs} s"
+        ),
+    );
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    response
+}
+
+/// The client's address, as the listener recorded it (none when served
+/// without connect info, as some tests are).
+fn client_of(extensions: &http::Extensions) -> Option<IpAddr> {
+    extensions
+        .get::<axum::extract::ConnectInfo<SocketAddr>>()
+        .map(|info| info.0.ip())
 }
 
 fn plain(status: StatusCode, text: impl Into<String>) -> Response {
@@ -860,7 +913,10 @@ async fn mcp_request(
     if let Err(refused) = edge.check_origin(&parts.headers) {
         return refused;
     }
-    let principal = match edge.authenticate(&parts.headers).await {
+    let principal = match edge
+        .authenticate(&parts.headers, client_of(&parts.extensions))
+        .await
+    {
         Ok(p) => p,
         Err(refused) => return refused,
     };
@@ -955,9 +1011,17 @@ async fn mcp_request(
     }
     edge.count_handshake(&message);
     let span = request_span(&message, &parts.headers);
+    let revoked = {
+        let edge = edge.clone();
+        let headers = parts.headers.clone();
+        crate::mcp::Revoked::new(move || {
+            Box::pin(still_allowed(edge.clone(), false, headers.clone()))
+        })
+    };
     parts.extensions.insert(CallerInfo {
         principal,
         span: span.clone(),
+        revoked,
     });
     let timeout = edge.request_timeout(&message);
     let request = Request::from_parts(parts.clone(), Body::from(bytes));
@@ -1175,9 +1239,29 @@ async fn metrics(State(edge): State<Arc<Edge>>) -> Response {
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        edge.metrics.render() + &edge.limiter.render(&edge.core.backends()),
+        edge.metrics.render() + &edge.limiter.render(&edge.core.backends()) + &doors(&edge),
     )
         .into_response()
+}
+
+/// The metrics of the doors: legacy subscriptions held, and key checks
+/// the throttle refused (`throttle.rs`).
+fn doors(edge: &Edge) -> String {
+    let mut out = format!(
+        "# HELP ithaca_edge_resource_subscriptions Legacy resource subscriptions held on this replica.\n\
+         # TYPE ithaca_edge_resource_subscriptions gauge\n\
+         ithaca_edge_resource_subscriptions {}\n",
+        edge.subscriptions.live()
+    );
+    if let Callers::Keys(auth) = &edge.callers {
+        out.push_str(&format!(
+            "# HELP ithaca_edge_key_checks_throttled_total Key checks refused for too many failures of their key id or address.\n\
+             # TYPE ithaca_edge_key_checks_throttled_total counter\n\
+             ithaca_edge_key_checks_throttled_total {}\n",
+            auth.throttled()
+        ));
+    }
+    out
 }
 
 async fn resource_metadata(State(edge): State<Arc<Edge>>) -> Response {
@@ -1201,6 +1285,7 @@ async fn trace_stream(
     State(edge): State<Arc<Edge>>,
     Path(session_id): Path<String>,
     Query(query): Query<HashMap<String, String>>,
+    extensions: http::Extensions,
     headers: HeaderMap,
 ) -> Response {
     if let Err(refused) = edge.check_origin(&headers) {
@@ -1215,7 +1300,7 @@ async fn trace_stream(
     let signed_in = from_browser.is_some();
     let principal = match from_browser {
         Some(p) => p,
-        None => match edge.authenticate(&headers).await {
+        None => match edge.authenticate(&headers, client_of(&extensions)).await {
             Ok(p) => p,
             Err(refused) => return refused,
         },
@@ -1301,9 +1386,11 @@ async fn trace_stream(
         .into_response()
 }
 
-/// Resolves once the caller of a trace stream is no longer allowed in:
-/// its bearer key (or, when `signed_in`, its console sign-in) no longer
-/// verifies. Never resolves for a local caller (authentication off).
+/// Resolves once the caller of a long-lived request (a trace stream, a
+/// legacy GET stream, a listen, a legacy subscription) is no longer
+/// allowed in: its bearer key (or, when `signed_in`, its console sign-in)
+/// no longer verifies. Never resolves for a local caller (authentication
+/// off).
 async fn still_allowed(edge: Arc<Edge>, signed_in: bool, headers: HeaderMap) {
     let every = match (&edge.callers, signed_in) {
         (_, true) => crate::auth::MAX_CACHE_TTL,
@@ -1318,10 +1405,10 @@ async fn still_allowed(edge: Arc<Edge>, signed_in: bool, headers: HeaderMap) {
                 None => false,
             }
         } else {
-            edge.authenticate(&headers).await.is_ok()
+            edge.still_verifies(&headers).await
         };
         if !allowed {
-            tracing::info!("trace stream ended: its caller no longer verifies");
+            tracing::info!("a long-lived request ended: its caller no longer verifies");
             return;
         }
     }

@@ -11,7 +11,8 @@
 //! - [`mcp`]: the `rmcp` handler for both protocol eras; [`http`]: the HTTP
 //!   front (Host/Origin, keys, scopes, limits, SSE trace stream, health,
 //!   metrics); [`relay`]: a running call's notices and legacy input
-//!   requests to its client; [`auth`]: key verification with a short cache;
+//!   requests to its client; [`auth`]: key verification with a short cache,
+//!   and [`throttle`]: failed key checks per key id and client address;
 //!   [`listener`]: the HTTP listener's connection cap and header, body and
 //!   idle timeouts; [`limits`]: rate limits and quotas per key and tenant
 //!   (counters shared through the auth service).
@@ -35,6 +36,7 @@ pub mod relay;
 pub mod schema;
 pub mod stream;
 pub mod subscribe;
+pub mod throttle;
 pub mod transcode;
 
 use crate::backend::Backend;

@@ -29,6 +29,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -118,10 +119,10 @@ pub async fn serve(
     let connections = TaskTracker::new();
     let mut refusals = Refusals::default();
     loop {
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             _ = shutdown.cancelled() => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(error) => {
                     accept_failed(&error).await;
                     continue;
@@ -138,7 +139,7 @@ pub async fn serve(
         let app = app.clone();
         let shutdown = shutdown.clone();
         connections.spawn(async move {
-            connection(stream, app, limits, shutdown).await;
+            connection(stream, peer, app, limits, shutdown).await;
             drop(permit);
         });
     }
@@ -260,7 +261,13 @@ impl Drop for Busy {
     }
 }
 
-async fn connection(stream: TcpStream, app: Router, limits: Limits, shutdown: CancellationToken) {
+async fn connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    app: Router,
+    limits: Limits,
+    shutdown: CancellationToken,
+) {
     let (activity, mut watch) = watch::channel(Activity {
         in_flight: 0,
         since: Instant::now(),
@@ -276,7 +283,13 @@ async fn connection(stream: TcpStream, app: Router, limits: Limits, shutdown: Ca
     };
     let service = hyper::service::service_fn(move |request: http::Request<Incoming>| {
         let busy = Busy::start(&activity);
-        let request = request.map(|body| Body::new(DeadlineBody::new(body, limits.body_timeout)));
+        let mut request =
+            request.map(|body| Body::new(DeadlineBody::new(body, limits.body_timeout)));
+        // Who is calling, as `axum::serve` with connect info records it:
+        // failed key checks are throttled per client address.
+        request
+            .extensions_mut()
+            .insert(axum::extract::ConnectInfo(peer));
         let app = app.clone();
         async move {
             let response = app

@@ -112,6 +112,44 @@ pub struct CallerInfo {
     pub principal: Principal,
     /// The MCP server span of this request, so work done here joins it.
     pub span: tracing::Span,
+    /// What ends the caller's long-lived work (a listen, a legacy
+    /// subscription) once its key no longer verifies.
+    pub revoked: Revoked,
+}
+
+/// A future, made on demand, that resolves once a caller's credentials stop
+/// verifying (the HTTP layer re-checks them as often as a verified key may
+/// be cached). Never resolves for a caller with nothing to re-check: stdio,
+/// or authentication off.
+#[derive(Clone, Default)]
+pub struct Revoked(Option<Arc<RevokedFn>>);
+
+type RevokedFn = dyn Fn() -> futures::future::BoxFuture<'static, ()> + Send + Sync;
+
+impl Revoked {
+    pub fn new(
+        watch: impl Fn() -> futures::future::BoxFuture<'static, ()> + Send + Sync + 'static,
+    ) -> Self {
+        Revoked(Some(Arc::new(watch)))
+    }
+
+    /// Resolves once the caller no longer verifies.
+    pub fn wait(&self) -> futures::future::BoxFuture<'static, ()> {
+        match &self.0 {
+            Some(watch) => watch(),
+            None => Box::pin(std::future::pending()),
+        }
+    }
+}
+
+impl std::fmt::Debug for Revoked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Revoked(re-checked)"
+        } else {
+            "Revoked(never)"
+        })
+    }
 }
 
 /// The MCP handler. Cheap to clone.
@@ -249,6 +287,7 @@ impl Gateway {
             return Ok(CallerInfo {
                 principal: principal.clone(),
                 span: tracing::Span::current(),
+                revoked: Revoked::default(),
             });
         }
         ctx.extensions
@@ -394,7 +433,12 @@ impl ServerHandler for Gateway {
     ) -> Result<(), ErrorData> {
         let caller = self.caller(&ctx)?;
         self.subscriptions
-            .subscribe(&caller.principal, &request.uri, self.deliver(&ctx))
+            .subscribe(
+                &caller.principal,
+                &request.uri,
+                self.deliver(&ctx),
+                caller.revoked.clone(),
+            )
             .instrument(caller.span.clone())
             .await
             .map_err(rpc_error)
@@ -477,8 +521,21 @@ impl ServerHandler for Gateway {
                 crate::subscribe::follow(&core, &principal, &uri, stream, notify, || true).await;
             });
         }
-        context.cancelled().await;
+        // The listen ends when its client goes, or when its key stops
+        // verifying: a revoked key hears nothing more.
+        let revoked = tokio::select! {
+            () = context.cancelled() => false,
+            () = caller.revoked.wait() => true,
+        };
         watches.abort_all();
+        if revoked {
+            tracing::info!("a listen ended: its caller no longer verifies");
+            return Err(ErrorData::new(
+                ErrorCode(crate::core::codes::INVALID_REQUEST),
+                "the listen ended: the caller's key no longer verifies",
+                None,
+            ));
+        }
         Ok(())
     }
 

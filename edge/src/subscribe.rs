@@ -90,12 +90,14 @@ impl Subscriptions {
 
     /// Subscribe `caller` to `uri`: refused as a read of it would be, or
     /// when the caller already holds [`MAX_PER_CALLER`]. Subscribing again
-    /// to the same URI replaces the earlier subscription.
+    /// to the same URI replaces the earlier subscription, and it ends when
+    /// `revoked` resolves (the caller's key no longer verifies).
     pub async fn subscribe(
         self: &Arc<Self>,
         caller: &Principal,
         uri: &str,
         deliver: Deliver,
+        revoked: crate::mcp::Revoked,
     ) -> Result<(), RpcError> {
         let owner = owner_of(caller);
         let key = (owner.clone(), uri.to_owned());
@@ -137,7 +139,12 @@ impl Subscriptions {
                 let owner = task_key.0.clone();
                 move || !streams_only || this.has_streams(&owner)
             };
-            follow(&this.core, &principal, &task_key.1, stream, notify, heard).await;
+            tokio::select! {
+                () = follow(&this.core, &principal, &task_key.1, stream, notify, heard) => {}
+                () = revoked.wait() => {
+                    tracing::info!(uri = %task_key.1, "a subscription ended: its caller no longer verifies");
+                }
+            }
             let mut inner = this.inner();
             if inner.live.get(&task_key).is_some_and(|(n, _)| *n == number) {
                 inner.live.remove(&task_key);
@@ -174,6 +181,11 @@ impl Subscriptions {
         streams.retain(|s| !s.is_closed());
         streams.push(tx);
         rx
+    }
+
+    /// Subscriptions alive on this replica (a gauge of `/metrics`).
+    pub fn live(&self) -> usize {
+        self.inner().live.len()
     }
 
     fn has_streams(&self, owner: &str) -> bool {

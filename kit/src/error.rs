@@ -5,12 +5,27 @@
 //! optionally a typed domain code such as `NO_ACTIVE_SESSION` that travels in
 //! the `ithaca-error` metadata entry so the edge can report it to agents.
 //! Internal causes are logged once here and never sent to the caller.
+//!
+//! A message is capped at [`MAX_MESSAGE_BYTES`] on its way into a
+//! [`Status`], and input it echoes is best quoted with [`quote`]: gRPC sends
+//! the message in the `grpc-message` trailer, and an HTTP/2 peer refuses a
+//! header list over 16 KiB (h2's default) by breaking the connection, which
+//! every caller of the service shares. Before the cap, one agent's
+//! 17,000-character argument, echoed back, failed other tenants' calls.
 
 use tonic::Status;
 use tonic::metadata::MetadataValue;
 
 /// The metadata entry that carries a typed domain error code.
 pub const DOMAIN_CODE_KEY: &str = "ithaca-error";
+
+/// The longest message a [`Status`] built here carries, in bytes. The
+/// trailer percent-encodes bytes outside printable ASCII, so this is at
+/// most 6 KiB on the wire, well inside HTTP/2's 16 KiB header list.
+pub const MAX_MESSAGE_BYTES: usize = 2048;
+
+/// The most characters of a caller's input that [`quote`] shows.
+pub const QUOTE_CHARS: usize = 64;
 
 /// Coarse error classes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,7 +129,7 @@ impl From<ServiceError> for Status {
             Code::Unavailable => tonic::Code::Unavailable,
             Code::Internal => tonic::Code::Internal,
         };
-        let mut status = Status::new(code, err.message);
+        let mut status = Status::new(code, cap_message(err.message));
         if let Some(domain) = err.domain {
             status
                 .metadata_mut()
@@ -147,10 +162,87 @@ impl ServiceError {
     }
 }
 
+/// `message` cut to at most [`MAX_MESSAGE_BYTES`] (on a character
+/// boundary), saying how long it was; a shorter one unchanged.
+pub fn cap_message(message: String) -> String {
+    if message.len() <= MAX_MESSAGE_BYTES {
+        return message;
+    }
+    let note = format!(" … (message cut: {} bytes in all)", message.len());
+    let mut end = MAX_MESSAGE_BYTES - note.len();
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut capped = message[..end].to_owned();
+    capped.push_str(&note);
+    capped
+}
+
+/// A caller's input as an error message quotes it: in double quotes with
+/// escapes (as `{:?}` shows a string), and when it is longer than
+/// [`QUOTE_CHARS`] characters only that many, followed by how many it had:
+/// `"AAAA…"… (17000 characters)`. An error that echoes input stays short
+/// whatever the input, and still shows what was sent.
+pub fn quote(input: &str) -> Quoted<'_> {
+    Quoted(input)
+}
+
+/// What [`quote`] returns; shown with `{}`.
+#[derive(Clone, Copy, Debug)]
+pub struct Quoted<'a>(&'a str);
+
+impl std::fmt::Display for Quoted<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0.char_indices().nth(QUOTE_CHARS) {
+            None => write!(f, "{:?}", self.0),
+            Some((end, _)) => write!(
+                f,
+                "{:?}… ({} characters)",
+                &self.0[..end],
+                self.0.chars().count()
+            ),
+        }
+    }
+}
+
 /// The typed domain code of a status, if the service set one.
 pub fn domain_code(status: &Status) -> Option<&str> {
     status
         .metadata()
         .get(DOMAIN_CODE_KEY)
         .and_then(|v| v.to_str().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_messages_are_cut_on_a_char_boundary_and_say_their_length() {
+        let short = "symbol: not a ticker".to_owned();
+        assert_eq!(cap_message(short.clone()), short);
+        // Multi-byte characters straddle every possible cut.
+        let long = "é".repeat(5000);
+        let capped = cap_message(long.clone());
+        assert!(capped.len() <= MAX_MESSAGE_BYTES, "{}", capped.len());
+        assert!(
+            capped.ends_with("(message cut: 10000 bytes in all)"),
+            "{capped}"
+        );
+        let status = Status::from(ServiceError::invalid(long));
+        assert!(status.message().len() <= MAX_MESSAGE_BYTES);
+    }
+
+    #[test]
+    fn quotes_show_a_prefix_and_the_inputs_length() {
+        assert_eq!(quote("AAPL").to_string(), "\"AAPL\"");
+        let long = "A".repeat(17_000);
+        let quoted = quote(&long).to_string();
+        assert_eq!(
+            quoted,
+            format!("{:?}… (17000 characters)", "A".repeat(QUOTE_CHARS))
+        );
+        let wide = "日".repeat(100);
+        assert!(quote(&wide).to_string().ends_with("… (100 characters)"));
+    }
 }

@@ -1,6 +1,6 @@
 //! Market-data domain rules: symbols, dates, fields and bar sanity.
 
-use ithaca_kit::error::ServiceError;
+use ithaca_kit::error::{ServiceError, quote};
 use time::Date;
 use time::macros::format_description;
 
@@ -22,7 +22,8 @@ pub fn parse_symbol(raw: &str) -> Result<String, ServiceError> {
         Ok(symbol)
     } else {
         Err(ServiceError::invalid(format!(
-            "symbol: {raw:?} is not a ticker (1-16 letters, digits, '.' or '-')"
+            "symbol: {} is not a ticker (1-16 letters, digits, '.' or '-')",
+            quote(raw)
         )))
     }
 }
@@ -32,7 +33,12 @@ pub fn parse_date(field: &str, raw: &str) -> Result<String, ServiceError> {
     let format = format_description!("[year]-[month]-[day]");
     Date::parse(raw.trim(), format)
         .map(|d| d.format(format).unwrap_or_default())
-        .map_err(|_| ServiceError::invalid(format!("{field}: {raw:?} is not a date (YYYY-MM-DD)")))
+        .map_err(|_| {
+            ServiceError::invalid(format!(
+                "{field}: {} is not a date (YYYY-MM-DD)",
+                quote(raw)
+            ))
+        })
 }
 
 /// Which bar fields to return; all when none are named.
@@ -44,7 +50,8 @@ pub fn parse_fields(raw: &[String]) -> Result<Vec<&'static str>, ServiceError> {
     for name in raw {
         let Some(field) = FIELDS.iter().find(|f| **f == name.trim()) else {
             return Err(ServiceError::invalid(format!(
-                "fields: unknown field {name:?}; valid fields: {}",
+                "fields: unknown field {}; valid fields: {}",
+                quote(name),
                 FIELDS.join(", ")
             )));
         };
