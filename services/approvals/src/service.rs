@@ -19,6 +19,8 @@ use ithaca_kit::error::{Code, ServiceError};
 use ithaca_kit::id::TenantId;
 use ithaca_kit::json;
 use ithaca_kit::principal::{Actor, InternalKey, Principal};
+use ithaca_proto::auth::v1 as apb;
+use ithaca_proto::auth::v1::auth_service_client::AuthServiceClient;
 use ithaca_proto::mcp::v1 as mcp;
 use ithaca_proto::session::v1 as spb;
 use ithaca_proto::session::v1::session_service_client::SessionServiceClient;
@@ -29,8 +31,16 @@ use tonic::transport::Channel;
 /// How long a request may wait for a decision.
 pub const APPROVAL_TTL_MS: i64 = 24 * 60 * 60 * 1000;
 
+/// An approved call was not run: its requester's key was revoked.
+pub const REQUESTER_REVOKED: &str = "REQUESTER_REVOKED";
+
+/// An approved call was not run: its requester's session can record
+/// nothing more (closed, archived or gone), and a call whose steps cannot
+/// be traced never runs.
+pub const SESSION_CLOSED: &str = "SESSION_CLOSED";
+
 /// The typed errors tools may return, as the policy lists them.
-pub const TYPED_ERRORS: [&str; 12] = [
+pub const TYPED_ERRORS: [&str; 14] = [
     "AUTH_REQUIRED",
     "NO_ACTIVE_SESSION",
     "TRADING_DISABLED",
@@ -43,6 +53,8 @@ pub const TYPED_ERRORS: [&str; 12] = [
     "SUBJECT_MISMATCH",
     "NOT_VALIDATED",
     "NOT_PREVIEWED",
+    REQUESTER_REVOKED,
+    SESSION_CLOSED,
 ];
 
 /// How long a call to an owning service (its check, or the approved call)
@@ -52,6 +64,9 @@ pub const OWNER_TIMEOUT: Duration = Duration::from_secs(15);
 /// Where the approvals service finds the services it calls.
 #[derive(Clone, Debug, Default)]
 pub struct Config {
+    /// Auth, asked whether a requester's key is still active before an
+    /// approved call runs as them.
+    pub auth_url: Option<String>,
     pub skills_url: Option<String>,
     pub session_url: Option<String>,
     pub broker_url: Option<String>,
@@ -65,6 +80,7 @@ pub struct ApprovalsService {
     /// The owning services, by the package prefix of their gRPC names.
     owners: Vec<(&'static str, Channel)>,
     session: Option<Channel>,
+    auth: Option<Channel>,
 }
 
 /// A call of an approval-required tool, as the edge files it.
@@ -220,6 +236,7 @@ impl ApprovalsService {
             key,
             owners,
             session: channel(&config.session_url)?,
+            auth: channel(&config.auth_url)?,
         })
     }
 
@@ -480,6 +497,45 @@ impl ApprovalsService {
             .with_domain("APPROVAL_EXPIRED"));
         }
         let to = decision.status();
+        let already = || {
+            ServiceError::precondition(format!("approval_id: already {}", approval.status))
+                .with_domain("ALREADY_DECIDED")
+        };
+        // An approved call runs as its requester: only while their key is
+        // active and their session can still record its steps.
+        if to == ApprovalStatus::Approved
+            && let Err(blocked) = self.may_run_as(&requester).await
+        {
+            let (code, message) = match blocked {
+                Blocked::Unavailable(err) => return Err(err),
+                Blocked::Refused(code, message) => (code, message),
+            };
+            let result = json!({"error": code, "message": message}).to_string();
+            let change = Change {
+                decided_by: Some(&decided_by),
+                note: Some(note),
+                result: Some(&result),
+            };
+            let moved = self
+                .store
+                .transition(
+                    &approval.approval_id,
+                    ApprovalStatus::Pending,
+                    ApprovalStatus::Failed,
+                    &change,
+                    now,
+                )
+                .await?;
+            if !moved {
+                return Err(already());
+            }
+            self.trace(&requester, spb::EventType::Approval, json!({"approval_id": approval.approval_id, "tool": approval.tool, "status": ApprovalStatus::Failed.as_str(), "error": code, "decided_by": decided_by})).await;
+            tracing::info!(approval_id = %approval.approval_id, error = code, "approved call not run");
+            return Err(ServiceError::precondition(format!(
+                "approval_id: {message}; the call did not run"
+            ))
+            .with_domain(code));
+        }
         let change = Change {
             decided_by: Some(&decided_by),
             note: Some(note),
@@ -496,17 +552,158 @@ impl ApprovalsService {
             )
             .await?
         {
-            return Err(ServiceError::precondition(format!(
-                "approval_id: already {}",
-                approval.status
-            ))
-            .with_domain("ALREADY_DECIDED"));
+            return Err(already());
         }
-        self.trace(&requester, spb::EventType::Approval, json!({"approval_id": approval.approval_id, "status": to.as_str(), "decided_by": decided_by, "note": note})).await;
-        if to == ApprovalStatus::Approved {
-            self.execute(&requester, &approval).await?;
+        let decided = json!({"approval_id": approval.approval_id, "status": to.as_str(), "decided_by": decided_by, "note": note});
+        if to != ApprovalStatus::Approved {
+            self.trace(&requester, spb::EventType::Approval, decided)
+                .await;
+            return self.get(caller, tenant_id, &approval.approval_id).await;
         }
+        // Never run what cannot be traced: the approval must be in the
+        // requester's trace before the call runs (the session may have
+        // closed since the check above).
+        if let Err(status) = self
+            .record(&requester, spb::EventType::Approval, decided)
+            .await
+        {
+            let closed = matches!(
+                status.code(),
+                tonic::Code::FailedPrecondition | tonic::Code::NotFound
+            );
+            let (code, message) = if closed {
+                (
+                    SESSION_CLOSED,
+                    "the requester's session accepts no more events".to_owned(),
+                )
+            } else {
+                (
+                    "TRACE_UNAVAILABLE",
+                    "the requester's session could not record the approval".to_owned(),
+                )
+            };
+            tracing::warn!(approval_id = %approval.approval_id, error = %status.message(), "approved call not run: its approval could not be traced");
+            let result = json!({"error": code, "message": message}).to_string();
+            let change = Change {
+                decided_by: None,
+                note: None,
+                result: Some(&result),
+            };
+            self.store
+                .transition(
+                    &approval.approval_id,
+                    ApprovalStatus::Approved,
+                    ApprovalStatus::Failed,
+                    &change,
+                    clock::now_ms(),
+                )
+                .await?;
+            let err = if closed {
+                ServiceError::precondition(format!(
+                    "approval_id: {message}; the call did not run"
+                ))
+            } else {
+                ServiceError::new(
+                    Code::Unavailable,
+                    format!("approval_id: {message}; the call did not run"),
+                )
+            };
+            return Err(err.with_domain(code));
+        }
+        self.execute(&requester, &approval).await?;
         self.get(caller, tenant_id, &approval.approval_id).await
+    }
+
+    /// Whether an approved call may run as `requester` now: their key (when
+    /// they have one) is still active, asked of auth; and their session is
+    /// open, asked of the session service, so every step of the call can be
+    /// traced. A service that cannot be asked refuses the decision for now
+    /// and changes nothing.
+    async fn may_run_as(&self, requester: &Principal) -> Result<(), Blocked> {
+        if !requester.key_id().is_empty() {
+            let Some(auth) = &self.auth else {
+                return Err(Blocked::Unavailable(ServiceError::new(
+                    Code::Unavailable,
+                    "auth: no auth service is configured here to check the requester's key",
+                )));
+            };
+            let mut request = tonic::Request::new(apb::GetKeyRequest {
+                tenant_id: requester.tenant_id().to_owned(),
+                key_id: requester.key_id().to_owned(),
+            });
+            request.set_timeout(OWNER_TIMEOUT);
+            // Asking about a key is an administrator's question: the
+            // approvals service asks as the system, in the requester's
+            // tenant.
+            self.sign(&mut request, &Principal::system(requester.tenant_id()));
+            let key_id = requester.key_id();
+            match AuthServiceClient::new(auth.clone()).get_key(request).await {
+                Ok(key) if key.get_ref().revoked_at.is_empty() => {}
+                Ok(key) => {
+                    return Err(Blocked::Refused(
+                        REQUESTER_REVOKED,
+                        format!(
+                            "the requester's key {key_id} was revoked at {}",
+                            key.get_ref().revoked_at
+                        ),
+                    ));
+                }
+                Err(status) if status.code() == tonic::Code::NotFound => {
+                    return Err(Blocked::Refused(
+                        REQUESTER_REVOKED,
+                        format!("the requester's key {key_id} no longer exists"),
+                    ));
+                }
+                Err(status) => {
+                    tracing::warn!(error = %status.message(), "checking the requester's key failed");
+                    return Err(Blocked::Unavailable(ServiceError::new(
+                        Code::Unavailable,
+                        "auth: the requester's key could not be checked; retry in a moment",
+                    )));
+                }
+            }
+        }
+        let Some(session) = &self.session else {
+            return Err(Blocked::Unavailable(ServiceError::new(
+                Code::Unavailable,
+                "session: no session service is configured here to trace the call",
+            )));
+        };
+        let Some(session_id) = requester.session_id() else {
+            return Err(Blocked::Refused(
+                SESSION_CLOSED,
+                "the request was filed in no session, so its steps cannot be traced".to_owned(),
+            ));
+        };
+        let mut request = tonic::Request::new(spb::GetSessionRequest {
+            session_id: session_id.to_owned(),
+        });
+        request.set_timeout(OWNER_TIMEOUT);
+        self.sign(&mut request, requester);
+        match SessionServiceClient::new(session.clone())
+            .get_session(request)
+            .await
+        {
+            Ok(s) if s.get_ref().status == "open" => Ok(()),
+            Ok(s) => Err(Blocked::Refused(
+                SESSION_CLOSED,
+                format!(
+                    "the requester's session {session_id} is {}",
+                    s.get_ref().status
+                ),
+            )),
+            Err(status) if status.code() == tonic::Code::NotFound => Err(Blocked::Refused(
+                SESSION_CLOSED,
+                format!("the requester's session {session_id} no longer exists"),
+            )),
+            Err(status) => {
+                tracing::warn!(error = %status.message(), "checking the requester's session failed");
+                Err(Blocked::Unavailable(ServiceError::new(
+                    Code::Unavailable,
+                    "session: the requester's session could not be checked; retry in a moment",
+                )))
+            }
+        }
     }
 
     /// Run an approved call against its owning service as the requester,
@@ -585,22 +782,48 @@ impl ApprovalsService {
 
     /// Append to `who`'s session, when there is one; failures are logged.
     async fn trace(&self, who: &Principal, kind: spb::EventType, payload: Value) {
-        let (Some(channel), Some(session_id)) = (&self.session, who.session_id()) else {
+        if self.session.is_none() || who.session_id().is_none() {
             return;
+        }
+        if let Err(status) = self.record(who, kind, payload).await {
+            tracing::warn!(error = %status.message(), event = ?kind, "recording a trace event failed");
+        }
+    }
+
+    /// Append to `who`'s session, or say why it could not be: a step that
+    /// must be in the trace before anything else happens.
+    async fn record(
+        &self,
+        who: &Principal,
+        kind: spb::EventType,
+        payload: Value,
+    ) -> Result<(), tonic::Status> {
+        let (Some(channel), Some(session_id)) = (&self.session, who.session_id()) else {
+            return Err(tonic::Status::failed_precondition(
+                "session: no session to record in",
+            ));
         };
         let mut request = tonic::Request::new(spb::AppendEventRequest {
             session_id: session_id.to_owned(),
             r#type: kind as i32,
             payload: Some(json::to_struct(payload)),
         });
+        request.set_timeout(OWNER_TIMEOUT);
         self.sign(&mut request, who);
-        if let Err(status) = SessionServiceClient::new(channel.clone())
+        SessionServiceClient::new(channel.clone())
             .append_event(request)
             .await
-        {
-            tracing::warn!(error = %status.message(), event = ?kind, "recording a trace event failed");
-        }
+            .map(|_| ())
     }
+}
+
+/// Why an approved call may not run as its requester now.
+enum Blocked {
+    /// Never, with this domain code and reason: the request fails.
+    Refused(&'static str, String),
+    /// Auth or the session service could not be asked: nothing changed,
+    /// the person may decide again in a moment.
+    Unavailable(ServiceError),
 }
 
 /// Administrators name the tenant; everyone else acts in their own.

@@ -44,18 +44,22 @@ pub fn service(db: Db, config: Config, shutdown: CancellationToken) -> service::
 }
 
 /// The gRPC routes of the session service, behind the principal verifier.
+/// With `config.broker_url`, subjects are checked against that broker.
 pub fn serve_options(
     db: Db,
     config: Config,
     key: InternalKey,
     shutdown: CancellationToken,
-) -> ServeOptions {
-    let grpc = grpc::Grpc {
-        service: service(db, config, shutdown),
-    };
+) -> Result<ServeOptions, ithaca_kit::client::BadUrl> {
+    let broker_url = config.broker_url.clone();
+    let mut service = service(db, config, shutdown);
+    if let Some(url) = broker_url {
+        service = service.with_broker(&url, key.clone())?;
+    }
+    let grpc = grpc::Grpc { service };
     let server = SessionServiceServer::with_interceptor(grpc, Verifier::new(key));
-    ServeOptions::new(
+    Ok(ServeOptions::new(
         vec![ithaca_proto::service_names::SESSION],
         Routes::new(server),
-    )
+    ))
 }
