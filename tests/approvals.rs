@@ -7,9 +7,9 @@ mod common;
 use ithaca_kit::client::Outbound;
 use ithaca_kit::json;
 use ithaca_kit::principal::{Principal, VerifiedKey};
-use ithaca_proto::auth::v1 as apb;
 use ithaca_proto::approvals::v1 as pb;
 use ithaca_proto::approvals::v1::approvals_service_client::ApprovalsServiceClient;
+use ithaca_proto::auth::v1 as apb;
 use ithaca_proto::session::v1 as spb;
 use ithaca_proto::skills::v1 as kpb;
 use ithaca_proto::skills::v1::skills_service_client::SkillsServiceClient;
@@ -275,8 +275,11 @@ fn promote(id: &str) -> pb::RequestApprovalRequest {
 async fn promotion_needs_policy_and_a_person() {
     let stack = Stack::start().await;
     let tenant = stack.tenant.as_str();
-    let (session, skills_url, approvals_url) =
-        (&stack.session, stack.skills_url.clone(), stack.approvals_url.clone());
+    let (session, skills_url, approvals_url) = (
+        &stack.session,
+        stack.skills_url.clone(),
+        stack.approvals_url.clone(),
+    );
     let agent = stack.agent().await;
     let mut sessions = common::session_client(&session.url, agent.clone());
     let in_session = stack.open_session(&agent).await;

@@ -782,21 +782,54 @@ mod plain {
         let page = get(&up, "/console/keys", &cookie).await;
         assert_eq!(page.status, 200, "{}", page.text());
         let token = csrf(&page);
-        let start = |title: &str| form(&[("csrf", &token), ("prompt", "replayed"), ("title", title)]);
-        let made = post(&up, "/console/sessions", Some(&cookie), &start("before sign-out")).await;
+        let start =
+            |title: &str| form(&[("csrf", &token), ("prompt", "replayed"), ("title", title)]);
+        let made = post(
+            &up,
+            "/console/sessions",
+            Some(&cookie),
+            &start("before sign-out"),
+        )
+        .await;
         assert_eq!(made.status, 303, "{}", made.text());
         assert_eq!(sessions_titled(&up, "before sign-out").await, 1);
 
-        let out = post(&up, "/console/sign-out", Some(&cookie), &form(&[("csrf", &token)])).await;
+        let out = post(
+            &up,
+            "/console/sign-out",
+            Some(&cookie),
+            &form(&[("csrf", &token)]),
+        )
+        .await;
         assert!(to_sign_in(&out), "{} {:?}", out.status, out.headers);
         // The same cookie, replayed: every page and form sends it to sign in.
         for path in ["/console/keys", "/console/sessions", "/console/approvals"] {
             let replayed = get(&up, path, &cookie).await;
-            assert!(to_sign_in(&replayed), "{path}: {} {}", replayed.status, replayed.text());
+            assert!(
+                to_sign_in(&replayed),
+                "{path}: {} {}",
+                replayed.status,
+                replayed.text()
+            );
         }
-        let replayed = post(&up, "/console/sessions", Some(&cookie), &start("after sign-out")).await;
-        assert!(to_sign_in(&replayed), "{} {}", replayed.status, replayed.text());
-        assert_eq!(sessions_titled(&up, "after sign-out").await, 0, "nothing created");
+        let replayed = post(
+            &up,
+            "/console/sessions",
+            Some(&cookie),
+            &start("after sign-out"),
+        )
+        .await;
+        assert!(
+            to_sign_in(&replayed),
+            "{} {}",
+            replayed.status,
+            replayed.text()
+        );
+        assert_eq!(
+            sessions_titled(&up, "after sign-out").await,
+            0,
+            "nothing created"
+        );
         // A new sign-in with the same key works (sign-out ended that one only).
         let again = sign_in(&up, &up.human).await;
         assert_eq!(get(&up, "/console/keys", &again).await.status, 200);
@@ -809,16 +842,33 @@ mod plain {
         let token = csrf(&page);
         common::auth_client(&up.auth_url, Principal::system(""))
             .revoke_key(apb::RevokeKeyRequest {
-                tenant_id: stack_info(&up)["tenant_id"].as_str().expect("tenant").to_owned(),
+                tenant_id: stack_info(&up)["tenant_id"]
+                    .as_str()
+                    .expect("tenant")
+                    .to_owned(),
                 key_id,
             })
             .await
             .expect("revoke");
         let replayed = get(&up, "/console/keys", &cookie).await;
-        assert!(to_sign_in(&replayed), "{} {}", replayed.status, replayed.text());
-        let body = form(&[("csrf", &token), ("prompt", "replayed"), ("title", "after revocation")]);
+        assert!(
+            to_sign_in(&replayed),
+            "{} {}",
+            replayed.status,
+            replayed.text()
+        );
+        let body = form(&[
+            ("csrf", &token),
+            ("prompt", "replayed"),
+            ("title", "after revocation"),
+        ]);
         let replayed = post(&up, "/console/sessions", Some(&cookie), &body).await;
-        assert!(to_sign_in(&replayed), "{} {}", replayed.status, replayed.text());
+        assert!(
+            to_sign_in(&replayed),
+            "{} {}",
+            replayed.status,
+            replayed.text()
+        );
         assert_eq!(sessions_titled(&up, "after revocation").await, 0);
     }
 
@@ -834,7 +884,10 @@ mod plain {
         let keys = || async {
             common::auth_client(&up.auth_url, Principal::system(""))
                 .list_keys(apb::ListKeysRequest {
-                    tenant_id: stack_info(&up)["tenant_id"].as_str().expect("tenant").to_owned(),
+                    tenant_id: stack_info(&up)["tenant_id"]
+                        .as_str()
+                        .expect("tenant")
+                        .to_owned(),
                     include_revoked: true,
                 })
                 .await
@@ -870,7 +923,10 @@ mod plain {
         for actor in [apb::Actor::Unspecified as i32, 7] {
             let err = common::auth_client(&up.auth_url, Principal::system(""))
                 .create_key(apb::CreateKeyRequest {
-                    tenant_id: stack_info(&up)["tenant_id"].as_str().expect("tenant").to_owned(),
+                    tenant_id: stack_info(&up)["tenant_id"]
+                        .as_str()
+                        .expect("tenant")
+                        .to_owned(),
                     scopes: vec!["data:read".into()],
                     actor,
                     label: "probe".into(),
@@ -905,10 +961,11 @@ mod plain {
             .tenant_id;
         let info = stack_info(&up);
         let broker_url = info["broker_url"].as_str().expect("broker url").to_owned();
-        let mut filters = ithaca_proto::broker::v1::filter_service_client::FilterServiceClient::with_interceptor(
-            ithaca_kit::client::channel(&broker_url).expect("url"),
-            ithaca_kit::client::Outbound::new(common::key(), Principal::system(&other)),
-        );
+        let mut filters =
+            ithaca_proto::broker::v1::filter_service_client::FilterServiceClient::with_interceptor(
+                ithaca_kit::client::channel(&broker_url).expect("url"),
+                ithaca_kit::client::Outbound::new(common::key(), Principal::system(&other)),
+            );
         let group = filters
             .add_filter_group(ithaca_proto::broker::v1::AddFilterGroupRequest {
                 tenant_id: other.clone(),
@@ -919,15 +976,19 @@ mod plain {
             .expect("group")
             .into_inner()
             .group_id;
-        let mut their_person = ithaca_proto::broker::v1::filter_service_client::FilterServiceClient::with_interceptor(
-            ithaca_kit::client::channel(&broker_url).expect("url"),
-            ithaca_kit::client::Outbound::new(common::key(), Principal::verified(ithaca_kit::principal::VerifiedKey {
-                tenant_id: other.clone(),
-                key_id: "their-person".into(),
-                scopes: vec!["data:read".into(), "filters:write".into()],
-                human: true,
-            })),
-        );
+        let mut their_person =
+            ithaca_proto::broker::v1::filter_service_client::FilterServiceClient::with_interceptor(
+                ithaca_kit::client::channel(&broker_url).expect("url"),
+                ithaca_kit::client::Outbound::new(
+                    common::key(),
+                    Principal::verified(ithaca_kit::principal::VerifiedKey {
+                        tenant_id: other.clone(),
+                        key_id: "their-person".into(),
+                        scopes: vec!["data:read".into(), "filters:write".into()],
+                        human: true,
+                    }),
+                ),
+            );
         let theirs = their_person
             .post_filter(ithaca_proto::broker::v1::PostFilterRequest {
                 name: "theirs".into(),
@@ -940,7 +1001,13 @@ mod plain {
             .into_inner()
             .filter_id;
         // The person's own filter.
-        ok(&call_as(&up, &up.human, "session_context", json!({"prompt": "set up"})).await);
+        ok(&call_as(
+            &up,
+            &up.human,
+            "session_context",
+            json!({"prompt": "set up"}),
+        )
+        .await);
         let targets = ok(&call_as(&up, &up.human, "get_filter_targets", json!({})).await);
         let group = targets["groups"][0]["group_id"].clone();
         let mine = ok(&call_as(
@@ -968,15 +1035,30 @@ mod plain {
         for (kind, id, status, title) in [
             ("filter", theirs.as_str(), 404, "theirs"),
             ("filter", "not-a-filter", 400, "not a filter"),
-            ("filter", "0191d2a4-0000-7000-8000-000000000000", 404, "no filter"),
+            (
+                "filter",
+                "0191d2a4-0000-7000-8000-000000000000",
+                404,
+                "no filter",
+            ),
             ("gcn_event", "GRB 990101A", 404, "no event"),
         ] {
-            let reply = post(&up, "/console/sessions", Some(&cookie), &start(kind, id, title)).await;
+            let reply = post(
+                &up,
+                "/console/sessions",
+                Some(&cookie),
+                &start(kind, id, title),
+            )
+            .await;
             let text = reply.text();
             assert_eq!(reply.status, status, "{kind} {id}: {text}");
             assert!(text.contains("subject_id"), "{kind} {id}: {text}");
             assert!(text.contains(id), "names the subject: {text}");
-            assert_eq!(sessions_titled(&up, title).await, 0, "{kind} {id}: no session");
+            assert_eq!(
+                sessions_titled(&up, title).await,
+                0,
+                "{kind} {id}: no session"
+            );
         }
         // Over MCP too, where a person's key opens a session on a subject.
         let refused = call_as(
@@ -987,9 +1069,20 @@ mod plain {
         )
         .await;
         let error = common::tool_error(&refused);
-        assert!(error["message"].as_str().is_some_and(|m| m.contains(&theirs)), "{error}");
+        assert!(
+            error["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(&theirs)),
+            "{error}"
+        );
         // The person's own filter is fine.
-        let reply = post(&up, "/console/sessions", Some(&cookie), &start("filter", &mine, "mine")).await;
+        let reply = post(
+            &up,
+            "/console/sessions",
+            Some(&cookie),
+            &start("filter", &mine, "mine"),
+        )
+        .await;
         assert_eq!(reply.status, 303, "{}", reply.text());
         assert_eq!(sessions_titled(&up, "mine").await, 1);
     }

@@ -461,7 +461,11 @@ async fn every_session_scoped_tool_acts_on_the_pinned_session() {
                 .collect::<Vec<_>>()
         );
     }
-    assert_eq!(traces.status(&plain).await, "closed", "the pinned one closed");
+    assert_eq!(
+        traces.status(&plain).await,
+        "closed",
+        "the pinned one closed"
+    );
     assert_eq!(
         traces.status(&current).await,
         "open",

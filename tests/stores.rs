@@ -908,9 +908,24 @@ mod session {
         // tenant's filter is as missing as no filter; a malformed id and
         // an unknown event are refused too, each naming the subject.
         for (who, kind, id, code) in [
-            (common::human("tenant-b", "person-b"), "filter", filter.as_str(), Code::NotFound),
-            (person.clone(), "filter", "not-a-filter", Code::InvalidArgument),
-            (person.clone(), "filter", "0191d2a4-0000-7000-8000-000000000000", Code::NotFound),
+            (
+                common::human("tenant-b", "person-b"),
+                "filter",
+                filter.as_str(),
+                Code::NotFound,
+            ),
+            (
+                person.clone(),
+                "filter",
+                "not-a-filter",
+                Code::InvalidArgument,
+            ),
+            (
+                person.clone(),
+                "filter",
+                "0191d2a4-0000-7000-8000-000000000000",
+                Code::NotFound,
+            ),
             (person.clone(), "gcn_event", "GRB 990101A", Code::NotFound),
         ] {
             let request = OpenRequest {

@@ -10,6 +10,7 @@
 //! service, a method and an encoded request.
 
 use crate::model::{ApprovalStatus, Decision};
+use crate::requester::Blocked;
 use crate::store::{ApprovalRow, Change, PolicyRow, Store};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
@@ -19,8 +20,6 @@ use ithaca_kit::error::{Code, ServiceError};
 use ithaca_kit::id::TenantId;
 use ithaca_kit::json;
 use ithaca_kit::principal::{Actor, InternalKey, Principal};
-use ithaca_proto::auth::v1 as apb;
-use ithaca_proto::auth::v1::auth_service_client::AuthServiceClient;
 use ithaca_proto::mcp::v1 as mcp;
 use ithaca_proto::session::v1 as spb;
 use ithaca_proto::session::v1::session_service_client::SessionServiceClient;
@@ -79,8 +78,8 @@ pub struct ApprovalsService {
     key: InternalKey,
     /// The owning services, by the package prefix of their gRPC names.
     owners: Vec<(&'static str, Channel)>,
-    session: Option<Channel>,
-    auth: Option<Channel>,
+    pub(crate) session: Option<Channel>,
+    pub(crate) auth: Option<Channel>,
 }
 
 /// A call of an approval-required tool, as the edge files it.
@@ -510,31 +509,19 @@ impl ApprovalsService {
                 Blocked::Unavailable(err) => return Err(err),
                 Blocked::Refused(code, message) => (code, message),
             };
-            let result = json!({"error": code, "message": message}).to_string();
-            let change = Change {
+            let decision = Change {
                 decided_by: Some(&decided_by),
                 note: Some(note),
-                result: Some(&result),
+                result: None,
             };
-            let moved = self
-                .store
-                .transition(
-                    &approval.approval_id,
-                    ApprovalStatus::Pending,
-                    ApprovalStatus::Failed,
-                    &change,
-                    now,
-                )
-                .await?;
-            if !moved {
+            if !self
+                .not_run(&approval, ApprovalStatus::Pending, decision, code, &message)
+                .await?
+            {
                 return Err(already());
             }
             self.trace(&requester, spb::EventType::Approval, json!({"approval_id": approval.approval_id, "tool": approval.tool, "status": ApprovalStatus::Failed.as_str(), "error": code, "decided_by": decided_by})).await;
-            tracing::info!(approval_id = %approval.approval_id, error = code, "approved call not run");
-            return Err(ServiceError::precondition(format!(
-                "approval_id: {message}; the call did not run"
-            ))
-            .with_domain(code));
+            return Err(not_run_error(code, &message, false));
         }
         let change = Change {
             decided_by: Some(&decided_by),
@@ -567,6 +554,7 @@ impl ApprovalsService {
             .record(&requester, spb::EventType::Approval, decided)
             .await
         {
+            tracing::warn!(approval_id = %approval.approval_id, error = %status.message(), "the approval could not be traced");
             let closed = matches!(
                 status.code(),
                 tonic::Code::FailedPrecondition | tonic::Code::NotFound
@@ -574,136 +562,58 @@ impl ApprovalsService {
             let (code, message) = if closed {
                 (
                     SESSION_CLOSED,
-                    "the requester's session accepts no more events".to_owned(),
+                    "the requester's session accepts no more events",
                 )
             } else {
                 (
                     "TRACE_UNAVAILABLE",
-                    "the requester's session could not record the approval".to_owned(),
+                    "the requester's session could not record the approval",
                 )
             };
-            tracing::warn!(approval_id = %approval.approval_id, error = %status.message(), "approved call not run: its approval could not be traced");
-            let result = json!({"error": code, "message": message}).to_string();
-            let change = Change {
-                decided_by: None,
-                note: None,
-                result: Some(&result),
-            };
-            self.store
-                .transition(
-                    &approval.approval_id,
-                    ApprovalStatus::Approved,
-                    ApprovalStatus::Failed,
-                    &change,
-                    clock::now_ms(),
-                )
-                .await?;
-            let err = if closed {
-                ServiceError::precondition(format!(
-                    "approval_id: {message}; the call did not run"
-                ))
-            } else {
-                ServiceError::new(
-                    Code::Unavailable,
-                    format!("approval_id: {message}; the call did not run"),
-                )
-            };
-            return Err(err.with_domain(code));
+            self.not_run(
+                &approval,
+                ApprovalStatus::Approved,
+                Change::default(),
+                code,
+                message,
+            )
+            .await?;
+            return Err(not_run_error(code, message, !closed));
         }
         self.execute(&requester, &approval).await?;
         self.get(caller, tenant_id, &approval.approval_id).await
     }
 
-    /// Whether an approved call may run as `requester` now: their key (when
-    /// they have one) is still active, asked of auth; and their session is
-    /// open, asked of the session service, so every step of the call can be
-    /// traced. A service that cannot be asked refuses the decision for now
-    /// and changes nothing.
-    async fn may_run_as(&self, requester: &Principal) -> Result<(), Blocked> {
-        if !requester.key_id().is_empty() {
-            let Some(auth) = &self.auth else {
-                return Err(Blocked::Unavailable(ServiceError::new(
-                    Code::Unavailable,
-                    "auth: no auth service is configured here to check the requester's key",
-                )));
-            };
-            let mut request = tonic::Request::new(apb::GetKeyRequest {
-                tenant_id: requester.tenant_id().to_owned(),
-                key_id: requester.key_id().to_owned(),
-            });
-            request.set_timeout(OWNER_TIMEOUT);
-            // Asking about a key is an administrator's question: the
-            // approvals service asks as the system, in the requester's
-            // tenant.
-            self.sign(&mut request, &Principal::system(requester.tenant_id()));
-            let key_id = requester.key_id();
-            match AuthServiceClient::new(auth.clone()).get_key(request).await {
-                Ok(key) if key.get_ref().revoked_at.is_empty() => {}
-                Ok(key) => {
-                    return Err(Blocked::Refused(
-                        REQUESTER_REVOKED,
-                        format!(
-                            "the requester's key {key_id} was revoked at {}",
-                            key.get_ref().revoked_at
-                        ),
-                    ));
-                }
-                Err(status) if status.code() == tonic::Code::NotFound => {
-                    return Err(Blocked::Refused(
-                        REQUESTER_REVOKED,
-                        format!("the requester's key {key_id} no longer exists"),
-                    ));
-                }
-                Err(status) => {
-                    tracing::warn!(error = %status.message(), "checking the requester's key failed");
-                    return Err(Blocked::Unavailable(ServiceError::new(
-                        Code::Unavailable,
-                        "auth: the requester's key could not be checked; retry in a moment",
-                    )));
-                }
-            }
-        }
-        let Some(session) = &self.session else {
-            return Err(Blocked::Unavailable(ServiceError::new(
-                Code::Unavailable,
-                "session: no session service is configured here to trace the call",
-            )));
+    /// Record that an approved call was not run: `from` → `failed`, with
+    /// `code` and `message` as its result (and the decision in `change`).
+    /// False when the request was no longer `from` (decided meanwhile).
+    async fn not_run(
+        &self,
+        approval: &ApprovalRow,
+        from: ApprovalStatus,
+        change: Change<'_>,
+        code: &str,
+        message: &str,
+    ) -> Result<bool, ServiceError> {
+        let result = json!({"error": code, "message": message}).to_string();
+        let change = Change {
+            result: Some(&result),
+            ..change
         };
-        let Some(session_id) = requester.session_id() else {
-            return Err(Blocked::Refused(
-                SESSION_CLOSED,
-                "the request was filed in no session, so its steps cannot be traced".to_owned(),
-            ));
-        };
-        let mut request = tonic::Request::new(spb::GetSessionRequest {
-            session_id: session_id.to_owned(),
-        });
-        request.set_timeout(OWNER_TIMEOUT);
-        self.sign(&mut request, requester);
-        match SessionServiceClient::new(session.clone())
-            .get_session(request)
-            .await
-        {
-            Ok(s) if s.get_ref().status == "open" => Ok(()),
-            Ok(s) => Err(Blocked::Refused(
-                SESSION_CLOSED,
-                format!(
-                    "the requester's session {session_id} is {}",
-                    s.get_ref().status
-                ),
-            )),
-            Err(status) if status.code() == tonic::Code::NotFound => Err(Blocked::Refused(
-                SESSION_CLOSED,
-                format!("the requester's session {session_id} no longer exists"),
-            )),
-            Err(status) => {
-                tracing::warn!(error = %status.message(), "checking the requester's session failed");
-                Err(Blocked::Unavailable(ServiceError::new(
-                    Code::Unavailable,
-                    "session: the requester's session could not be checked; retry in a moment",
-                )))
-            }
+        let moved = self
+            .store
+            .transition(
+                &approval.approval_id,
+                from,
+                ApprovalStatus::Failed,
+                &change,
+                clock::now_ms(),
+            )
+            .await?;
+        if moved {
+            tracing::info!(approval_id = %approval.approval_id, error = code, "approved call not run");
         }
+        Ok(moved)
     }
 
     /// Run an approved call against its owning service as the requester,
@@ -776,7 +686,7 @@ impl ApprovalsService {
         Ok(response)
     }
 
-    fn sign<T>(&self, request: &mut tonic::Request<T>, principal: &Principal) {
+    pub(crate) fn sign<T>(&self, request: &mut tonic::Request<T>, principal: &Principal) {
         self.key.sign(request, principal);
     }
 
@@ -817,13 +727,16 @@ impl ApprovalsService {
     }
 }
 
-/// Why an approved call may not run as its requester now.
-enum Blocked {
-    /// Never, with this domain code and reason: the request fails.
-    Refused(&'static str, String),
-    /// Auth or the session service could not be asked: nothing changed,
-    /// the person may decide again in a moment.
-    Unavailable(ServiceError),
+/// The refusal of a decision whose call did not run: a precondition that
+/// will not change (`retry` false), or a trace that could not be written.
+fn not_run_error(code: &'static str, message: &str, retry: bool) -> ServiceError {
+    let text = format!("approval_id: {message}; the call did not run");
+    let err = if retry {
+        ServiceError::new(Code::Unavailable, text)
+    } else {
+        ServiceError::precondition(text)
+    };
+    err.with_domain(code)
 }
 
 /// Administrators name the tenant; everyone else acts in their own.

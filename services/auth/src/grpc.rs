@@ -1,8 +1,8 @@
 //! The tonic adapter: protobuf in, domain call, protobuf out. No logic here.
 
 use crate::model::KeyActor;
-use crate::service::{AuthService, KeySpec};
 use crate::service::Verified;
+use crate::service::{AuthService, KeySpec};
 use crate::store::{KeyRow, SignInRow, TenantRow};
 use ithaca_kit::clock;
 use ithaca_kit::principal;

@@ -5,12 +5,14 @@
 //! - [`service`]: `session_context` (seed 002), close/archive, the current
 //!   session per (tenant, agent), appends, reads and live tails.
 //! - [`store`]: the SQL (SQLite and PostgreSQL) and the gap-free `seq`.
+//! - `subject`: a session's subject checked against the broker, with the
+//!   person's principal, when it is set.
 //! - [`tail`]: live notification fan-out, with LISTEN/NOTIFY on PostgreSQL.
 //! - [`grpc`]: the `ithaca.session.v1.SessionService` adapter.
 //!
 //! Every query is filtered by the caller's asserted tenant: another tenant's
 //! session is NOT_FOUND. This crate depends on the kit and the proto crate,
-//! never on another service.
+//! never on another service: it asks the broker over gRPC.
 
 #![forbid(unsafe_code)]
 
@@ -19,6 +21,7 @@ pub mod model;
 pub mod record;
 pub mod service;
 pub mod store;
+mod subject;
 pub mod tail;
 
 pub use service::Config;

@@ -6,14 +6,10 @@ use crate::store::{
     AppendScope, EventRow, ListQuery, NewEvent, PromptRow, Refusal, SessionRow, Store,
 };
 use crate::tail::Notifier;
-use ithaca_kit::client::BadUrl;
 use ithaca_kit::clock;
-use ithaca_kit::error::{Code, ServiceError};
+use ithaca_kit::error::ServiceError;
 use ithaca_kit::id::{SessionId, TenantId};
 use ithaca_kit::principal::{Actor, InternalKey, Principal};
-use ithaca_proto::broker::v1 as bpb;
-use ithaca_proto::broker::v1::filter_service_client::FilterServiceClient;
-use ithaca_proto::broker::v1::gcn_service_client::GcnServiceClient;
 use ithaca_kit::propagation;
 use ithaca_proto::session::v1::EventType;
 use serde_json::json;
@@ -93,7 +89,7 @@ pub struct SessionService {
     shutdown: CancellationToken,
     /// Where a subject is checked, and the key that signs the person's
     /// principal for it ([`SessionService::with_broker`]).
-    broker: Option<(Channel, InternalKey)>,
+    pub(crate) broker: Option<(Channel, InternalKey)>,
 }
 
 impl SessionService {
@@ -109,13 +105,6 @@ impl SessionService {
         };
         service.spawn_sweeper();
         service
-    }
-
-    /// The same service, checking subjects against the broker at `url`
-    /// with the caller's principal signed by `key`.
-    pub fn with_broker(mut self, url: &str, key: InternalKey) -> Result<Self, BadUrl> {
-        self.broker = Some((ithaca_kit::client::channel(url)?, key));
-        Ok(self)
     }
 
     /// Close idle sessions and archive old closed ones, every
@@ -361,62 +350,6 @@ impl SessionService {
             last_seq: events.last().map_or(0, |e| e.seq),
             ..row
         })
-    }
-
-    /// The subject `kind`/`id` as its owning service knows it, asked with
-    /// the caller's own principal: another tenant's filter, or an id that
-    /// names nothing, is refused here, so no session is ever opened on it.
-    /// Returns the owner's canonical id (a GCN event named by an alias is
-    /// stored by its dateobs).
-    async fn checked_subject(
-        &self,
-        caller: &Principal,
-        kind: &str,
-        id: &str,
-    ) -> Result<(String, String), ServiceError> {
-        let Some((channel, key)) = &self.broker else {
-            return Err(ServiceError::new(
-                Code::Unavailable,
-                "subject_kind: no broker service is configured here to check the subject",
-            ));
-        };
-        let answer = match kind {
-            "filter" => {
-                let mut request = tonic::Request::new(bpb::GetBrokerFilterRequest {
-                    filter_id: id.to_owned(),
-                    matches_limit: Some(0),
-                });
-                request.set_timeout(SUBJECT_CHECK_TIMEOUT);
-                key.sign(&mut request, caller);
-                FilterServiceClient::new(channel.clone())
-                    .get_broker_filter(request)
-                    .await
-                    .map(|f| f.into_inner().filter_id)
-            }
-            "gcn_event" => {
-                let mut request = tonic::Request::new(bpb::GetGcnEventRequest {
-                    dateobs: id.to_owned(),
-                    include_bodies: Some(false),
-                });
-                request.set_timeout(SUBJECT_CHECK_TIMEOUT);
-                key.sign(&mut request, caller);
-                GcnServiceClient::new(channel.clone())
-                    .get_gcn_event(request)
-                    .await
-                    .map(|e| e.into_inner().dateobs)
-            }
-            // check_subject let only the known kinds through.
-            other => {
-                return Err(ServiceError::invalid(format!(
-                    "subject_kind: {other:?} is not a subject"
-                )));
-            }
-        };
-        match answer {
-            Ok(canonical) if !canonical.is_empty() => Ok((kind.to_owned(), canonical)),
-            Ok(_) => Ok((kind.to_owned(), id.to_owned())),
-            Err(status) => Err(subject_refusal(kind, id, &status)),
-        }
     }
 
     /// [`SessionService::open`], and the open session this agent worked in
@@ -980,36 +913,6 @@ fn agent(caller: &Principal) -> Result<&str, ServiceError> {
         return Err(ServiceError::invalid("the caller has no agent id"));
     }
     Ok(agent)
-}
-
-/// How long the broker may take to say whether a subject exists.
-const SUBJECT_CHECK_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Why a subject was refused, naming it: the broker found no such object
-/// for this caller (another tenant's is the same as a missing one), or the
-/// id is not one of its kind; anything else is the broker being unable to
-/// answer.
-fn subject_refusal(kind: &str, id: &str, status: &tonic::Status) -> ServiceError {
-    match status.code() {
-        tonic::Code::NotFound => ServiceError::not_found(format!(
-            "subject_id: no {kind} {id:?} in this tenant"
-        ))
-        .with_domain("SUBJECT_NOT_FOUND"),
-        tonic::Code::InvalidArgument => {
-            let why: String = status.message().chars().take(200).collect();
-            ServiceError::invalid(format!("subject_id: {id:?} is not a {kind} id ({why})"))
-        }
-        tonic::Code::PermissionDenied | tonic::Code::Unauthenticated => ServiceError::denied(
-            format!("subject_id: this key may not read {kind} {id:?}"),
-        ),
-        code => {
-            tracing::warn!(?code, error = %status.message(), kind, "checking a subject failed");
-            ServiceError::new(
-                Code::Unavailable,
-                format!("subject_id: the broker could not check {kind} {id:?}; retry in a moment"),
-            )
-        }
-    }
 }
 
 fn not_found(session_id: &str) -> ServiceError {
