@@ -50,7 +50,10 @@ pub struct Spec {
     pub schema: String,
     pub key: InternalKey,
     pub public_url: String,
-    /// Services this one calls (skills calls broker and session).
+    /// Services this one calls (skills calls broker and session; session
+    /// calls broker to check subjects; approvals calls auth, session and
+    /// the owning services).
+    pub auth_url: Option<String>,
     pub broker_url: Option<String>,
     pub session_url: Option<String>,
     pub skills_url: Option<String>,
@@ -79,6 +82,7 @@ pub async fn start(spec: Spec) -> anyhow::Result<JoinHandle<anyhow::Result<()>>>
         schema,
         key,
         public_url,
+        auth_url,
         broker_url,
         session_url,
         skills_url,
@@ -101,6 +105,7 @@ pub async fn start(spec: Spec) -> anyhow::Result<JoinHandle<anyhow::Result<()>>>
             schema_db = Some(db.clone());
             let config = ithaca_session::Config {
                 public_url,
+                broker_url,
                 idle_timeout: env_secs(
                     "ITHACA_SESSION_IDLE_TIMEOUT_SECS",
                     ithaca_session::service::DEFAULT_IDLE_TIMEOUT,
@@ -111,7 +116,7 @@ pub async fn start(spec: Spec) -> anyhow::Result<JoinHandle<anyhow::Result<()>>>
                 )?,
                 ..Default::default()
             };
-            ithaca_session::serve_options(db, config, key, shutdown.clone())
+            ithaca_session::serve_options(db, config, key, shutdown.clone())?
         }
         Service::Broker => {
             let db = ithaca_broker::open_db(&database_url, &schema)
@@ -143,6 +148,7 @@ pub async fn start(spec: Spec) -> anyhow::Result<JoinHandle<anyhow::Result<()>>>
                 .with_context(|| format!("opening the {service} database"))?;
             schema_db = Some(db.clone());
             let config = ithaca_approvals::Config {
+                auth_url,
                 skills_url,
                 session_url,
                 broker_url,
@@ -187,6 +193,7 @@ pub async fn run(common: &CommonArgs, args: ServeArgs) -> anyhow::Result<()> {
             .unwrap_or_else(|| format!("ithaca_{}", args.service)),
         key,
         public_url: args.public_url,
+        auth_url: args.edge.auth_url.clone(),
         broker_url: args.edge.broker_url.clone(),
         session_url: args.edge.session_url.clone(),
         skills_url: args.edge.skills_url.clone(),

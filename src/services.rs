@@ -52,9 +52,16 @@ impl Service {
     /// in a local stack (the edge calls every other one).
     pub fn dependencies(self) -> &'static [Service] {
         match self {
-            Service::Auth | Service::Session | Service::Broker => &[],
+            Service::Auth | Service::Broker => &[],
+            // Session asks the broker whether a session's subject exists.
+            Service::Session => &[Service::Broker],
             Service::Skills => &[Service::Broker, Service::Session],
-            Service::Approvals => &[Service::Session, Service::Skills, Service::Broker],
+            Service::Approvals => &[
+                Service::Auth,
+                Service::Session,
+                Service::Skills,
+                Service::Broker,
+            ],
             Service::Edge => &[
                 Service::Auth,
                 Service::Session,

@@ -140,6 +140,7 @@ pub async fn start_services(
             schema: format!("ithaca_{service}"),
             key: key.clone(),
             public_url: options.public_url.to_owned(),
+            auth_url: url_of(&urls, Service::Auth),
             broker_url: url_of(&urls, Service::Broker),
             session_url: url_of(&urls, Service::Session),
             skills_url: url_of(&urls, Service::Skills),

@@ -642,6 +642,452 @@ fn ok(result: &Value) -> Value {
     result["structuredContent"].clone()
 }
 
+/// The console over plain HTTP, as a replayed request reaches it: no
+/// browser, so these run everywhere (issue 28, items 10 to 12).
+mod plain {
+    use super::*;
+    use ithaca_kit::principal::Principal;
+    use ithaca_proto::auth::v1 as apb;
+
+    /// `application/x-www-form-urlencoded` of `pairs`.
+    fn form(pairs: &[(&str, &str)]) -> String {
+        pairs
+            .iter()
+            .map(|(k, v)| {
+                let mut out = format!("{k}=");
+                for b in v.bytes() {
+                    match b {
+                        b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => {
+                            out.push(b as char)
+                        }
+                        b' ' => out.push('+'),
+                        _ => out.push_str(&format!("%{b:02X}")),
+                    }
+                }
+                out
+            })
+            .collect::<Vec<_>>()
+            .join("&")
+    }
+
+    fn origin(up: &Up) -> String {
+        up.url.trim_end_matches('/').to_owned()
+    }
+
+    async fn get(up: &Up, path: &str, cookie: &str) -> http::Reply {
+        let cookie = format!("ithaca_console={cookie}");
+        http::request(&up.url, "GET", path, &[("Cookie", &cookie)], b"").await
+    }
+
+    async fn post(up: &Up, path: &str, cookie: Option<&str>, body: &str) -> http::Reply {
+        let origin = origin(up);
+        let cookie = cookie.map(|c| format!("ithaca_console={c}"));
+        let mut headers = vec![
+            ("Content-Type", "application/x-www-form-urlencoded"),
+            ("Origin", origin.as_str()),
+        ];
+        if let Some(c) = &cookie {
+            headers.push(("Cookie", c.as_str()));
+        }
+        http::request(&up.url, "POST", path, &headers, body.as_bytes()).await
+    }
+
+    /// Sign in with `key`: the cookie's value.
+    async fn sign_in(up: &Up, key: &str) -> String {
+        let reply = post(up, "/console/sign-in", None, &form(&[("key", key)])).await;
+        assert_eq!(reply.status, 303, "{}", reply.text());
+        reply
+            .headers
+            .iter()
+            .filter(|(k, _)| k.eq_ignore_ascii_case("set-cookie"))
+            .find_map(|(_, v)| {
+                let value = v.strip_prefix("ithaca_console=")?.split(';').next()?;
+                (!value.is_empty()).then(|| value.to_owned())
+            })
+            .unwrap_or_else(|| panic!("no cookie: {:?}", reply.headers))
+    }
+
+    /// The CSRF token of a signed-in page.
+    fn csrf(page: &http::Reply) -> String {
+        let text = page.text();
+        let at = text
+            .find("name=\"csrf\" value=\"")
+            .unwrap_or_else(|| panic!("no csrf field: {text}"));
+        let rest = &text[at + "name=\"csrf\" value=\"".len()..];
+        rest[..rest.find('"').expect("end of value")].to_owned()
+    }
+
+    /// Whether `reply` sends the browser to sign in.
+    fn to_sign_in(reply: &http::Reply) -> bool {
+        reply.status == 303
+            && reply
+                .header("location")
+                .is_some_and(|l| l.starts_with("/console/sign-in"))
+    }
+
+    fn stack_info(up: &Up) -> Value {
+        let text = std::fs::read_to_string(up.data_dir.join("stack.json")).expect("stack.json");
+        serde_json::from_str(&text).expect("json")
+    }
+
+    /// A new human key of the stack's tenant: (token, key id).
+    async fn human_key(up: &Up) -> (String, String) {
+        let tenant = stack_info(up)["tenant_id"]
+            .as_str()
+            .expect("tenant")
+            .to_owned();
+        let created = common::auth_client(&up.auth_url, Principal::system(""))
+            .create_key(apb::CreateKeyRequest {
+                tenant_id: tenant,
+                scopes: vec!["data:read".into()],
+                actor: apb::Actor::Human as i32,
+                label: "replay".into(),
+                env: String::new(),
+            })
+            .await
+            .expect("create key")
+            .into_inner();
+        (created.token, created.key.expect("key").key_id)
+    }
+
+    /// How many sessions the tenant has, by title.
+    async fn sessions_titled(up: &Up, title: &str) -> usize {
+        let info = stack_info(up);
+        let mut client = common::session_client(
+            info["session_url"].as_str().expect("session url"),
+            Principal::system(info["tenant_id"].as_str().expect("tenant")),
+        );
+        let listed = client
+            .list_sessions(ithaca_proto::session::v1::ListSessionsRequest {
+                limit: 100,
+                ..Default::default()
+            })
+            .await
+            .expect("list")
+            .into_inner();
+        listed
+            .sessions
+            .iter()
+            .filter(|s| s.session.as_ref().is_some_and(|d| d.title == title))
+            .count()
+    }
+
+    /// Item 10: a cookie kept from before sign-out, or from before the
+    /// key was revoked, is refused at once: it reads nothing and creates
+    /// nothing. (Before, it worked for its eight hours.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_cookie_replayed_after_sign_out_or_revocation_is_refused() {
+        let up = up();
+        let cookie = sign_in(&up, &up.human).await;
+        let page = get(&up, "/console/keys", &cookie).await;
+        assert_eq!(page.status, 200, "{}", page.text());
+        let token = csrf(&page);
+        let start =
+            |title: &str| form(&[("csrf", &token), ("prompt", "replayed"), ("title", title)]);
+        let made = post(
+            &up,
+            "/console/sessions",
+            Some(&cookie),
+            &start("before sign-out"),
+        )
+        .await;
+        assert_eq!(made.status, 303, "{}", made.text());
+        assert_eq!(sessions_titled(&up, "before sign-out").await, 1);
+
+        let out = post(
+            &up,
+            "/console/sign-out",
+            Some(&cookie),
+            &form(&[("csrf", &token)]),
+        )
+        .await;
+        assert!(to_sign_in(&out), "{} {:?}", out.status, out.headers);
+        // The same cookie, replayed: every page and form sends it to sign in.
+        for path in ["/console/keys", "/console/sessions", "/console/approvals"] {
+            let replayed = get(&up, path, &cookie).await;
+            assert!(
+                to_sign_in(&replayed),
+                "{path}: {} {}",
+                replayed.status,
+                replayed.text()
+            );
+        }
+        let replayed = post(
+            &up,
+            "/console/sessions",
+            Some(&cookie),
+            &start("after sign-out"),
+        )
+        .await;
+        assert!(
+            to_sign_in(&replayed),
+            "{} {}",
+            replayed.status,
+            replayed.text()
+        );
+        assert_eq!(
+            sessions_titled(&up, "after sign-out").await,
+            0,
+            "nothing created"
+        );
+        // A new sign-in with the same key works (sign-out ended that one only).
+        let again = sign_in(&up, &up.human).await;
+        assert_eq!(get(&up, "/console/keys", &again).await.status, 200);
+
+        // Revoking the key ends its sign-in at once.
+        let (key, key_id) = human_key(&up).await;
+        let cookie = sign_in(&up, &key).await;
+        let page = get(&up, "/console/sessions", &cookie).await;
+        assert_eq!(page.status, 200, "{}", page.text());
+        let token = csrf(&page);
+        common::auth_client(&up.auth_url, Principal::system(""))
+            .revoke_key(apb::RevokeKeyRequest {
+                tenant_id: stack_info(&up)["tenant_id"]
+                    .as_str()
+                    .expect("tenant")
+                    .to_owned(),
+                key_id,
+            })
+            .await
+            .expect("revoke");
+        let replayed = get(&up, "/console/keys", &cookie).await;
+        assert!(
+            to_sign_in(&replayed),
+            "{} {}",
+            replayed.status,
+            replayed.text()
+        );
+        let body = form(&[
+            ("csrf", &token),
+            ("prompt", "replayed"),
+            ("title", "after revocation"),
+        ]);
+        let replayed = post(&up, "/console/sessions", Some(&cookie), &body).await;
+        assert!(
+            to_sign_in(&replayed),
+            "{} {}",
+            replayed.status,
+            replayed.text()
+        );
+        assert_eq!(sessions_titled(&up, "after revocation").await, 0);
+    }
+
+    /// Item 12: the key form refuses an actor it does not know, naming the
+    /// field and the allowed values; nothing is created. (Before, `system`
+    /// and `admin` made agent keys.) The auth RPC refuses the same.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_key_form_refuses_an_unknown_actor() {
+        let up = up();
+        let cookie = sign_in(&up, &up.human).await;
+        let page = get(&up, "/console/keys", &cookie).await;
+        let token = csrf(&page);
+        let keys = || async {
+            common::auth_client(&up.auth_url, Principal::system(""))
+                .list_keys(apb::ListKeysRequest {
+                    tenant_id: stack_info(&up)["tenant_id"]
+                        .as_str()
+                        .expect("tenant")
+                        .to_owned(),
+                    include_revoked: true,
+                })
+                .await
+                .expect("list")
+                .into_inner()
+                .keys
+                .len()
+        };
+        let before = keys().await;
+        for actor in ["system", "admin", "", "Human", "agent ", "<b>x</b>"] {
+            let body = form(&[
+                ("csrf", &token),
+                ("label", "probe"),
+                ("actor", actor),
+                ("scope", "data:read"),
+            ]);
+            let reply = post(&up, "/console/keys", Some(&cookie), &body).await;
+            let text = reply.text();
+            if actor.trim() == "agent" {
+                // Surrounding blanks are trimmed; still a known value.
+                assert_eq!(reply.status, 200, "{actor:?}: {text}");
+                continue;
+            }
+            assert_eq!(reply.status, 400, "{actor:?}: {text}");
+            assert!(text.contains("actor"), "{actor:?}: {text}");
+            assert!(text.contains("agent, human"), "{actor:?}: {text}");
+            assert!(!text.contains("<b>x</b>"), "escaped: {text}");
+            assert!(!text.contains("dmbg_"), "no token: {text}");
+        }
+        assert_eq!(keys().await, before + 1, "only the known actor made a key");
+
+        // The RPC: no actor, and a number that is no actor.
+        for actor in [apb::Actor::Unspecified as i32, 7] {
+            let err = common::auth_client(&up.auth_url, Principal::system(""))
+                .create_key(apb::CreateKeyRequest {
+                    tenant_id: stack_info(&up)["tenant_id"]
+                        .as_str()
+                        .expect("tenant")
+                        .to_owned(),
+                    scopes: vec!["data:read".into()],
+                    actor,
+                    label: "probe".into(),
+                    env: String::new(),
+                })
+                .await
+                .expect_err("no such actor");
+            assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+            assert!(err.message().starts_with("actor:"), "{}", err.message());
+            assert!(err.message().contains("human"), "{}", err.message());
+        }
+        assert_eq!(keys().await, before + 1);
+    }
+
+    /// Item 11: a session opened from the console on a subject must name
+    /// an object the person can see: another tenant's filter, or an id
+    /// that names no filter or event, is refused naming the subject, and
+    /// no session is made. (Before, both were accepted.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_session_subject_must_exist_in_the_persons_tenant() {
+        let up = up();
+        // Another tenant's filter.
+        let system = Principal::system("");
+        let mut auth = common::auth_client(&up.auth_url, system.clone());
+        let other = auth
+            .create_tenant(apb::CreateTenantRequest {
+                name: "other".into(),
+            })
+            .await
+            .expect("tenant")
+            .into_inner()
+            .tenant_id;
+        let info = stack_info(&up);
+        let broker_url = info["broker_url"].as_str().expect("broker url").to_owned();
+        let mut filters =
+            ithaca_proto::broker::v1::filter_service_client::FilterServiceClient::with_interceptor(
+                ithaca_kit::client::channel(&broker_url).expect("url"),
+                ithaca_kit::client::Outbound::new(common::key(), Principal::system(&other)),
+            );
+        let group = filters
+            .add_filter_group(ithaca_proto::broker::v1::AddFilterGroupRequest {
+                tenant_id: other.clone(),
+                name: "theirs".into(),
+                stream_ids: vec!["ztf-public".into()],
+            })
+            .await
+            .expect("group")
+            .into_inner()
+            .group_id;
+        let mut their_person =
+            ithaca_proto::broker::v1::filter_service_client::FilterServiceClient::with_interceptor(
+                ithaca_kit::client::channel(&broker_url).expect("url"),
+                ithaca_kit::client::Outbound::new(
+                    common::key(),
+                    Principal::verified(ithaca_kit::principal::VerifiedKey {
+                        tenant_id: other.clone(),
+                        key_id: "their-person".into(),
+                        scopes: vec!["data:read".into(), "filters:write".into()],
+                        human: true,
+                    }),
+                ),
+            );
+        let theirs = their_person
+            .post_filter(ithaca_proto::broker::v1::PostFilterRequest {
+                name: "theirs".into(),
+                group_id: group,
+                stream_id: "ztf-public".into(),
+                ..Default::default()
+            })
+            .await
+            .expect("their filter")
+            .into_inner()
+            .filter_id;
+        // The person's own filter.
+        ok(&call_as(
+            &up,
+            &up.human,
+            "session_context",
+            json!({"prompt": "set up"}),
+        )
+        .await);
+        let targets = ok(&call_as(&up, &up.human, "get_filter_targets", json!({})).await);
+        let group = targets["groups"][0]["group_id"].clone();
+        let mine = ok(&call_as(
+            &up,
+            &up.human,
+            "post_filter",
+            json!({"name": "mine", "group_id": group, "stream_id": "ztf-public"}),
+        )
+        .await)["filter_id"]
+            .as_str()
+            .expect("filter_id")
+            .to_owned();
+
+        let cookie = sign_in(&up, &up.human).await;
+        let token = csrf(&get(&up, "/console/sessions", &cookie).await);
+        let start = |kind: &str, id: &str, title: &str| {
+            form(&[
+                ("csrf", &token),
+                ("prompt", "on a subject"),
+                ("title", title),
+                ("subject_kind", kind),
+                ("subject_id", id),
+            ])
+        };
+        for (kind, id, status, title) in [
+            ("filter", theirs.as_str(), 404, "theirs"),
+            ("filter", "not-a-filter", 400, "not a filter"),
+            (
+                "filter",
+                "0191d2a4-0000-7000-8000-000000000000",
+                404,
+                "no filter",
+            ),
+            ("gcn_event", "GRB 990101A", 404, "no event"),
+        ] {
+            let reply = post(
+                &up,
+                "/console/sessions",
+                Some(&cookie),
+                &start(kind, id, title),
+            )
+            .await;
+            let text = reply.text();
+            assert_eq!(reply.status, status, "{kind} {id}: {text}");
+            assert!(text.contains("subject_id"), "{kind} {id}: {text}");
+            assert!(text.contains(id), "names the subject: {text}");
+            assert_eq!(
+                sessions_titled(&up, title).await,
+                0,
+                "{kind} {id}: no session"
+            );
+        }
+        // Over MCP too, where a person's key opens a session on a subject.
+        let refused = call_as(
+            &up,
+            &up.human,
+            "session_context",
+            json!({"prompt": "p", "subject_kind": "filter", "subject_id": theirs}),
+        )
+        .await;
+        let error = common::tool_error(&refused);
+        assert!(
+            error["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(&theirs)),
+            "{error}"
+        );
+        // The person's own filter is fine.
+        let reply = post(
+            &up,
+            "/console/sessions",
+            Some(&cookie),
+            &start("filter", &mine, "mine"),
+        )
+        .await;
+        assert_eq!(reply.status, 303, "{}", reply.text());
+        assert_eq!(sessions_titled(&up, "mine").await, 1);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn browser_filter_and_gcn_event_pages() {
     let Some(b) = browser("browser_filter_and_gcn_event_pages").await else {

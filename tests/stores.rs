@@ -76,6 +76,8 @@ mod auth {
         only_people_and_the_system_administer_keys,
         revoked_keys_no_longer_verify,
         bad_key_specs_name_the_field,
+        console_sign_ins_end_at_sign_out_and_with_their_key,
+        a_key_is_looked_up_by_id_within_its_tenant,
     );
 
     /// Two tenants and an agent key (`runs:write`, `data:read`) in the first.
@@ -257,6 +259,176 @@ mod auth {
             all.iter()
                 .any(|k| k.key_id == key_id && k.revoked_at_ms.is_some())
         );
+    }
+
+    /// The principal the edge makes of a verified key.
+    fn principal_of(key: &NewKey) -> Principal {
+        Principal::verified(ithaca_kit::principal::VerifiedKey {
+            tenant_id: key.row.tenant_id.to_string(),
+            key_id: key.row.key_id.to_string(),
+            scopes: key.row.scopes.split(' ').map(str::to_owned).collect(),
+            human: key.row.actor == KeyActor::Human,
+        })
+    }
+
+    /// Issue 28, item 10: a console sign-in is a record here. The token
+    /// verifies with its sign-in only while the record is open: sign-out
+    /// ends it, revoking the key ends all of the key's, and another key's
+    /// record, an unknown id or a malformed one never pass.
+    async fn console_sign_ins_end_at_sign_out_and_with_their_key(db: Db) {
+        let f = fixture(db).await;
+        let person_key = f
+            .svc
+            .create_key(
+                &f.system,
+                spec(&f.one.tenant_id, &["data:read"], KeyActor::Human),
+            )
+            .await
+            .expect("human key");
+        let person = principal_of(&person_key);
+        let token = &person_key.token;
+        let first = f.svc.open_sign_in(&person, 3600).await.expect("open");
+        let second = f.svc.open_sign_in(&person, 3600).await.expect("open");
+        assert_ne!(first.sign_in_id, second.sign_in_id);
+        assert!(first.ended_at_ms.is_none());
+        let verified = f
+            .svc
+            .verify_sign_in(&f.system, token, &first.sign_in_id)
+            .await
+            .expect("an open sign-in verifies");
+        assert_eq!(verified.key_id, person_key.row.key_id);
+
+        // Who may open one, and for how long.
+        let agent = principal_of(&f.created);
+        let err = f.svc.open_sign_in(&agent, 3600).await.expect_err("agent");
+        assert_eq!(err.code, Code::PermissionDenied);
+        for ttl in [0, 59, 86_401, -1] {
+            let err = f.svc.open_sign_in(&person, ttl).await.expect_err("ttl");
+            assert_eq!(err.code, Code::InvalidArgument, "{ttl}");
+            assert!(err.message.starts_with("ttl_secs"), "{}", err.message);
+        }
+        let err = f
+            .svc
+            .verify_sign_in(&person, token, &first.sign_in_id)
+            .await
+            .expect_err("only the system verifies");
+        assert_eq!(err.code, Code::PermissionDenied);
+
+        // Another key's token with this sign-in, or junk ids: the one
+        // refusal of every failed verification.
+        let other_person = f
+            .svc
+            .create_key(
+                &f.system,
+                spec(&f.one.tenant_id, &["data:read"], KeyActor::Human),
+            )
+            .await
+            .expect("human key");
+        let long = "a".repeat(10_000);
+        for (token, id) in [
+            (other_person.token.as_str(), first.sign_in_id.as_str()),
+            (token.as_str(), "0123456789abcdef0123456789abcdef"),
+            (token.as_str(), ""),
+            (token.as_str(), "not an id'; --"),
+            (token.as_str(), long.as_str()),
+        ] {
+            let err = f
+                .svc
+                .verify_sign_in(&f.system, token, id)
+                .await
+                .expect_err("refused");
+            assert_eq!(err.code, Code::Unauthenticated);
+            assert_eq!(err.message, ithaca_auth::service::INVALID_KEY);
+        }
+        // Another person cannot end it.
+        let err = f
+            .svc
+            .end_sign_in(&principal_of(&other_person), &first.sign_in_id)
+            .await
+            .expect_err("not theirs");
+        assert_eq!(err.code, Code::NotFound);
+
+        // Sign-out ends it (twice is fine); the other sign-in goes on.
+        let ended = f
+            .svc
+            .end_sign_in(&person, &first.sign_in_id)
+            .await
+            .expect("end");
+        assert!(ended.ended_at_ms.is_some());
+        f.svc
+            .end_sign_in(&person, &first.sign_in_id)
+            .await
+            .expect("end again");
+        let err = f
+            .svc
+            .verify_sign_in(&f.system, token, &first.sign_in_id)
+            .await
+            .expect_err("ended");
+        assert_eq!(err.code, Code::Unauthenticated);
+        f.svc
+            .verify_sign_in(&f.system, token, &second.sign_in_id)
+            .await
+            .expect("the other sign-in is open");
+
+        // Revoking the key ends every sign-in of it, in the record too.
+        f.svc
+            .revoke_key(&f.system, &f.one.tenant_id, &person_key.row.key_id)
+            .await
+            .expect("revoke");
+        let err = f
+            .svc
+            .verify_sign_in(&f.system, token, &second.sign_in_id)
+            .await
+            .expect_err("revoked");
+        assert_eq!(err.code, Code::Unauthenticated);
+        let row = f
+            .store
+            .find_sign_in(&second.sign_in_id)
+            .await
+            .expect("read")
+            .expect("row");
+        assert!(row.ended_at_ms.is_some(), "revocation ended it: {row:?}");
+    }
+
+    /// Issue 28, item 8: the approvals service asks whether a requester's
+    /// key is still active.
+    async fn a_key_is_looked_up_by_id_within_its_tenant(db: Db) {
+        let f = fixture(db).await;
+        let key_id = f.created.row.key_id.to_string();
+        let found = f
+            .svc
+            .get_key(&f.system, &f.one.tenant_id, &key_id)
+            .await
+            .expect("found");
+        assert!(found.revoked_at_ms.is_none());
+        let err = f
+            .svc
+            .get_key(&f.system, &f.two.tenant_id, &key_id)
+            .await
+            .expect_err("another tenant's key");
+        assert_eq!(err.code, Code::NotFound);
+        let err = f
+            .svc
+            .get_key(&common::agent(&f.one.tenant_id, "a"), "", &key_id)
+            .await
+            .expect_err("agents may not");
+        assert_eq!(err.code, Code::PermissionDenied);
+        let err = f
+            .svc
+            .get_key(&f.system, &f.one.tenant_id, "nope")
+            .await
+            .expect_err("bad id");
+        assert_eq!(err.code, Code::InvalidArgument);
+        f.svc
+            .revoke_key(&f.system, &f.one.tenant_id, &key_id)
+            .await
+            .expect("revoke");
+        let revoked = f
+            .svc
+            .get_key(&f.system, &f.one.tenant_id, &key_id)
+            .await
+            .expect("still found");
+        assert!(revoked.revoked_at_ms.is_some());
     }
 
     async fn bad_key_specs_name_the_field(db: Db) {
@@ -659,20 +831,121 @@ mod session {
             .expect("joined, so may close");
     }
 
-    /// Only a person sets a subject; the agent that joins by id works in it.
+    /// A broker serving on loopback (its own SQLite file) with one filter
+    /// of tenant-a, which a session may be opened on: (url, filter id).
+    async fn broker_with_a_filter(dir: &tempfile::TempDir) -> (String, String) {
+        use ithaca_proto::broker::v1 as bpb;
+        use ithaca_proto::broker::v1::filter_service_client::FilterServiceClient;
+        let db = ithaca_broker::open_db(&common::sqlite_path(dir, "broker"), "unused")
+            .await
+            .expect("broker db");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        tokio::spawn(ithaca_kit::server::serve(
+            listener,
+            ithaca_broker::serve_options(db, common::key()),
+            CancellationToken::new(),
+        ));
+        let client = |p: Principal| {
+            FilterServiceClient::with_interceptor(
+                ithaca_kit::client::channel(&url).expect("url"),
+                ithaca_kit::client::Outbound::new(common::key(), p),
+            )
+        };
+        let group = client(Principal::system("tenant-a"))
+            .add_filter_group(bpb::AddFilterGroupRequest {
+                tenant_id: "tenant-a".into(),
+                name: "g".into(),
+                stream_ids: vec!["ztf-public".into()],
+            })
+            .await
+            .expect("group")
+            .into_inner()
+            .group_id;
+        let writer = Principal::verified(ithaca_kit::principal::VerifiedKey {
+            tenant_id: "tenant-a".into(),
+            key_id: "person-a".into(),
+            scopes: vec!["data:read".into(), "filters:write".into()],
+            human: true,
+        });
+        let filter = client(writer)
+            .post_filter(bpb::PostFilterRequest {
+                name: "counterparts".into(),
+                group_id: group,
+                stream_id: "ztf-public".into(),
+                ..Default::default()
+            })
+            .await
+            .expect("filter")
+            .into_inner()
+            .filter_id;
+        (url, filter)
+    }
+
+    /// Only a person sets a subject, and only one the broker knows in
+    /// their tenant; the agent that joins by id works in it.
     async fn a_person_opens_a_session_on_a_subject_and_an_agent_joins_it(db: Db) {
         use ithaca_session::service::OpenRequest;
-        let svc = service(db);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (broker, filter) = broker_with_a_filter(&dir).await;
+        let svc = service(db.clone())
+            .with_broker(&broker, common::key())
+            .expect("broker url");
         let person = common::human("tenant-a", "person-a");
         let on_filter = OpenRequest {
             prompt: "Tighten the GRB counterpart filter.",
             subject_kind: Some("filter"),
-            subject_id: Some("flt_1"),
+            subject_id: Some(&filter),
             ..OpenRequest::default()
         };
         let opened = svc.open(&person, &on_filter).await.expect("a person may");
         assert_eq!(opened.subject_kind.as_deref(), Some("filter"));
-        assert_eq!(opened.subject_id.as_deref(), Some("flt_1"));
+        assert_eq!(opened.subject_id.as_deref(), Some(filter.as_str()));
+
+        // Issue 28, item 11: the subject must exist for this person. Another
+        // tenant's filter is as missing as no filter; a malformed id and
+        // an unknown event are refused too, each naming the subject.
+        for (who, kind, id, code) in [
+            (
+                common::human("tenant-b", "person-b"),
+                "filter",
+                filter.as_str(),
+                Code::NotFound,
+            ),
+            (
+                person.clone(),
+                "filter",
+                "not-a-filter",
+                Code::InvalidArgument,
+            ),
+            (
+                person.clone(),
+                "filter",
+                "0191d2a4-0000-7000-8000-000000000000",
+                Code::NotFound,
+            ),
+            (person.clone(), "gcn_event", "GRB 990101A", Code::NotFound),
+        ] {
+            let request = OpenRequest {
+                prompt: "p",
+                subject_kind: Some(kind),
+                subject_id: Some(id),
+                ..OpenRequest::default()
+            };
+            let err = svc.open(&who, &request).await.expect_err("no such subject");
+            assert_eq!(err.code, code, "{kind} {id}: {}", err.message);
+            assert!(err.message.starts_with("subject_id"), "{}", err.message);
+            assert!(err.message.contains(id), "{}", err.message);
+        }
+        // Without a broker to ask, no subject is taken on trust.
+        let unchecked = service(db).open(&person, &on_filter).await;
+        assert_eq!(
+            unchecked.expect_err("unchecked").code,
+            Code::Unavailable,
+            "refused, not accepted"
+        );
 
         // An agent may not open one, and says why.
         let err = svc.open(&alice(), &on_filter).await.expect_err("agent");
@@ -686,16 +959,18 @@ mod session {
         let current = svc.current(&alice()).await.expect("current");
         assert_eq!(current.session_id, opened.session_id);
         assert_eq!(current.subject_kind.as_deref(), Some("filter"));
-        assert_eq!(current.subject_id.as_deref(), Some("flt_1"));
+        assert_eq!(current.subject_id.as_deref(), Some(filter.as_str()));
 
         // The sessions opened on one object (the console's filter page).
         open(&svc).await;
-        let on = |id: &'static str| ithaca_session::service::ListFilter {
-            subject_kind: Some("filter"),
-            subject_id: Some(id),
-            ..Default::default()
-        };
-        let (listed, _) = svc.list(&person, &on("flt_1")).await.expect("list");
+        fn on(id: &str) -> ithaca_session::service::ListFilter<'_> {
+            ithaca_session::service::ListFilter {
+                subject_kind: Some("filter"),
+                subject_id: Some(id),
+                ..Default::default()
+            }
+        }
+        let (listed, _) = svc.list(&person, &on(&filter)).await.expect("list");
         let ids: Vec<_> = listed.iter().map(|r| r.session_id.clone()).collect();
         assert_eq!(ids, vec![opened.session_id.clone()]);
         let (none, _) = svc.list(&person, &on("flt_2")).await.expect("list");

@@ -5,19 +5,17 @@
 //! derived from the deployment's internal key. The AEAD both hides the claims
 //! (the key never reaches the browser in readable form, nor its logs) and
 //! signs them: a changed byte fails to open. The claims are the key's token,
-//! an expiry and a random CSRF nonce.
+//! the id of the sign-in the auth service recorded, an expiry and a random
+//! CSRF nonce.
 //!
-//! Why the token and not just its key id: every console request verifies the
-//! token again through the edge's [`Authenticator`] (cached at most
-//! [`MAX_CACHE_TTL`]), so revoking the key ends the console session within
-//! that window, with no session table anywhere (the console owns no state).
+//! Why the token and a sign-in id: every console request verifies both
+//! through the auth service (`VerifySignIn`, see [`crate::signins`]), so
+//! signing out or revoking the key ends the console session at once on
+//! every replica, while the console itself owns no state.
 //!
 //! CSRF: every state-changing form carries `HMAC(csrf key, nonce)`, the
 //! synchronizer token of this sign-in; the cookie is `SameSite=Strict` and
 //! POSTs from another origin are refused before the token is even read.
-//!
-//! [`Authenticator`]: ithaca_edge::auth::Authenticator
-//! [`MAX_CACHE_TTL`]: ithaca_edge::auth::MAX_CACHE_TTL
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -44,6 +42,11 @@ const MAX_LEN: usize = 4096;
 pub struct Claims {
     /// The human key's full token, re-verified on every request.
     pub token: String,
+    /// The auth service's record of this sign-in (`OpenSignIn`); the cookie
+    /// works only while it is open. Empty in cookies sealed before sign-ins
+    /// were recorded, which are refused.
+    #[serde(default)]
+    pub sign_in: String,
     /// Unix seconds after which the cookie is refused.
     pub exp: i64,
     /// Random per sign-in; the CSRF token is derived from it.
@@ -73,10 +76,12 @@ impl Sealer {
         }
     }
 
-    /// Fresh claims for `token`, valid `ttl_secs` from `now_secs`.
-    pub fn claims(token: &str, now_secs: i64, ttl_secs: i64) -> Claims {
+    /// Fresh claims for `token` and its sign-in, valid `ttl_secs` from
+    /// `now_secs`.
+    pub fn claims(token: &str, sign_in: &str, now_secs: i64, ttl_secs: i64) -> Claims {
         Claims {
             token: token.to_owned(),
+            sign_in: sign_in.to_owned(),
             exp: now_secs + ttl_secs,
             nonce: hex::encode(rand::random::<[u8; 16]>()),
         }
@@ -160,7 +165,7 @@ mod tests {
     #[test]
     fn round_trips_and_hides_the_token() {
         let s = sealer(1);
-        let claims = Sealer::claims("dmbg_test_abc_s3cret", 100, 60);
+        let claims = Sealer::claims("dmbg_test_abc_s3cret", "0123", 100, 60);
         let value = s.seal(&claims);
         assert!(!value.contains("s3cret"));
         assert_eq!(s.open(&value, 120), Some(claims));
@@ -169,7 +174,7 @@ mod tests {
     #[test]
     fn refuses_expired_tampered_and_foreign_cookies() {
         let s = sealer(1);
-        let value = s.seal(&Sealer::claims("tok", 100, 60));
+        let value = s.seal(&Sealer::claims("tok", "0123", 100, 60));
         assert_eq!(s.open(&value, 160), None, "expired");
         assert_eq!(sealer(2).open(&value, 120), None, "another deployment");
         let mut bytes = URL_SAFE_NO_PAD.decode(&value).expect("b64");
@@ -184,8 +189,8 @@ mod tests {
     #[test]
     fn csrf_tokens_belong_to_one_sign_in() {
         let s = sealer(1);
-        let a = Sealer::claims("tok", 100, 60);
-        let b = Sealer::claims("tok", 100, 60);
+        let a = Sealer::claims("tok", "0123", 100, 60);
+        let b = Sealer::claims("tok", "0123", 100, 60);
         assert!(s.csrf_ok(&a, &s.csrf(&a)));
         assert!(!s.csrf_ok(&b, &s.csrf(&a)));
         assert!(!s.csrf_ok(&a, ""));

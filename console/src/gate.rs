@@ -41,8 +41,9 @@ impl Person {
 
 impl Console {
     /// The person a request comes from, or the response that sends the
-    /// browser to sign in (the cookie is missing, expired, forged, or its key
-    /// was revoked: auth is asked again at most every few seconds).
+    /// browser to sign in (the cookie is missing, expired or forged, its
+    /// sign-in ended, or its key was revoked: auth is asked on every
+    /// request).
     pub async fn person(&self, headers: &HeaderMap) -> Result<Person, Response> {
         self.check_host(headers)?;
         let claims = headers
@@ -52,7 +53,7 @@ impl Console {
             .find_map(|h| cookie::find(h, cookie::NAME))
             .and_then(|value| self.sealer.open(value, now_secs()))
             .ok_or_else(|| to_sign_in(None))?;
-        match self.authenticator.verify(&claims.token).await {
+        match self.verify_sign_in(&claims.token, &claims.sign_in).await {
             Ok(principal) if principal.actor() == Actor::Human => Ok(Person {
                 csrf: self.sealer.csrf(&claims),
                 principal,
@@ -273,7 +274,17 @@ pub async fn sign_in(
         );
     }
     let ttl = crate::SIGN_IN_TTL.as_secs() as i64;
-    let claims = Sealer::claims(token, now_secs(), ttl);
+    let sign_in = match console.open_sign_in(&principal, ttl).await {
+        Ok(id) => id,
+        Err(status) => {
+            tracing::warn!(error = %status.message(), "console: opening a sign-in failed");
+            return refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "The auth service could not record the sign-in; retry in a moment.",
+            );
+        }
+    };
+    let claims = Sealer::claims(token, &sign_in, now_secs(), ttl);
     let value = console.sealer.seal(&claims);
     tracing::info!(key_id = %principal.key_id(), tenant_id = %principal.tenant_id(), "console sign-in");
     let mut response = Redirect::to("/console/sessions").into_response();
@@ -289,14 +300,27 @@ pub struct CsrfForm {
     pub csrf: String,
 }
 
-/// `POST /console/sign-out`: drop the cookie.
+/// `POST /console/sign-out`: end the sign-in at the auth service, so the
+/// cookie works nowhere any more (a copy of it included), then drop it.
 pub async fn sign_out(
     State(console): State<Arc<Console>>,
     headers: HeaderMap,
     axum::Form(form): axum::Form<CsrfForm>,
 ) -> Response {
-    if let Err(refused) = console.person_for_change(&headers, &form.csrf).await {
-        return refused;
+    let person = match console.person_for_change(&headers, &form.csrf).await {
+        Ok(person) => person,
+        Err(refused) => return refused,
+    };
+    if let Err(status) = console
+        .end_sign_in(&person.principal, &person.claims.sign_in)
+        .await
+    {
+        tracing::warn!(error = %status.message(), "console: ending a sign-in failed");
+        return pages::error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Signing out failed: the auth service did not answer, so this sign-in is still              open. Retry in a moment.",
+        );
     }
+    tracing::info!(key_id = %person.principal.key_id(), tenant_id = %person.principal.tenant_id(), "console sign-out");
     console.clear_cookie(to_sign_in(Some("signed-out")))
 }

@@ -11,14 +11,18 @@
 //! - [`gate`]: sign-in, sign-out, who a request is, Host/Origin and CSRF checks.
 //! - [`pages`]: one module per area (sessions, approvals, runs, filters,
 //!   GCN events, keys).
+//! - [`signins`]: the sign-in records the auth service keeps for the
+//!   console, opened at sign-in, checked on every request, ended at
+//!   sign-out or when the key is revoked.
 //! - [`backends`]: the signed gRPC calls every page makes.
 //!
 //! Architecture invariant: like the edge, the console owns no durable state.
 //! Everything it shows or does is one gRPC call to the owning service, made
 //! with the signed-in person's own principal, so each service's tenant and
-//! actor checks apply exactly as for an MCP call. It depends on the edge only
-//! for key verification ([`ithaca_edge::auth::Authenticator`]); the edge's MCP
-//! path knows nothing of it.
+//! actor checks apply exactly as for an MCP call. Sign-ins are records of
+//! the auth service, not of the console. It depends on the edge only for
+//! checking a key at sign-in ([`ithaca_edge::auth::Authenticator`]); the
+//! edge's MCP path knows nothing of it.
 
 #![forbid(unsafe_code)]
 // Refusals are finished HTTP responses; boxing them would only add noise.
@@ -28,6 +32,7 @@ pub mod backends;
 pub mod cookie;
 pub mod gate;
 pub mod pages;
+pub mod signins;
 
 use axum::Router;
 use axum::http::{HeaderMap, HeaderValue, header};
@@ -50,7 +55,8 @@ pub const PAGE_SIZE: usize = 25;
 pub struct Config {
     /// Signs principals and derives the cookie keys.
     pub key: InternalKey,
-    /// Verifies the person's key on every request (cached briefly).
+    /// Verifies the key a person signs in with (later requests check the
+    /// key and the sign-in together, uncached: [`signins`]).
     pub authenticator: Authenticator,
     /// The services' gRPC channels.
     pub backends: Backends,

@@ -74,11 +74,12 @@ url() { echo "http://127.0.0.1:$(($BASE + $1))"; }
 
 db() { echo --database-url "$PG_URL" --db-schema "${SCHEMA}_$1"; }
 start auth "$BASE" serve auth $(db auth)
-start session-a "$((BASE + 1))" serve session $(db session)
-start session-b "$((BASE + 2))" serve session $(db session)
 start broker "$((BASE + 3))" serve broker $(db broker)
+# Sessions ask the broker whether the object a session is opened on exists.
+start session-a "$((BASE + 1))" serve session $(db session) --broker-url "$(url 3)"
+start session-b "$((BASE + 2))" serve session $(db session) --broker-url "$(url 3)"
 start skills "$((BASE + 4))" serve skills $(db skills) --broker-url "$(url 3)" --session-url "$(url 1)"
-start approvals "$((BASE + 5))" serve approvals $(db approvals) \
+start approvals "$((BASE + 5))" serve approvals $(db approvals) --auth-url "$(url 0)" \
     --broker-url "$(url 3)" --session-url "$(url 1)" --skills-url "$(url 4)"
 # Each edge talks to its own session replica: calls balanced over the edges
 # are spread over both, and they share the trace through PostgreSQL.

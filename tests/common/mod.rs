@@ -135,7 +135,8 @@ pub async fn start_session_with(
         .await
         .expect("open session db");
     let shutdown = CancellationToken::new();
-    let options = ithaca_session::serve_options(db.clone(), config, key(), shutdown.clone());
+    let options = ithaca_session::serve_options(db.clone(), config, key(), shutdown.clone())
+        .expect("session options");
     run_in_process(db, options, shutdown).await
 }
 

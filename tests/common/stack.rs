@@ -249,11 +249,15 @@ impl Stack {
         let run = super::unique_schema("rep");
         let schema = |svc: &str| format!("{run}_{svc}");
         let auth = Node::start("auth", serve_args("auth", pg, &schema("auth"), &[]));
+        let broker = Node::start("broker", serve_args("broker", pg, &schema("broker"), &[]));
+        // Sessions check a subject against the broker.
         let sessions: Vec<Node> = ["session-a", "session-b"]
             .into_iter()
-            .map(|name| Node::start(name, serve_args("session", pg, &schema("session"), &[])))
+            .map(|name| {
+                let extra = flags(&[("broker-url", broker.url())]);
+                Node::start(name, serve_args("session", pg, &schema("session"), &extra))
+            })
             .collect();
-        let broker = Node::start("broker", serve_args("broker", pg, &schema("broker"), &[]));
         let skills = Node::start(
             "skills",
             serve_args(
@@ -273,6 +277,7 @@ impl Stack {
                 pg,
                 &schema("approvals"),
                 &flags(&[
+                    ("auth-url", auth.url()),
                     ("broker-url", broker.url()),
                     ("session-url", sessions[0].url()),
                     ("skills-url", skills.url()),

@@ -27,6 +27,29 @@ pub struct Row {
     pub own: bool,
 }
 
+/// The form's `actor` values, and the key holders they stand for.
+const ACTORS: [(&str, pb::Actor); 2] = [("agent", pb::Actor::Agent), ("human", pb::Actor::Human)];
+
+/// The key holder a form's `actor` names; `None` for anything else (an
+/// unknown value is refused, never taken for an agent).
+fn actor_of(value: &str) -> Option<pb::Actor> {
+    ACTORS
+        .iter()
+        .find(|(name, _)| *name == value.trim())
+        .map(|(_, actor)| *actor)
+}
+
+/// Why an `actor` value was refused: the field, what was sent (a short
+/// prefix) and the values allowed.
+fn unknown_actor(value: &str) -> String {
+    let sent: String = value.chars().take(40).collect();
+    let allowed: Vec<&str> = ACTORS.iter().map(|(name, _)| *name).collect();
+    format!(
+        "actor: {sent:?} is not a key holder; allowed values: {}",
+        allowed.join(", ")
+    )
+}
+
 fn actor_name(actor: i32) -> &'static str {
     if actor == pb::Actor::Human as i32 {
         "human"
@@ -153,9 +176,8 @@ pub async fn create(
         Ok(p) => p,
         Err(r) => return r,
     };
-    let actor = match form.actor.as_str() {
-        "human" => pb::Actor::Human,
-        _ => pb::Actor::Agent,
+    let Some(actor) = actor_of(&form.actor) else {
+        return super::error(StatusCode::BAD_REQUEST, &unknown_actor(&form.actor));
     };
     let request = signed(
         &console.key,

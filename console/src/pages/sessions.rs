@@ -198,6 +198,12 @@ pub async fn start(
     match client.session_context(request).await {
         Ok(r) => Redirect::to(&format!("/console/sessions/{}", r.into_inner().session_id))
             .into_response(),
+        // The subject the person named does not exist for them: say which
+        // (it names only what they typed, so it tells nothing of another
+        // tenant).
+        Err(status) if ithaca_kit::error::domain_code(&status) == Some("SUBJECT_NOT_FOUND") => {
+            super::error(StatusCode::NOT_FOUND, status.message())
+        }
         Err(status) => failed(status.into()),
     }
 }

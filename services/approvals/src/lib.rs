@@ -5,16 +5,20 @@
 //! - [`service`]: policy, promotions (refused or pending), decisions by
 //!   people only, execution of approved calls with the requester's
 //!   principal, and the trace of every step.
+//! - `requester`: whether an approved call may still run as its requester
+//!   (their key active in auth, their session open).
 //! - [`store`]: the `policies` and `approvals` tables (SQLite and PostgreSQL).
 //! - [`grpc`]: the `ithaca.approvals.v1.ApprovalsService` adapter.
 //!
-//! It asks the skills service (strategies) and the session service (trace)
-//! over gRPC; it depends on no other service crate.
+//! It asks auth (the requester's key), the session service (trace) and the
+//! owning services (the calls) over gRPC; it depends on no other service
+//! crate.
 
 #![forbid(unsafe_code)]
 
 pub mod grpc;
 pub mod model;
+mod requester;
 pub mod service;
 pub mod store;
 

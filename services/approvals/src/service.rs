@@ -10,6 +10,7 @@
 //! service, a method and an encoded request.
 
 use crate::model::{ApprovalStatus, Decision};
+use crate::requester::Blocked;
 use crate::store::{ApprovalRow, Change, PolicyRow, Store};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
@@ -29,8 +30,16 @@ use tonic::transport::Channel;
 /// How long a request may wait for a decision.
 pub const APPROVAL_TTL_MS: i64 = 24 * 60 * 60 * 1000;
 
+/// An approved call was not run: its requester's key was revoked.
+pub const REQUESTER_REVOKED: &str = "REQUESTER_REVOKED";
+
+/// An approved call was not run: its requester's session can record
+/// nothing more (closed, archived or gone), and a call whose steps cannot
+/// be traced never runs.
+pub const SESSION_CLOSED: &str = "SESSION_CLOSED";
+
 /// The typed errors tools may return, as the policy lists them.
-pub const TYPED_ERRORS: [&str; 12] = [
+pub const TYPED_ERRORS: [&str; 14] = [
     "AUTH_REQUIRED",
     "NO_ACTIVE_SESSION",
     "TRADING_DISABLED",
@@ -43,6 +52,8 @@ pub const TYPED_ERRORS: [&str; 12] = [
     "SUBJECT_MISMATCH",
     "NOT_VALIDATED",
     "NOT_PREVIEWED",
+    REQUESTER_REVOKED,
+    SESSION_CLOSED,
 ];
 
 /// How long a call to an owning service (its check, or the approved call)
@@ -52,6 +63,9 @@ pub const OWNER_TIMEOUT: Duration = Duration::from_secs(15);
 /// Where the approvals service finds the services it calls.
 #[derive(Clone, Debug, Default)]
 pub struct Config {
+    /// Auth, asked whether a requester's key is still active before an
+    /// approved call runs as them.
+    pub auth_url: Option<String>,
     pub skills_url: Option<String>,
     pub session_url: Option<String>,
     pub broker_url: Option<String>,
@@ -64,7 +78,8 @@ pub struct ApprovalsService {
     key: InternalKey,
     /// The owning services, by the package prefix of their gRPC names.
     owners: Vec<(&'static str, Channel)>,
-    session: Option<Channel>,
+    pub(crate) session: Option<Channel>,
+    pub(crate) auth: Option<Channel>,
 }
 
 /// A call of an approval-required tool, as the edge files it.
@@ -220,6 +235,7 @@ impl ApprovalsService {
             key,
             owners,
             session: channel(&config.session_url)?,
+            auth: channel(&config.auth_url)?,
         })
     }
 
@@ -480,6 +496,33 @@ impl ApprovalsService {
             .with_domain("APPROVAL_EXPIRED"));
         }
         let to = decision.status();
+        let already = || {
+            ServiceError::precondition(format!("approval_id: already {}", approval.status))
+                .with_domain("ALREADY_DECIDED")
+        };
+        // An approved call runs as its requester: only while their key is
+        // active and their session can still record its steps.
+        if to == ApprovalStatus::Approved
+            && let Err(blocked) = self.may_run_as(&requester).await
+        {
+            let (code, message) = match blocked {
+                Blocked::Unavailable(err) => return Err(err),
+                Blocked::Refused(code, message) => (code, message),
+            };
+            let decision = Change {
+                decided_by: Some(&decided_by),
+                note: Some(note),
+                result: None,
+            };
+            if !self
+                .not_run(&approval, ApprovalStatus::Pending, decision, code, &message)
+                .await?
+            {
+                return Err(already());
+            }
+            self.trace(&requester, spb::EventType::Approval, json!({"approval_id": approval.approval_id, "tool": approval.tool, "status": ApprovalStatus::Failed.as_str(), "error": code, "decided_by": decided_by})).await;
+            return Err(not_run_error(code, &message, false));
+        }
         let change = Change {
             decided_by: Some(&decided_by),
             note: Some(note),
@@ -496,17 +539,81 @@ impl ApprovalsService {
             )
             .await?
         {
-            return Err(ServiceError::precondition(format!(
-                "approval_id: already {}",
-                approval.status
-            ))
-            .with_domain("ALREADY_DECIDED"));
+            return Err(already());
         }
-        self.trace(&requester, spb::EventType::Approval, json!({"approval_id": approval.approval_id, "status": to.as_str(), "decided_by": decided_by, "note": note})).await;
-        if to == ApprovalStatus::Approved {
-            self.execute(&requester, &approval).await?;
+        let decided = json!({"approval_id": approval.approval_id, "status": to.as_str(), "decided_by": decided_by, "note": note});
+        if to != ApprovalStatus::Approved {
+            self.trace(&requester, spb::EventType::Approval, decided)
+                .await;
+            return self.get(caller, tenant_id, &approval.approval_id).await;
         }
+        // Never run what cannot be traced: the approval must be in the
+        // requester's trace before the call runs (the session may have
+        // closed since the check above).
+        if let Err(status) = self
+            .record(&requester, spb::EventType::Approval, decided)
+            .await
+        {
+            tracing::warn!(approval_id = %approval.approval_id, error = %status.message(), "the approval could not be traced");
+            let closed = matches!(
+                status.code(),
+                tonic::Code::FailedPrecondition | tonic::Code::NotFound
+            );
+            let (code, message) = if closed {
+                (
+                    SESSION_CLOSED,
+                    "the requester's session accepts no more events",
+                )
+            } else {
+                (
+                    "TRACE_UNAVAILABLE",
+                    "the requester's session could not record the approval",
+                )
+            };
+            self.not_run(
+                &approval,
+                ApprovalStatus::Approved,
+                Change::default(),
+                code,
+                message,
+            )
+            .await?;
+            return Err(not_run_error(code, message, !closed));
+        }
+        self.execute(&requester, &approval).await?;
         self.get(caller, tenant_id, &approval.approval_id).await
+    }
+
+    /// Record that an approved call was not run: `from` → `failed`, with
+    /// `code` and `message` as its result (and the decision in `change`).
+    /// False when the request was no longer `from` (decided meanwhile).
+    async fn not_run(
+        &self,
+        approval: &ApprovalRow,
+        from: ApprovalStatus,
+        change: Change<'_>,
+        code: &str,
+        message: &str,
+    ) -> Result<bool, ServiceError> {
+        let result = json!({"error": code, "message": message}).to_string();
+        let change = Change {
+            result: Some(&result),
+            ..change
+        };
+        let moved = self
+            .store
+            .transition(
+                &approval.approval_id,
+                from,
+                ApprovalStatus::Failed,
+                &change,
+                clock::now_ms(),
+            )
+            .await?;
+        if moved {
+            tracing::info!(approval_id = %approval.approval_id, error = code, "approved call not run");
+        }
+        Ok(moved)
     }
 
     /// Run an approved call against its owning service as the requester,
@@ -579,28 +686,57 @@ impl ApprovalsService {
         Ok(response)
     }
 
-    fn sign<T>(&self, request: &mut tonic::Request<T>, principal: &Principal) {
+    pub(crate) fn sign<T>(&self, request: &mut tonic::Request<T>, principal: &Principal) {
         self.key.sign(request, principal);
     }
 
     /// Append to `who`'s session, when there is one; failures are logged.
     async fn trace(&self, who: &Principal, kind: spb::EventType, payload: Value) {
-        let (Some(channel), Some(session_id)) = (&self.session, who.session_id()) else {
+        if self.session.is_none() || who.session_id().is_none() {
             return;
+        }
+        if let Err(status) = self.record(who, kind, payload).await {
+            tracing::warn!(error = %status.message(), event = ?kind, "recording a trace event failed");
+        }
+    }
+
+    /// Append to `who`'s session, or say why it could not be: a step that
+    /// must be in the trace before anything else happens.
+    async fn record(
+        &self,
+        who: &Principal,
+        kind: spb::EventType,
+        payload: Value,
+    ) -> Result<(), tonic::Status> {
+        let (Some(channel), Some(session_id)) = (&self.session, who.session_id()) else {
+            return Err(tonic::Status::failed_precondition(
+                "session: no session to record in",
+            ));
         };
         let mut request = tonic::Request::new(spb::AppendEventRequest {
             session_id: session_id.to_owned(),
             r#type: kind as i32,
             payload: Some(json::to_struct(payload)),
         });
+        request.set_timeout(OWNER_TIMEOUT);
         self.sign(&mut request, who);
-        if let Err(status) = SessionServiceClient::new(channel.clone())
+        SessionServiceClient::new(channel.clone())
             .append_event(request)
             .await
-        {
-            tracing::warn!(error = %status.message(), event = ?kind, "recording a trace event failed");
-        }
+            .map(|_| ())
     }
+}
+
+/// The refusal of a decision whose call did not run: a precondition that
+/// will not change (`retry` false), or a trace that could not be written.
+fn not_run_error(code: &'static str, message: &str, retry: bool) -> ServiceError {
+    let text = format!("approval_id: {message}; the call did not run");
+    let err = if retry {
+        ServiceError::new(Code::Unavailable, text)
+    } else {
+        ServiceError::precondition(text)
+    };
+    err.with_domain(code)
 }
 
 /// Administrators name the tenant; everyone else acts in their own.

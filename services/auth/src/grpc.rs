@@ -1,8 +1,9 @@
 //! The tonic adapter: protobuf in, domain call, protobuf out. No logic here.
 
 use crate::model::KeyActor;
+use crate::service::Verified;
 use crate::service::{AuthService, KeySpec};
-use crate::store::{KeyRow, TenantRow};
+use crate::store::{KeyRow, SignInRow, TenantRow};
 use ithaca_kit::clock;
 use ithaca_kit::principal;
 use ithaca_proto::auth::v1 as pb;
@@ -50,6 +51,26 @@ fn api_key(row: KeyRow) -> pb::ApiKey {
         created_at: clock::rfc3339(row.created_at_ms),
         revoked_at: clock::rfc3339_opt(row.revoked_at_ms),
         last_used_at: clock::rfc3339_opt(row.last_used_at_ms),
+    }
+}
+
+fn sign_in(row: SignInRow) -> pb::SignIn {
+    pb::SignIn {
+        sign_in_id: row.sign_in_id.into(),
+        key_id: row.key_id.into(),
+        tenant_id: row.tenant_id.into(),
+        created_at: clock::rfc3339(row.created_at_ms),
+        expires_at: clock::rfc3339(row.expires_at_ms),
+        ended_at: clock::rfc3339_opt(row.ended_at_ms),
+    }
+}
+
+fn verified(v: Verified) -> pb::VerifyKeyResponse {
+    pb::VerifyKeyResponse {
+        tenant_id: v.tenant_id.into(),
+        key_id: v.key_id.into(),
+        scopes: v.scopes,
+        actor: actor_to_pb(v.actor),
     }
 }
 
@@ -131,16 +152,61 @@ impl Rpc for Grpc {
         request: Request<pb::VerifyKeyRequest>,
     ) -> Result<Response<pb::VerifyKeyResponse>, Status> {
         let caller = principal::of(&request)?;
-        let verified = self
+        let v = self
             .service
             .verify(&caller, &request.get_ref().token)
             .await?;
-        Ok(Response::new(pb::VerifyKeyResponse {
-            tenant_id: verified.tenant_id.into(),
-            key_id: verified.key_id.into(),
-            scopes: verified.scopes,
-            actor: actor_to_pb(verified.actor),
-        }))
+        Ok(Response::new(verified(v)))
+    }
+
+    async fn verify_sign_in(
+        &self,
+        request: Request<pb::VerifySignInRequest>,
+    ) -> Result<Response<pb::VerifyKeyResponse>, Status> {
+        let caller = principal::of(&request)?;
+        let req = request.get_ref();
+        let v = self
+            .service
+            .verify_sign_in(&caller, &req.token, &req.sign_in_id)
+            .await?;
+        Ok(Response::new(verified(v)))
+    }
+
+    async fn get_key(
+        &self,
+        request: Request<pb::GetKeyRequest>,
+    ) -> Result<Response<pb::ApiKey>, Status> {
+        let caller = principal::of(&request)?;
+        let req = request.get_ref();
+        let row = self
+            .service
+            .get_key(&caller, &req.tenant_id, &req.key_id)
+            .await?;
+        Ok(Response::new(api_key(row)))
+    }
+
+    async fn open_sign_in(
+        &self,
+        request: Request<pb::OpenSignInRequest>,
+    ) -> Result<Response<pb::SignIn>, Status> {
+        let caller = principal::of(&request)?;
+        let row = self
+            .service
+            .open_sign_in(&caller, request.get_ref().ttl_secs)
+            .await?;
+        Ok(Response::new(sign_in(row)))
+    }
+
+    async fn end_sign_in(
+        &self,
+        request: Request<pb::EndSignInRequest>,
+    ) -> Result<Response<pb::SignIn>, Status> {
+        let caller = principal::of(&request)?;
+        let row = self
+            .service
+            .end_sign_in(&caller, &request.get_ref().sign_in_id)
+            .await?;
+        Ok(Response::new(sign_in(row)))
     }
 
     async fn lease_quota(

@@ -89,6 +89,17 @@ ithaca_kit::string_id! {
     error = "key_id: must be 32 lowercase hex digits";
 }
 
+ithaca_kit::string_id! {
+    /// A console sign-in's id: 128 random bits as 32 lowercase hex digits.
+    pub struct SignInId;
+    check = |s| is_key_id(s).then(|| s.to_owned());
+    error = "sign_in_id: must be 32 lowercase hex digits";
+}
+
+/// The shortest and longest sign-in a console may open, in seconds.
+pub const MIN_SIGN_IN_SECS: i64 = 60;
+pub const MAX_SIGN_IN_SECS: i64 = 24 * 3600;
+
 /// A token split into its parts. Borrowed from the presented string; the
 /// secret is never copied into long-lived memory.
 #[derive(Debug, PartialEq, Eq)]

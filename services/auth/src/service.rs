@@ -1,8 +1,8 @@
 //! The auth domain: who may do what with tenants and keys, how tokens are
 //! minted and verified.
 
-use crate::model::{self, KeyActor, KeyId, Scope, TokenParts};
-use crate::store::{KeyRow, Store, TenantRow};
+use crate::model::{self, KeyActor, KeyId, Scope, SignInId, TokenParts};
+use crate::store::{KeyRow, SignInRow, Store, TenantRow};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use ithaca_kit::clock;
@@ -69,6 +69,8 @@ pub struct AuthService {
     /// When ended quota windows were last swept (ms since the epoch), so
     /// the sweep runs about once a minute whatever the lease rate.
     swept_at_ms: std::sync::Arc<std::sync::atomic::AtomicI64>,
+    /// When expired sign-ins were last swept, likewise.
+    sign_ins_swept_at_ms: std::sync::Arc<std::sync::atomic::AtomicI64>,
 }
 
 impl AuthService {
@@ -76,6 +78,7 @@ impl AuthService {
         AuthService {
             store,
             swept_at_ms: Default::default(),
+            sign_ins_swept_at_ms: Default::default(),
         }
     }
 
@@ -126,18 +129,116 @@ impl AuthService {
     /// Delete ended windows, at most once per [`SWEEP_INTERVAL_MS`]. A
     /// failed sweep is retried by a later lease; it loses nothing.
     async fn sweep_quota(&self, now: i64) {
-        use std::sync::atomic::Ordering;
-        let last = self.swept_at_ms.load(Ordering::Relaxed);
-        if now - last < SWEEP_INTERVAL_MS
-            || self
-                .swept_at_ms
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_err()
-        {
+        if !due(&self.swept_at_ms, now) {
             return;
         }
         if let Err(error) = self.store.sweep_quota(now).await {
             tracing::warn!(%error, "sweeping ended quota windows failed");
+        }
+    }
+
+    /// Open a console sign-in for the caller's own human key, for
+    /// `ttl_secs` ([`model::MIN_SIGN_IN_SECS`] to [`model::MAX_SIGN_IN_SECS`]).
+    pub async fn open_sign_in(
+        &self,
+        caller: &Principal,
+        ttl_secs: i64,
+    ) -> Result<SignInRow, ServiceError> {
+        let key = self.own_human_key(caller).await?;
+        let (min, max) = (model::MIN_SIGN_IN_SECS, model::MAX_SIGN_IN_SECS);
+        if !(min..=max).contains(&ttl_secs) {
+            return Err(ServiceError::invalid(format!(
+                "ttl_secs: must be {min} to {max}"
+            )));
+        }
+        let now = clock::now_ms();
+        let row = SignInRow {
+            sign_in_id: SignInId::parse(&hex::encode(rand::random::<[u8; 16]>()))?,
+            key_id: key.key_id,
+            tenant_id: key.tenant_id,
+            created_at_ms: now,
+            expires_at_ms: now + ttl_secs * 1000,
+            ended_at_ms: None,
+        };
+        self.store.insert_sign_in(&row).await?;
+        tracing::info!(tenant_id = %row.tenant_id, key_id = %row.key_id, "console sign-in opened");
+        if due(&self.sign_ins_swept_at_ms, now)
+            && let Err(error) = self.store.sweep_sign_ins(now).await
+        {
+            tracing::warn!(%error, "sweeping expired sign-ins failed");
+        }
+        Ok(row)
+    }
+
+    /// End a sign-in of the caller's own key (sign-out); ending it twice
+    /// is accepted.
+    pub async fn end_sign_in(
+        &self,
+        caller: &Principal,
+        sign_in_id: &str,
+    ) -> Result<SignInRow, ServiceError> {
+        let key = self.own_human_key(caller).await?;
+        let id = SignInId::parse(sign_in_id.trim())?;
+        let row = self
+            .store
+            .end_sign_in(&key.key_id, &id, clock::now_ms())
+            .await?
+            .ok_or_else(|| ServiceError::not_found(format!("sign_in_id: no sign-in {id}")))?;
+        tracing::info!(tenant_id = %row.tenant_id, key_id = %row.key_id, "console sign-in ended");
+        Ok(row)
+    }
+
+    /// [`AuthService::verify`], and `sign_in_id` is an open sign-in of the
+    /// token's key. Every failure is the same UNAUTHENTICATED.
+    pub async fn verify_sign_in(
+        &self,
+        caller: &Principal,
+        token: &str,
+        sign_in_id: &str,
+    ) -> Result<Verified, ServiceError> {
+        let verified = self.verify(caller, token).await?;
+        let unauthenticated = || ServiceError::new(Code::Unauthenticated, INVALID_KEY);
+        let id = SignInId::parse(sign_in_id).map_err(|_| unauthenticated())?;
+        match self.store.find_sign_in(&id).await? {
+            Some(row) if row.key_id == verified.key_id && row.is_open(clock::now_ms()) => {
+                Ok(verified)
+            }
+            _ => Err(unauthenticated()),
+        }
+    }
+
+    /// One key of the tenant a caller administers, or that a system caller
+    /// names: whether it is still active (the approvals service asks before
+    /// an approved call runs as its requester).
+    pub async fn get_key(
+        &self,
+        caller: &Principal,
+        tenant_id: &str,
+        key_id: &str,
+    ) -> Result<KeyRow, ServiceError> {
+        let tenant_id = self.target_tenant(caller, tenant_id).await?;
+        let key_id = KeyId::parse(key_id.trim())?;
+        self.store
+            .find_key(&key_id)
+            .await?
+            .filter(|k| k.tenant_id == tenant_id)
+            .ok_or_else(|| ServiceError::not_found(format!("key_id: no key {key_id}")))
+    }
+
+    /// The caller's own key, which must be an active human key: sign-ins
+    /// are opened and ended by the person they belong to.
+    async fn own_human_key(&self, caller: &Principal) -> Result<KeyRow, ServiceError> {
+        if caller.actor() != Actor::Human {
+            return Err(ServiceError::denied(
+                "only a person signs in to the console (a human key)",
+            ));
+        }
+        let key_id = KeyId::parse(caller.key_id())?;
+        match self.store.find_key(&key_id).await? {
+            Some(key) if key.tenant_id == caller.tenant_id() && key.revoked_at_ms.is_none() => {
+                Ok(key)
+            }
+            _ => Err(ServiceError::new(Code::Unauthenticated, INVALID_KEY)),
         }
     }
 
@@ -174,7 +275,11 @@ impl AuthService {
         let tenant_id = self.target_tenant(caller, &spec.tenant_id).await?;
         let actor = spec
             .actor
-            .ok_or_else(|| ServiceError::invalid("actor: must be human or agent"))?;
+            .ok_or_else(|| {
+                ServiceError::invalid(
+                    "actor: unknown or missing; allowed values: human (ACTOR_HUMAN), agent (ACTOR_AGENT)",
+                )
+            })?;
         if spec.scopes.is_empty() {
             return Err(ServiceError::invalid(
                 "scopes: at least one scope is required",
@@ -253,7 +358,13 @@ impl AuthService {
             .revoke_key(&tenant_id, &key_id, clock::now_ms())
             .await?
             .ok_or_else(|| ServiceError::not_found(format!("key_id: no key {key_id}")))?;
-        tracing::info!(tenant_id = %row.tenant_id, key_id = %row.key_id, "api key revoked");
+        // Its console sign-ins end with it (verification refuses a revoked
+        // key anyway; this makes the record say so too).
+        let ended = self
+            .store
+            .end_sign_ins_of(&row.key_id, clock::now_ms())
+            .await?;
+        tracing::info!(tenant_id = %row.tenant_id, key_id = %row.key_id, sign_ins_ended = ended, "api key revoked");
         Ok(row)
     }
 
@@ -323,6 +434,17 @@ impl AuthService {
         }
         Ok(tenant_id)
     }
+}
+
+/// Whether a sweep last run at `*last` is due again at `now` (about once a
+/// minute); the one caller that wins the swap runs it.
+fn due(last: &std::sync::atomic::AtomicI64, now: i64) -> bool {
+    use std::sync::atomic::Ordering;
+    let before = last.load(Ordering::Relaxed);
+    now - before >= SWEEP_INTERVAL_MS
+        && last
+            .compare_exchange(before, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
 }
 
 fn require_system(caller: &Principal) -> Result<(), ServiceError> {

@@ -1,7 +1,7 @@
 //! The auth service's SQL. Each query is written once and runs on SQLite and
 //! PostgreSQL alike (see `ithaca_kit::db`).
 
-use crate::model::{KeyActor, KeyId};
+use crate::model::{KeyActor, KeyId, SignInId};
 use ithaca_kit::db::{Db, Migrations};
 use ithaca_kit::id::TenantId;
 use ithaca_kit::with_pool;
@@ -44,6 +44,30 @@ pub struct KeyRow {
     pub revoked_at_ms: Option<i64>,
     pub last_used_at_ms: Option<i64>,
 }
+
+/// A console sign-in row.
+#[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
+pub struct SignInRow {
+    #[sqlx(try_from = "String")]
+    pub sign_in_id: SignInId,
+    #[sqlx(try_from = "String")]
+    pub key_id: KeyId,
+    #[sqlx(try_from = "String")]
+    pub tenant_id: TenantId,
+    pub created_at_ms: i64,
+    pub expires_at_ms: i64,
+    pub ended_at_ms: Option<i64>,
+}
+
+impl SignInRow {
+    /// Whether the sign-in still admits its key at `now_ms`.
+    pub fn is_open(&self, now_ms: i64) -> bool {
+        self.ended_at_ms.is_none() && now_ms < self.expires_at_ms
+    }
+}
+
+const SIGN_IN_COLUMNS: &str =
+    "sign_in_id, key_id, tenant_id, created_at_ms, expires_at_ms, ended_at_ms";
 
 const KEY_COLUMNS: &str = "key_id, tenant_id, env, salt, secret_hash, scopes, actor, label, \
      created_at_ms, revoked_at_ms, last_used_at_ms";
@@ -164,6 +188,78 @@ impl Store {
         }
         let key = self.find_key(key_id).await?;
         Ok(key.filter(|k| k.tenant_id == *tenant_id))
+    }
+
+    pub async fn insert_sign_in(&self, row: &SignInRow) -> Result<(), sqlx::Error> {
+        let _gate = self.db.write_gate().await;
+        let sql =
+            format!("INSERT INTO sign_ins ({SIGN_IN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6)");
+        with_pool!(self.db, pool => sqlx::query(&sql)
+            .bind(row.sign_in_id.as_str())
+            .bind(row.key_id.as_str())
+            .bind(row.tenant_id.as_str())
+            .bind(row.created_at_ms)
+            .bind(row.expires_at_ms)
+            .bind(row.ended_at_ms)
+            .execute(pool)
+            .await
+            .map(|r| r.rows_affected()))?;
+        Ok(())
+    }
+
+    pub async fn find_sign_in(&self, id: &SignInId) -> Result<Option<SignInRow>, sqlx::Error> {
+        let sql = format!("SELECT {SIGN_IN_COLUMNS} FROM sign_ins WHERE sign_in_id = $1");
+        with_pool!(self.db, pool => sqlx::query_as::<_, SignInRow>(&sql)
+            .bind(id.as_str())
+            .fetch_optional(pool)
+            .await)
+    }
+
+    /// End a sign-in of `key_id`; `None` when that key has no such
+    /// sign-in. Ending twice keeps the first end time.
+    pub async fn end_sign_in(
+        &self,
+        key_id: &KeyId,
+        id: &SignInId,
+        now_ms: i64,
+    ) -> Result<Option<SignInRow>, sqlx::Error> {
+        {
+            let _gate = self.db.write_gate().await;
+            let sql = "UPDATE sign_ins SET ended_at_ms = COALESCE(ended_at_ms, $3) \
+                       WHERE key_id = $1 AND sign_in_id = $2";
+            with_pool!(self.db, pool => sqlx::query(sql)
+                .bind(key_id.as_str())
+                .bind(id.as_str())
+                .bind(now_ms)
+                .execute(pool)
+                .await
+                .map(|r| r.rows_affected()))?;
+        }
+        let row = self.find_sign_in(id).await?;
+        Ok(row.filter(|r| r.key_id == *key_id))
+    }
+
+    /// End every open sign-in of `key_id` (its key was revoked).
+    pub async fn end_sign_ins_of(&self, key_id: &KeyId, now_ms: i64) -> Result<u64, sqlx::Error> {
+        let _gate = self.db.write_gate().await;
+        let sql = "UPDATE sign_ins SET ended_at_ms = $2 WHERE key_id = $1 AND ended_at_ms IS NULL";
+        with_pool!(self.db, pool => sqlx::query(sql)
+            .bind(key_id.as_str())
+            .bind(now_ms)
+            .execute(pool)
+            .await
+            .map(|r| r.rows_affected()))
+    }
+
+    /// Delete the sign-ins that expired before `now_ms`.
+    pub async fn sweep_sign_ins(&self, now_ms: i64) -> Result<u64, sqlx::Error> {
+        let _gate = self.db.write_gate().await;
+        let sql = "DELETE FROM sign_ins WHERE expires_at_ms < $1";
+        with_pool!(self.db, pool => sqlx::query(sql)
+            .bind(now_ms)
+            .execute(pool)
+            .await
+            .map(|r| r.rows_affected()))
     }
 
     /// Record a successful verification. Written at most once per

@@ -5,12 +5,14 @@
 //! - [`service`]: `session_context` (seed 002), close/archive, the current
 //!   session per (tenant, agent), appends, reads and live tails.
 //! - [`store`]: the SQL (SQLite and PostgreSQL) and the gap-free `seq`.
+//! - `subject`: a session's subject checked against the broker, with the
+//!   person's principal, when it is set.
 //! - [`tail`]: live notification fan-out, with LISTEN/NOTIFY on PostgreSQL.
 //! - [`grpc`]: the `ithaca.session.v1.SessionService` adapter.
 //!
 //! Every query is filtered by the caller's asserted tenant: another tenant's
 //! session is NOT_FOUND. This crate depends on the kit and the proto crate,
-//! never on another service.
+//! never on another service: it asks the broker over gRPC.
 
 #![forbid(unsafe_code)]
 
@@ -19,6 +21,7 @@ pub mod model;
 pub mod record;
 pub mod service;
 pub mod store;
+mod subject;
 pub mod tail;
 
 pub use service::Config;
@@ -44,18 +47,22 @@ pub fn service(db: Db, config: Config, shutdown: CancellationToken) -> service::
 }
 
 /// The gRPC routes of the session service, behind the principal verifier.
+/// With `config.broker_url`, subjects are checked against that broker.
 pub fn serve_options(
     db: Db,
     config: Config,
     key: InternalKey,
     shutdown: CancellationToken,
-) -> ServeOptions {
-    let grpc = grpc::Grpc {
-        service: service(db, config, shutdown),
-    };
+) -> Result<ServeOptions, ithaca_kit::client::BadUrl> {
+    let broker_url = config.broker_url.clone();
+    let mut service = service(db, config, shutdown);
+    if let Some(url) = broker_url {
+        service = service.with_broker(&url, key.clone())?;
+    }
+    let grpc = grpc::Grpc { service };
     let server = SessionServiceServer::with_interceptor(grpc, Verifier::new(key));
-    ServeOptions::new(
+    Ok(ServeOptions::new(
         vec![ithaca_proto::service_names::SESSION],
         Routes::new(server),
-    )
+    ))
 }

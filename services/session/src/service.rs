@@ -9,13 +9,14 @@ use crate::tail::Notifier;
 use ithaca_kit::clock;
 use ithaca_kit::error::ServiceError;
 use ithaca_kit::id::{SessionId, TenantId};
-use ithaca_kit::principal::{Actor, Principal};
+use ithaca_kit::principal::{Actor, InternalKey, Principal};
 use ithaca_kit::propagation;
 use ithaca_proto::session::v1::EventType;
 use serde_json::json;
 use std::time::Duration;
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
+use tonic::transport::Channel;
 
 /// Default and largest page of a read.
 pub const DEFAULT_READ_LIMIT: i64 = 100;
@@ -44,6 +45,10 @@ pub struct Config {
     pub archive_after: Duration,
     /// How often the sweeper looks for idle and archivable sessions.
     pub sweep_every: Duration,
+    /// The broker, which owns the objects a session may be opened on
+    /// (filters, GCN events): a subject is checked there when it is set.
+    /// Without it, no session can be opened on a subject.
+    pub broker_url: Option<String>,
 }
 
 /// Default idle timeout (seed 002: sessions time out).
@@ -59,6 +64,7 @@ impl Default for Config {
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             archive_after: DEFAULT_ARCHIVE_AFTER,
             sweep_every: Duration::from_secs(60),
+            broker_url: None,
         }
     }
 }
@@ -81,6 +87,9 @@ pub struct SessionService {
     config: Config,
     /// Ends live tails when the server shuts down, so draining can finish.
     shutdown: CancellationToken,
+    /// Where a subject is checked, and the key that signs the person's
+    /// principal for it ([`SessionService::with_broker`]).
+    pub(crate) broker: Option<(Channel, InternalKey)>,
 }
 
 impl SessionService {
@@ -92,6 +101,7 @@ impl SessionService {
             notifier,
             config,
             shutdown,
+            broker: None,
         };
         service.spawn_sweeper();
         service
@@ -305,6 +315,10 @@ impl SessionService {
             return self.get(caller, &session_id).await;
         }
 
+        let subject = match subject {
+            Some((kind, id)) => Some(self.checked_subject(caller, &kind, &id).await?),
+            None => None,
+        };
         let row = SessionRow {
             session_id: SessionId::new_v4(),
             tenant_id: tenant_id.clone(),
@@ -468,16 +482,21 @@ impl SessionService {
             .ok_or_else(|| not_found(&session_id))
     }
 
-    /// Close a session (the current one when `session_id` is absent). A
-    /// person may close any session of the tenant, without a session of
-    /// their own; an agent only one it opened or is working in.
+    /// Close a session: the one `session_id` names; else the session the
+    /// call runs in (the edge's gate puts the `_meta`-pinned or current
+    /// session in the principal); else the caller's current one. A person
+    /// may close any session of the tenant, without a session of their own;
+    /// an agent only one it opened or is working in.
     pub async fn close(
         &self,
         caller: &Principal,
         session_id: Option<&str>,
     ) -> Result<SessionRow, ServiceError> {
         let tenant_id = TenantId::of(caller)?;
-        let session_id = match session_id.filter(|s| !s.trim().is_empty()) {
+        let named = session_id
+            .filter(|s| !s.trim().is_empty())
+            .or(caller.session_id());
+        let session_id = match named {
             Some(id) => SessionId::parse(id)?,
             None => self.current(caller).await?.session_id,
         };
