@@ -8,6 +8,7 @@
 use crate::catalog::{self, Manifest};
 use crate::model::{Profile, RunId, RunStatus};
 use crate::skills::{self, Context, Inputs, Output, Progress, Skill};
+use crate::stop::Stop;
 use crate::store::{ArtifactRow, JobRow, RunRow, Store};
 use crate::validate;
 use futures::FutureExt;
@@ -136,29 +137,47 @@ impl SkillsService {
     }
 
     /// Validate inputs and record the run. Interactive skills run within the
-    /// call; batch skills are queued for the background worker and the run
-    /// comes back `queued` (follow it with get_run or subscribe_run).
+    /// call, until `stop` fires (the caller went away or its deadline
+    /// passed); batch skills are queued for the background worker and the
+    /// run comes back `queued` (follow it with get_run or subscribe_run).
     pub async fn run(
         &self,
         caller: &Principal,
         skill_id: &str,
         version: Option<&str>,
         inputs: Value,
+        stop: Stop,
     ) -> Result<RunView, ServiceError> {
-        let (run, profile) = self.queue(caller, skill_id, version, inputs).await?;
-        if profile == Profile::Batch {
-            self.wake.notify_one();
-            return self.get_run(caller, &run.run_id).await;
-        }
-        self.finish(caller, &run, None).await
+        // The run goes on a task of its own and this future only waits for
+        // it: when tonic drops this future (the caller went away) the guard
+        // stops the run, which is then recorded `cancelled` instead of
+        // being cut off while `running`.
+        let _stop_on_drop = stop.on_drop();
+        let (service, caller) = (self.clone(), caller.clone());
+        let (skill_id, version) = (skill_id.to_owned(), version.map(str::to_owned));
+        let running = tokio::spawn(async move {
+            let (run, profile) = service
+                .queue(&caller, &skill_id, version.as_deref(), inputs)
+                .await?;
+            if profile == Profile::Batch {
+                service.wake.notify_one();
+                return service.get_run(&caller, &run.run_id).await;
+            }
+            service.finish(&caller, &run, None, &stop).await
+        });
+        running
+            .await
+            .map_err(|_| ServiceError::new(Code::Internal, PANICKED))?
     }
 
     /// Validate inputs and record the run, then run it within the call,
     /// batch skills too, sending its steps to `progress` (run_skill over
-    /// MCP). A batch run computes on a task of its own, so it finishes even
-    /// when the caller goes away; after [`BATCH_WAIT`] the run comes back as
-    /// it stands (queued or running) and goes on. A failed batch run is
-    /// answered as the failed run, as get_run would show it.
+    /// MCP). An interactive run stops, recorded `cancelled`, when `stop`
+    /// fires. A batch run computes on a task of its own, so it finishes even
+    /// when the caller goes away (`stop` only ends the wait for it); after
+    /// [`BATCH_WAIT`] the run comes back as it stands (queued or running)
+    /// and goes on. A failed batch run is answered as the failed run, as
+    /// get_run would show it.
     pub async fn run_following(
         &self,
         caller: &Principal,
@@ -166,24 +185,36 @@ impl SkillsService {
         version: Option<&str>,
         inputs: Value,
         progress: Progress,
+        stop: &Stop,
     ) -> Result<RunView, ServiceError> {
         let (run, profile) = self.queue(caller, skill_id, version, inputs).await?;
         if profile != Profile::Batch {
-            return self.finish(caller, &run, Some(&progress)).await;
+            return self.finish(caller, &run, Some(&progress), stop).await;
         }
         let until = tokio::time::Instant::now() + BATCH_WAIT;
         let service = self.clone();
         let requester = caller.clone();
         let queued = run.clone();
         let computing = tokio::spawn(async move {
-            if let Some(err) = service.execute(&requester, &queued, Some(&progress)).await {
+            let never = Stop::never();
+            if let Some(err) = service
+                .execute(&requester, &queued, Some(&progress), &never)
+                .await
+            {
                 tracing::info!(run_id = %queued.run_id, error = %err.message, "batch run failed");
             }
         });
-        let _ = tokio::time::timeout_at(until, computing).await;
+        tokio::select! {
+            _ = tokio::time::timeout_at(until, computing) => {}
+            // Nobody waits any more; the run goes on.
+            reason = stop.stopped() => return Err(skills::cancelled(reason)),
+        }
         // The worker may have claimed the run first: wait for it as well.
         let mut view = self.get_run(caller, &run.run_id).await?;
-        while view.run.status.is_active() && tokio::time::Instant::now() < until {
+        while view.run.status.is_active()
+            && tokio::time::Instant::now() < until
+            && stop.reason().is_none()
+        {
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
             view = self.get_run(caller, &run.run_id).await?;
         }
@@ -197,11 +228,21 @@ impl SkillsService {
         caller: &Principal,
         run: &RunRow,
         progress: Option<&Progress>,
+        stop: &Stop,
     ) -> Result<RunView, ServiceError> {
-        match self.execute(caller, run, progress).await {
+        match self.execute(caller, run, progress, stop).await {
             Some(err) => Err(ServiceError {
                 // The caller learns why, and which run recorded it.
-                message: format!("{} (run {} failed)", err.message, run.run_id),
+                message: format!(
+                    "{} (run {} {})",
+                    err.message,
+                    run.run_id,
+                    if is_cancellation(&err) {
+                        RunStatus::Cancelled
+                    } else {
+                        RunStatus::Failed
+                    }
+                ),
                 ..err
             }),
             None => self.get_run(caller, &run.run_id).await,
@@ -240,13 +281,15 @@ impl SkillsService {
         Ok((run, manifest.profile))
     }
 
-    /// Claim a queued run and compute it; the error, if it failed. A run
-    /// another worker claimed, or one cancelled meanwhile, is left alone.
+    /// Claim a queued run and compute it until `stop`; the error, if it
+    /// failed or was stopped. A run another worker claimed, or one
+    /// cancelled meanwhile, is left alone.
     async fn execute(
         &self,
         caller: &Principal,
         run: &RunRow,
         progress: Option<&Progress>,
+        stop: &Stop,
     ) -> Option<ServiceError> {
         match self
             .step(caller, run, RunStatus::Queued, RunStatus::Running, None, "")
@@ -267,7 +310,7 @@ impl SkillsService {
                 None
             }
         };
-        let outcome = self.compute_run(caller, run, progress).await;
+        let outcome = self.compute_run(caller, run, progress, stop).await;
         if let Some(job) = job {
             // The run's final status decides the job's.
             let status = match self.store.run(&run.tenant_id, &run.run_id).await {
@@ -292,26 +335,25 @@ impl SkillsService {
     }
 
     /// Compute a claimed (running) run and record its outcome. Whatever
-    /// happens in the computation, a panic included, the run leaves
-    /// `running`.
+    /// happens in the computation, a panic or a stop included, the run
+    /// leaves `running`: a stopped one is `cancelled`, with the reason.
     async fn compute_run(
         &self,
         caller: &Principal,
         run: &RunRow,
         progress: Option<&Progress>,
+        stop: &Stop,
     ) -> Option<ServiceError> {
-        let produced = match self.compute(caller, run, progress).await {
+        let produced = match self.compute(caller, run, progress, stop).await {
             Ok(produced) => produced,
             Err(err) => {
+                let to = if is_cancellation(&err) {
+                    RunStatus::Cancelled
+                } else {
+                    RunStatus::Failed
+                };
                 let _ = self
-                    .step(
-                        caller,
-                        run,
-                        RunStatus::Running,
-                        RunStatus::Failed,
-                        None,
-                        &err.message,
-                    )
+                    .step(caller, run, RunStatus::Running, to, None, &err.message)
                     .await;
                 return Some(err);
             }
@@ -366,13 +408,17 @@ impl SkillsService {
         }
     }
 
-    /// Run the skill's computation, a panic in it becoming an INTERNAL
-    /// error (logged with the run; the caller learns no details).
+    /// Run the skill's computation until `stop` fires, a panic in it
+    /// becoming an INTERNAL error (logged with the run; the caller learns
+    /// no details). A stop drops the computation at its next await (a
+    /// broker call, which is then cancelled too); between awaits the
+    /// computation sees it through [`Context::check`].
     async fn compute(
         &self,
         caller: &Principal,
         run: &RunRow,
         progress: Option<&Progress>,
+        stop: &Stop,
     ) -> Result<Output, ServiceError> {
         let skill = self.skill(&run.skill_id, Some(&run.version))?;
         let inputs: Map<String, Value> = serde_json::from_str(&run.inputs).unwrap_or_default();
@@ -381,11 +427,16 @@ impl SkillsService {
             service: self,
             caller,
             progress,
+            stop,
+            prices_read: std::sync::atomic::AtomicUsize::new(0),
         };
-        match AssertUnwindSafe(skill.run(&ctx, &inputs))
-            .catch_unwind()
-            .await
-        {
+        let computing = AssertUnwindSafe(skill.run(&ctx, &inputs)).catch_unwind();
+        let outcome = tokio::select! {
+            biased;
+            reason = stop.stopped() => return Err(skills::cancelled(reason)),
+            outcome = computing => outcome,
+        };
+        match outcome {
             Ok(result) => result,
             Err(payload) => {
                 tracing::error!(
@@ -506,7 +557,9 @@ impl SkillsService {
     async fn work_on(&self, run: &RunRow) {
         match serde_json::from_str::<Principal>(&run.requester) {
             Ok(requester) => {
-                if let Some(err) = self.execute(&requester, run, None).await {
+                // Batch runs go on whoever waits for them.
+                let never = Stop::never();
+                if let Some(err) = self.execute(&requester, run, None, &never).await {
                     tracing::info!(run_id = %run.run_id, error = %err.message, "batch run failed");
                 }
             }
@@ -616,6 +669,11 @@ impl SkillsService {
         };
         err.with_domain("UNKNOWN_SKILL")
     }
+}
+
+/// Whether `err` is a run stopped because nobody waits for it any more.
+fn is_cancellation(err: &ServiceError) -> bool {
+    err.domain == Some(skills::RUN_CANCELLED)
 }
 
 /// Check an id's shape (a UUID) and return its canonical form.
