@@ -248,7 +248,7 @@ impl Rpc for Grpc {
         let inputs = r.inputs.map_or(Value::Null, json::from_struct);
         let view = self
             .service
-            .run(&caller, &r.skill_id, r.version.as_deref(), inputs, stop)
+            .run_until(&caller, &r.skill_id, r.version.as_deref(), inputs, stop)
             .await?;
         Ok(Response::new(run(view)))
     }

@@ -137,10 +137,23 @@ impl SkillsService {
     }
 
     /// Validate inputs and record the run. Interactive skills run within the
-    /// call, until `stop` fires (the caller went away or its deadline
-    /// passed); batch skills are queued for the background worker and the
-    /// run comes back `queued` (follow it with get_run or subscribe_run).
+    /// call, and stop (the run `cancelled`) when this future is dropped;
+    /// batch skills are queued for the background worker and the run comes
+    /// back `queued` (follow it with get_run or subscribe_run).
     pub async fn run(
+        &self,
+        caller: &Principal,
+        skill_id: &str,
+        version: Option<&str>,
+        inputs: Value,
+    ) -> Result<RunView, ServiceError> {
+        self.run_until(caller, skill_id, version, inputs, Stop::never())
+            .await
+    }
+
+    /// [`SkillsService::run`], an interactive run also stopped when `stop`
+    /// fires (the caller's deadline passed).
+    pub async fn run_until(
         &self,
         caller: &Principal,
         skill_id: &str,

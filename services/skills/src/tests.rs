@@ -139,7 +139,7 @@ async fn an_interactive_run_that_panics_fails_with_internal() {
     let dir = tempfile::tempdir().expect("tempdir");
     let svc = service(&dir).await;
     let err = svc
-        .run(&agent(), "test.panics", None, json!({}), Stop::never())
+        .run(&agent(), "test.panics", None, json!({}))
         .await
         .expect_err("the computation panics");
     assert_eq!(err.code, Code::Internal);
@@ -176,7 +176,7 @@ async fn a_batch_run_that_panics_fails_and_the_worker_goes_on() {
     let mut ids = Vec::new();
     for _ in 0..2 {
         let queued = svc
-            .run(&agent(), "test.panics_batch", None, json!({}), Stop::never())
+            .run(&agent(), "test.panics_batch", None, json!({}))
             .await
             .expect("queued");
         assert_eq!(queued.run.status, RunStatus::Queued);
@@ -237,7 +237,7 @@ async fn an_interactive_run_whose_caller_goes_away_stops_and_is_cancelled() {
     let call = tokio::spawn({
         let svc = svc.clone();
         async move {
-            svc.run(&agent(), "test.spins_dropped", None, json!({}), Stop::never())
+            svc.run(&agent(), "test.spins_dropped", None, json!({}))
                 .await
         }
     });
@@ -263,7 +263,7 @@ async fn an_interactive_run_stops_at_its_callers_deadline() {
     let svc = service(&dir).await;
     let deadline = tokio::time::Instant::now() + Duration::from_millis(300);
     let err = svc
-        .run(
+        .run_until(
             &agent(),
             "test.spins_deadline",
             None,
