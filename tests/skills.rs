@@ -1038,6 +1038,28 @@ async fn list_inputs_are_bounded_before_any_work_starts() {
         );
         assert!(err.message().len() < 200, "a short message: {err:?}");
     }
+    // Names and symbols sent back in errors are cut short.
+    let err = run(&mut c, &"x".repeat(100_000), json!({}))
+        .await
+        .expect_err("unknown");
+    assert_eq!(err.code(), tonic::Code::NotFound, "{err:?}");
+    assert!(err.message().len() < 300, "a short message: {err:?}");
+    let err = c
+        .propose_strategy(pb::ProposeStrategyRequest {
+            name: "long".into(),
+            universe: vec!["MSFT".into(), "M".repeat(100_000)],
+            lookback: 60,
+            rebalance: 20,
+            ..Default::default()
+        })
+        .await
+        .expect_err("refused");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    assert!(
+        err.message()
+            .starts_with("universe[1]: at most 32 characters, got 100000"),
+        "{err:?}"
+    );
     // Refused before any work: no run was recorded.
     let db = ithaca_skills::open_db(&common::sqlite_path(&s._dir, "skills"), "unused")
         .await

@@ -669,18 +669,31 @@ impl SkillsService {
     fn unknown_skill(&self, skill_id: &str, version: Option<&str>) -> ServiceError {
         let err = match (skills::find(&self.skills, skill_id, None), version) {
             (Some(latest), Some(v)) => ServiceError::not_found(format!(
-                "version: {skill_id} has no version {v}; the latest is {}",
+                "version: {skill_id} has no version {}; the latest is {}",
+                quoted(v),
                 latest.manifest().version
             )),
             _ => {
                 let ids: Vec<&str> = self.skills.iter().map(|s| s.manifest().skill_id).collect();
                 ServiceError::not_found(format!(
-                    "skill_id: unknown skill {skill_id:?}; skills: {}",
+                    "skill_id: unknown skill {}; skills: {}",
+                    quoted(skill_id),
                     ids.join(", ")
                 ))
             }
         };
         err.with_domain("UNKNOWN_SKILL")
+    }
+}
+
+/// `text` quoted for an error message, cut after 64 characters: what a
+/// caller sent may be megabytes long, and errors travel in a gRPC trailer.
+fn quoted(text: &str) -> String {
+    let shown: String = text.chars().take(64).collect();
+    if shown.len() < text.len() {
+        format!("{shown:?}…")
+    } else {
+        format!("{shown:?}")
     }
 }
 
