@@ -1081,7 +1081,8 @@ fn cpu_time(pid: u32) -> Duration {
     // utime and stime are fields 14 and 15, in clock ticks.
     let after_name = &stat[stat.rfind(')').expect("a command name") + 2..];
     let fields: Vec<&str> = after_name.split(' ').collect();
-    let ticks: u64 = fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime");
+    let ticks: u64 =
+        fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime");
     Duration::from_secs_f64(ticks as f64 / clock_ticks() as f64)
 }
 
@@ -1125,7 +1126,12 @@ async fn runs_of(up: &common::Up, skill: &str) -> Vec<(String, String, String)> 
 
 /// Wait until the `n`th run of `skill` (0-based) has `status` (or any
 /// status other than `queued` and `running` for `"finished"`); the run.
-async fn until_run(up: &common::Up, skill: &str, n: usize, status: &str) -> (String, String, String) {
+async fn until_run(
+    up: &common::Up,
+    skill: &str,
+    n: usize,
+    status: &str,
+) -> (String, String, String) {
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
         let runs = runs_of(up, skill).await;
@@ -1181,7 +1187,9 @@ async fn an_interactive_run_stops_when_its_caller_goes_away() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     let after = cores(pid, Duration::from_secs(1)).await;
     let (_, status, error) = runs_of(&up, "corr.peers").await.remove(0);
-    eprintln!("stream dropped: {busy:.2} cores before, {after:.2} a second after; run {status}: {error}");
+    eprintln!(
+        "stream dropped: {busy:.2} cores before, {after:.2} a second after; run {status}: {error}"
+    );
     assert!(
         after < 0.1 && after < busy / 4.0,
         "a second after the caller left: {after:.2} cores (before: {busy:.2})"
@@ -1199,20 +1207,26 @@ async fn an_interactive_run_stops_when_its_caller_goes_away() {
     let busy = cores(pid, Duration::from_millis(800)).await;
     let err = call.await.expect("joined").expect_err("past its deadline");
     assert!(
-        matches!(err.code(), tonic::Code::DeadlineExceeded | tonic::Code::Cancelled),
+        matches!(
+            err.code(),
+            tonic::Code::DeadlineExceeded | tonic::Code::Cancelled
+        ),
         "{err:?}"
     );
     let passed = Duration::from_millis(1500).saturating_sub(started.elapsed());
     tokio::time::sleep(passed + Duration::from_secs(1)).await;
     let after = cores(pid, Duration::from_secs(1)).await;
     let (_, status, error) = runs_of(&up, "corr.peers").await.remove(1);
-    eprintln!("deadline passed: {busy:.2} cores before, {after:.2} a second after; run {status}: {error}");
+    eprintln!(
+        "deadline passed: {busy:.2} cores before, {after:.2} a second after; run {status}: {error}"
+    );
     assert!(busy > 0.3, "the run computes: {busy:.2} cores");
     assert!(
         after < 0.1 && after < busy / 4.0,
         "a second after the deadline: {after:.2} cores (before: {busy:.2})"
     );
     assert_eq!(status, "cancelled", "{error}");
+    assert!(error.contains("deadline passed"), "{error}");
 
     // A batch run goes on by design, even when its caller leaves before it
     // starts.

@@ -102,6 +102,10 @@ impl Stop {
     }
 }
 
+/// How much earlier than the handler's reading of the deadline tonic may
+/// act on it (see [`StopOnDrop`]).
+const DEADLINE_SLACK: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// Stops its [`Stop`] when dropped (see [`Stop::on_drop`]). Dropping it
 /// after the run finished changes nothing.
 #[derive(Debug)]
@@ -109,10 +113,18 @@ pub struct StopOnDrop(Stop);
 
 impl Drop for StopOnDrop {
     fn drop(&mut self) {
-        // A deadline that passed is the better reason, when it did.
-        if self.0.reason().is_none() {
-            self.0.stop(Reason::CallerLeft);
-        }
+        // Tonic drops a unary handler at the request's deadline, which it
+        // counts from the request's arrival, a little before the handler
+        // read it: a deadline this close is the reason.
+        let at_deadline = self
+            .0
+            .deadline
+            .is_some_and(|d| Instant::now() + DEADLINE_SLACK >= d);
+        self.0.stop(if at_deadline {
+            Reason::DeadlinePassed
+        } else {
+            Reason::CallerLeft
+        });
     }
 }
 

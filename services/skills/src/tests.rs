@@ -8,11 +8,11 @@ use crate::model::{Profile, RunStatus};
 use crate::service::SkillsService;
 use crate::skills::{Context, Inputs, Output, Skill};
 use crate::stop::Stop;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 use ithaca_kit::error::{Code, ServiceError};
 use ithaca_kit::principal::{InternalKey, Principal};
 use serde_json::json;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 /// A skill whose computation panics.
 struct Panics(Profile);
