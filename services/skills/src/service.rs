@@ -52,6 +52,10 @@ pub struct SkillsService {
     skills: Arc<[&'static dyn Skill]>,
     /// Wakes the background worker when a batch run is queued.
     wake: Arc<tokio::sync::Notify>,
+    /// The stop signal of each run computing in this process, so that
+    /// cancel_run stops its computation too (a run computing on another
+    /// replica finishes there and its results are dropped).
+    computing: Arc<std::sync::Mutex<std::collections::HashMap<RunId, Stop>>>,
 }
 
 impl std::fmt::Debug for SkillsService {
@@ -94,6 +98,7 @@ impl SkillsService {
             session: channel(&config.session_url)?,
             skills: skills.into(),
             wake: Arc::new(tokio::sync::Notify::new()),
+            computing: Arc::default(),
         })
     }
 
@@ -312,6 +317,7 @@ impl SkillsService {
             Ok(false) => return None,
             Err(err) => return Some(err),
         }
+        let _registered = Computing::register(self, &run.run_id, stop);
         let job = match self
             .store
             .start_job(&run.run_id, &run.tenant_id, clock::now_ms())
@@ -486,6 +492,7 @@ impl SkillsService {
             .await?
         {
             // It finished in the meantime.
+            self.stop_computing(&run.run_id);
             let now = self.get_run(caller, &run.run_id).await?;
             return Err(ServiceError::precondition(format!(
                 "run_id: run {} already {}",
@@ -493,7 +500,22 @@ impl SkillsService {
             ))
             .with_domain("RUN_FINISHED"));
         }
+        // Its computation, when it is here, stops now.
+        self.stop_computing(&run.run_id);
         self.get_run(caller, &run.run_id).await
+    }
+
+    /// Stop the computation of `run_id` if it runs in this process.
+    fn stop_computing(&self, run_id: &RunId) {
+        let stop = self
+            .computing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(run_id)
+            .cloned();
+        if let Some(stop) = stop {
+            stop.stop(crate::stop::Reason::RunCancelled);
+        }
     }
 
     /// Wait until the run's status differs from `status` (default: the
@@ -683,6 +705,38 @@ impl SkillsService {
             }
         };
         err.with_domain("UNKNOWN_SKILL")
+    }
+}
+
+/// A run's entry in [`SkillsService`]'s `computing` map while it computes
+/// (its stop signal: the caller's for an interactive run, its own for a
+/// batch run), removed when the computation ends.
+struct Computing<'a> {
+    service: &'a SkillsService,
+    run_id: RunId,
+}
+
+impl<'a> Computing<'a> {
+    fn register(service: &'a SkillsService, run_id: &RunId, stop: &Stop) -> Computing<'a> {
+        service
+            .computing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(run_id.clone(), stop.clone());
+        Computing {
+            service,
+            run_id: run_id.clone(),
+        }
+    }
+}
+
+impl Drop for Computing<'_> {
+    fn drop(&mut self) {
+        self.service
+            .computing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&self.run_id);
     }
 }
 

@@ -11,6 +11,7 @@
 //!
 //! Batch runs are given [`Stop::never`]: they go on by design, on the
 //! background worker or on a task of their own, whoever waits for them.
+//! cancel_run stops any run computing in its process, batch runs too.
 
 use std::sync::{Arc, OnceLock};
 use tokio::time::Instant;
@@ -23,6 +24,8 @@ pub enum Reason {
     CallerLeft,
     /// The caller's deadline passed.
     DeadlinePassed,
+    /// cancel_run cancelled the run (batch runs too).
+    RunCancelled,
 }
 
 impl Reason {
@@ -33,6 +36,7 @@ impl Reason {
             Reason::DeadlinePassed => {
                 "cancelled: the caller's deadline passed before the run finished"
             }
+            Reason::RunCancelled => "cancelled by the caller",
         }
     }
 }

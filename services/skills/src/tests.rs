@@ -75,6 +75,7 @@ struct Spins {
 
 static SPINS_DROPPED: Spins = Spins::new("test.spins_dropped", Profile::Interactive);
 static SPINS_DEADLINE: Spins = Spins::new("test.spins_deadline", Profile::Interactive);
+static SPINS_BATCH: Spins = Spins::new("test.spins_batch", Profile::Batch);
 
 impl Spins {
     const fn new(skill_id: &'static str, profile: Profile) -> Spins {
@@ -129,7 +130,13 @@ async fn service(dir: &tempfile::TempDir) -> SkillsService {
         crate::store::Store::new(db),
         key,
         &crate::Config::default(),
-        vec![&INTERACTIVE, &BATCH, &SPINS_DROPPED, &SPINS_DEADLINE],
+        vec![
+            &INTERACTIVE,
+            &BATCH,
+            &SPINS_DROPPED,
+            &SPINS_DEADLINE,
+            &SPINS_BATCH,
+        ],
     )
     .expect("service")
 }
@@ -285,4 +292,49 @@ async fn an_interactive_run_stops_at_its_callers_deadline() {
     let view = svc.get_run(&agent(), run_id).await.expect("run");
     assert_eq!(view.run.status, RunStatus::Cancelled);
     assert_eq!(view.jobs[0].status, RunStatus::Cancelled);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_run_stops_a_batch_computation_on_the_worker() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let svc = service(&dir).await;
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    svc.spawn_worker(shutdown.clone(), &tokio_util::task::TaskTracker::new());
+    let queued = svc
+        .run(&agent(), "test.spins_batch", None, json!({}))
+        .await
+        .expect("queued");
+    until_turning(&SPINS_BATCH).await;
+    let cancelled = svc
+        .cancel(&agent(), queued.run.run_id.as_str())
+        .await
+        .expect("cancelled");
+    assert_eq!(cancelled.run.status, RunStatus::Cancelled);
+    stopped(&SPINS_BATCH).await;
+    let view = svc
+        .get_run(&agent(), queued.run.run_id.as_str())
+        .await
+        .expect("run");
+    assert_eq!(view.run.status, RunStatus::Cancelled);
+    assert_eq!(view.jobs[0].status, RunStatus::Cancelled);
+    // The worker goes on with the next run.
+    let next = svc
+        .run(&agent(), "test.panics_batch", None, json!({}))
+        .await
+        .expect("queued");
+    let mut status = RunStatus::Queued;
+    for _ in 0..100 {
+        status = svc
+            .get_run(&agent(), next.run.run_id.as_str())
+            .await
+            .expect("run")
+            .run
+            .status;
+        if !status.is_active() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(status, RunStatus::Failed);
+    shutdown.cancel();
 }
