@@ -70,6 +70,11 @@ impl std::fmt::Debug for SkillsService {
 /// A run `running` for longer than this was left by a stopped worker.
 const STALE_RUN_MS: i64 = 10 * 60 * 1000;
 
+/// An interactive run still `queued` after this long lost its caller
+/// before it was claimed; the worker runs it. Younger ones are their
+/// caller's: run by the worker, a caller's going away could not stop them.
+const ORPHANED_RUN_MS: i64 = 60 * 1000;
+
 /// What the caller and the run record learn of a computation that panicked.
 const PANICKED: &str = "internal error: the computation failed unexpectedly";
 
@@ -571,7 +576,9 @@ impl SkillsService {
                     Ok(n) => tracing::warn!(runs = n, "failed runs a stopped worker left running"),
                     Err(err) => tracing::warn!(error = %err, "checking for stale runs failed"),
                 }
-                match service.store.next_queued().await {
+                let batch = service.batch_skills();
+                let orphaned = clock::now_ms() - ORPHANED_RUN_MS;
+                match service.store.next_queued(&batch, orphaned).await {
                     Ok(Some(run)) => {
                         service.work_on(&run).await;
                         continue;
@@ -586,6 +593,19 @@ impl SkillsService {
                 }
             }
         });
+    }
+
+    /// The ids of the batch skills (the worker's runs).
+    fn batch_skills(&self) -> Vec<&'static str> {
+        let mut ids: Vec<&'static str> = self
+            .skills
+            .iter()
+            .map(|s| s.manifest())
+            .filter(|m| m.profile == Profile::Batch)
+            .map(|m| m.skill_id)
+            .collect();
+        ids.dedup();
+        ids
     }
 
     /// Execute one queued run as its requester.

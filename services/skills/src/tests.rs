@@ -338,3 +338,59 @@ async fn cancel_run_stops_a_batch_computation_on_the_worker() {
     assert_eq!(status, RunStatus::Failed);
     shutdown.cancel();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_worker_leaves_a_fresh_interactive_run_to_its_caller() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let svc = service(&dir).await;
+    let now = ithaca_kit::clock::now_ms();
+    let queued = |age_ms: i64| crate::store::RunRow {
+        run_id: crate::model::RunId::new_v4(),
+        tenant_id: ithaca_kit::id::TenantId::parse("tenant-a").expect("tenant"),
+        session_id: String::new(),
+        skill_id: "test.panics".into(),
+        version: "1.0".into(),
+        inputs: "{}".into(),
+        status: RunStatus::Queued,
+        outputs: None,
+        error: String::new(),
+        created_at_ms: now - age_ms,
+        updated_at_ms: now - age_ms,
+        requester: serde_json::to_string(&agent()).expect("principal"),
+    };
+    // Just recorded by a caller about to claim it, and one whose caller's
+    // process stopped two minutes ago.
+    let fresh = queued(0);
+    let orphaned = queued(120_000);
+    svc.store.insert_run(&fresh).await.expect("insert");
+    svc.store.insert_run(&orphaned).await.expect("insert");
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    svc.spawn_worker(shutdown.clone(), &tokio_util::task::TaskTracker::new());
+    let status = |run_id: crate::model::RunId| {
+        let svc = svc.clone();
+        async move {
+            svc.get_run(&agent(), run_id.as_str())
+                .await
+                .expect("run")
+                .run
+                .status
+        }
+    };
+    let mut orphan_status = RunStatus::Queued;
+    for _ in 0..100 {
+        orphan_status = status(orphaned.run_id.clone()).await;
+        if !orphan_status.is_active() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        orphan_status,
+        RunStatus::Failed,
+        "the worker ran the orphan"
+    );
+    // Two more turns of the worker's loop.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(status(fresh.run_id.clone()).await, RunStatus::Queued);
+    shutdown.cancel();
+}
