@@ -994,7 +994,7 @@ async fn list_inputs_are_bounded_before_any_work_starts() {
             }
         }
         if skill.skill_id == "corr.peers" {
-            assert_eq!(properties["peers"]["maxItems"], 500, "{schema}");
+            assert_eq!(properties["peers"]["maxItems"], 200, "{schema}");
         }
         if skill.skill_id == "vol.term_structure" {
             assert_eq!(properties["windows"]["maxItems"], 32, "{schema}");
@@ -1006,12 +1006,12 @@ async fn list_inputs_are_bounded_before_any_work_starts() {
         (
             "corr.peers",
             json!({"symbol": "AAPL", "peers": many_peers(50_000)}),
-            "inputs.peers: at most 500 items, got 50000",
+            "inputs.peers: at most 200 items, got 50000",
         ),
         (
             "corr.peers",
-            json!({"symbol": "AAPL", "peers": many_peers(501)}),
-            "inputs.peers: at most 500 items, got 501",
+            json!({"symbol": "AAPL", "peers": many_peers(201)}),
+            "inputs.peers: at most 200 items, got 201",
         ),
         (
             "vol.term_structure",
@@ -1162,7 +1162,7 @@ async fn an_interactive_run_stops_when_its_caller_goes_away() {
     let up = common::up(&[]);
     let pid = up.process.child.id();
     let caller = common::agent(&up.tenant, "agent-cpu");
-    let peers = json!({"symbol": "AAPL", "peers": many_peers(500)});
+    let peers = json!({"symbol": "AAPL", "peers": many_peers(200)});
     let request = |inputs: &Value| pb::RunSkillRequest {
         skill_id: "corr.peers".into(),
         version: None,
@@ -1258,7 +1258,7 @@ async fn an_interactive_run_stops_when_its_caller_goes_away() {
         panic!("describe_skill: {:?}", described.outcome);
     };
     assert_eq!(
-        manifest["input_schema"]["properties"]["peers"]["maxItems"], 500,
+        manifest["input_schema"]["properties"]["peers"]["maxItems"], 200,
         "{manifest}"
     );
     let refused = common::stack::call(
@@ -1275,7 +1275,7 @@ async fn an_interactive_run_stops_when_its_caller_goes_away() {
     assert!(
         error["message"]
             .as_str()
-            .is_some_and(|m| m.starts_with("inputs.peers: at most 500 items, got 50000")),
+            .is_some_and(|m| m.starts_with("inputs.peers: at most 200 items, got 50000")),
         "{error}"
     );
     assert_eq!(runs_of(&up, "corr.peers").await.len(), 2, "no run recorded");

@@ -147,8 +147,10 @@ impl Inputs {
 /// The most symbols a list input of a skill may name (`peers`): each is a
 /// price series read from the broker, so the list bounds a run's work. It
 /// is the input schema's `maxItems`; a longer list is refused before the
-/// run starts.
-pub const MAX_SYMBOLS: usize = 500;
+/// run starts. 200 demo peers take about 15 s in a debug build (25 s of
+/// CPU for 500, past run_skill's 35 s deadline), far less in a release
+/// one; a larger correlation is a batch job's.
+pub const MAX_SYMBOLS: usize = 200;
 
 /// The most windows `vol.term_structure` takes (its schema's `maxItems`).
 pub const MAX_WINDOWS: usize = 32;
@@ -159,7 +161,7 @@ pub const MAX_SYMBOL_LEN: usize = 32;
 /// The most prices one run may read from the broker, whatever its inputs:
 /// [`MAX_SYMBOLS`] series of 40 years of daily bars. A run that would read
 /// more fails with INVALID_ARGUMENT instead of going on.
-pub const MAX_PRICES_PER_RUN: usize = 5_000_000;
+pub const MAX_PRICES_PER_RUN: usize = 2_000_000;
 
 /// What a computation may ask for, on behalf of the caller.
 pub struct Context<'a> {
