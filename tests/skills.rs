@@ -1154,7 +1154,8 @@ async fn until_run(
 /// seconds; when its caller goes away (the run_skill stream is dropped) or
 /// its deadline passes (RunSkill with a short grpc-timeout), the process's
 /// CPU use, read from /proc, falls to idle within a second and the run is
-/// `cancelled` with the reason. A batch run whose caller left before it
+/// `cancelled` with the reason (the old code kept computing at the same
+/// rate, its run `running`). A batch run whose caller left before it
 /// even started still succeeds. Over MCP, the bound is in describe_skill's
 /// schema and 50,000 peers are refused with INVALID_ARGUMENT.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1181,7 +1182,7 @@ async fn an_interactive_run_stops_when_its_caller_goes_away() {
     });
     until_run(&up, "corr.peers", 0, "running").await;
     let busy = cores(pid, Duration::from_secs(1)).await;
-    assert!(busy > 0.3, "the run computes: {busy:.2} cores");
+    assert!(busy > 0.1, "the run computes: {busy:.2} cores");
     call.abort();
     let _ = call.await;
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -1220,7 +1221,7 @@ async fn an_interactive_run_stops_when_its_caller_goes_away() {
     eprintln!(
         "deadline passed: {busy:.2} cores before, {after:.2} a second after; run {status}: {error}"
     );
-    assert!(busy > 0.3, "the run computes: {busy:.2} cores");
+    assert!(busy > 0.1, "the run computes: {busy:.2} cores");
     assert!(
         after < 0.1 && after < busy / 4.0,
         "a second after the deadline: {after:.2} cores (before: {busy:.2})"

@@ -184,7 +184,12 @@ impl SkillsService {
                 .await?;
             if profile == Profile::Batch {
                 service.wake.notify_one();
-                return service.get_run(&caller, &run.run_id).await;
+                // The run as queued: the worker may claim it before a read.
+                return Ok(RunView {
+                    run,
+                    artifacts: Vec::new(),
+                    jobs: Vec::new(),
+                });
             }
             service.finish(&caller, &run, None, &stop).await
         });
