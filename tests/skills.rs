@@ -13,6 +13,7 @@ use ithaca_proto::skills::v1 as pb;
 use ithaca_proto::skills::v1::skills_service_client::SkillsServiceClient;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
+use std::time::Duration;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
@@ -935,4 +936,348 @@ async fn lightcurve_features_match_the_photometry() {
         ),
         Err(e) => assert!(e.message().contains("objectId"), "{e:?}"),
     }
+}
+
+// ---------------------------------------------------------------------------
+// Work stops with its caller (issue 28, item 6).
+
+/// Peers for a corr.peers run at its bound: the demo's other symbols over
+/// and over, each a full price history read from the broker.
+fn many_peers(n: usize) -> Vec<&'static str> {
+    ["MSFT", "IBM", "GOOG", "FB"]
+        .into_iter()
+        .cycle()
+        .take(n)
+        .collect()
+}
+
+/// Every list input of every skill says its bound in the schema agents
+/// read (`maxItems`), every text input its length (`maxLength`); a list
+/// above its bound is refused with INVALID_ARGUMENT naming the input and
+/// the bound, in a short message, before any run is recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_inputs_are_bounded_before_any_work_starts() {
+    let s = stack().await;
+    let mut c = client(&s.skills_url, common::agent("tenant-a", "agent-a"));
+    let catalog = c
+        .search_skills(pb::SearchSkillsRequest {
+            limit: Some(50),
+            ..Default::default()
+        })
+        .await
+        .expect("catalog")
+        .into_inner();
+    for skill in &catalog.skills {
+        let manifest = c
+            .describe_skill(pb::DescribeSkillRequest {
+                skill_id: skill.skill_id.clone(),
+                version: None,
+            })
+            .await
+            .expect("describe")
+            .into_inner();
+        let schema = json::from_struct(manifest.input_schema.expect("schema"));
+        let properties = schema["properties"].as_object().expect("properties");
+        for (name, spec) in properties {
+            match spec["type"].as_str() {
+                Some("array") => assert!(
+                    spec["maxItems"].as_u64().is_some(),
+                    "{} inputs.{name} has no maxItems",
+                    skill.skill_id
+                ),
+                Some("string") => assert!(
+                    spec["maxLength"].as_u64().is_some(),
+                    "{} inputs.{name} has no maxLength",
+                    skill.skill_id
+                ),
+                _ => {}
+            }
+        }
+        if skill.skill_id == "corr.peers" {
+            assert_eq!(properties["peers"]["maxItems"], 200, "{schema}");
+        }
+        if skill.skill_id == "vol.term_structure" {
+            assert_eq!(properties["windows"]["maxItems"], 32, "{schema}");
+        }
+    }
+
+    // The probe's 400 KB body: 50,000 peers.
+    for (skill, inputs, starts) in [
+        (
+            "corr.peers",
+            json!({"symbol": "AAPL", "peers": many_peers(50_000)}),
+            "inputs.peers: at most 200 items, got 50000",
+        ),
+        (
+            "corr.peers",
+            json!({"symbol": "AAPL", "peers": many_peers(201)}),
+            "inputs.peers: at most 200 items, got 201",
+        ),
+        (
+            "vol.term_structure",
+            json!({"symbol": "AAPL", "windows": vec![21; 33]}),
+            "inputs.windows: at most 32 items, got 33",
+        ),
+        (
+            "vol.realized",
+            json!({"symbol": "A".repeat(17_000)}),
+            "inputs.symbol: at most 32 characters, got 17000",
+        ),
+        (
+            "corr.peers",
+            json!({"symbol": "AAPL", "peers": ["MSFT", "M".repeat(100_000)]}),
+            "inputs.peers[1]: at most 32 characters, got 100000",
+        ),
+    ] {
+        let err = run(&mut c, skill, inputs).await.expect_err("refused");
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+        assert!(
+            err.message().starts_with(starts),
+            "{} starts with {starts}",
+            err.message()
+        );
+        assert!(err.message().len() < 200, "a short message: {err:?}");
+    }
+    // Names and symbols sent back in errors are cut short.
+    let err = run(&mut c, &"x".repeat(100_000), json!({}))
+        .await
+        .expect_err("unknown");
+    assert_eq!(err.code(), tonic::Code::NotFound, "{err:?}");
+    assert!(err.message().len() < 300, "a short message: {err:?}");
+    let err = c
+        .propose_strategy(pb::ProposeStrategyRequest {
+            name: "long".into(),
+            universe: vec!["MSFT".into(), "M".repeat(100_000)],
+            lookback: 60,
+            rebalance: 20,
+            ..Default::default()
+        })
+        .await
+        .expect_err("refused");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    assert!(
+        err.message()
+            .starts_with("universe[1]: at most 32 characters, got 100000"),
+        "{err:?}"
+    );
+    // Refused before any work: no run was recorded.
+    let db = ithaca_skills::open_db(&common::sqlite_path(&s._dir, "skills"), "unused")
+        .await
+        .expect("db");
+    let ithaca_kit::db::Pool::Sqlite(pool) = db.pool() else {
+        panic!("a SQLite database");
+    };
+    let (runs,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM runs")
+        .fetch_one(pool)
+        .await
+        .expect("count");
+    assert_eq!(runs, 0, "a refused run is never recorded");
+}
+
+/// CPU time (user + system) of process `pid` so far, from /proc.
+fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("read /proc stat");
+    // The command name (field 2) is in parentheses and may hold spaces;
+    // utime and stime are fields 14 and 15, in clock ticks.
+    let after_name = &stat[stat.rfind(')').expect("a command name") + 2..];
+    let fields: Vec<&str> = after_name.split(' ').collect();
+    let ticks: u64 =
+        fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime");
+    Duration::from_secs_f64(ticks as f64 / clock_ticks() as f64)
+}
+
+/// Clock ticks per second (`getconf CLK_TCK`).
+fn clock_ticks() -> u64 {
+    let out = std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .expect("run getconf");
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("CLK_TCK")
+}
+
+/// The cores process `pid` used over the next `window`.
+async fn cores(pid: u32, window: Duration) -> f64 {
+    let before = cpu_time(pid);
+    tokio::time::sleep(window).await;
+    (cpu_time(pid) - before).as_secs_f64() / window.as_secs_f64()
+}
+
+/// The stack's runs of `skill` (id, status, error), oldest first, read
+/// from the skills service's own SQLite file: a caller that left never
+/// learnt its run's id.
+async fn runs_of(up: &common::Up, skill: &str) -> Vec<(String, String, String)> {
+    let path = up.data_dir.join("skills.db");
+    let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}?mode=ro", path.display()))
+        .await
+        .expect("open the skills database");
+    let runs = sqlx::query_as(
+        "SELECT run_id, status, error FROM runs WHERE skill_id = $1 ORDER BY created_at_ms",
+    )
+    .bind(skill)
+    .fetch_all(&pool)
+    .await
+    .expect("runs");
+    pool.close().await;
+    runs
+}
+
+/// Wait until the `n`th run of `skill` (0-based) has `status` (or any
+/// status other than `queued` and `running` for `"finished"`); the run.
+async fn until_run(
+    up: &common::Up,
+    skill: &str,
+    n: usize,
+    status: &str,
+) -> (String, String, String) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let runs = runs_of(up, skill).await;
+        if let Some(run) = runs.get(n) {
+            let finished = !matches!(run.1.as_str(), "queued" | "running");
+            if run.1 == status || (status == "finished" && finished) {
+                return run.clone();
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "run {n} of {skill} never became {status}: {runs:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Against `ithaca up` (every service in one process, the shipped demo
+/// data): an interactive corr.peers run at its bound computes for many
+/// seconds; when its caller goes away (the run_skill stream is dropped) or
+/// its deadline passes (RunSkill with a short grpc-timeout), the process's
+/// CPU use, read from /proc, falls to idle within a second and the run is
+/// `cancelled` with the reason (the old code kept computing at the same
+/// rate, its run `running`). A batch run whose caller left before it
+/// even started still succeeds. Over MCP, the bound is in describe_skill's
+/// schema and 50,000 peers are refused with INVALID_ARGUMENT.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interactive_run_stops_when_its_caller_goes_away() {
+    let up = common::up(&[]);
+    let pid = up.process.child.id();
+    let caller = common::agent(&up.tenant, "agent-cpu");
+    let peers = json!({"symbol": "AAPL", "peers": many_peers(200)});
+    let request = |inputs: &Value| pb::RunSkillRequest {
+        skill_id: "corr.peers".into(),
+        version: None,
+        inputs: Some(json::to_struct(inputs.clone())),
+    };
+
+    // The caller goes away: its stream is dropped mid-run.
+    let mut c = client(&up.skills_url, caller.clone());
+    let call = tokio::spawn({
+        let request = request(&peers);
+        async move {
+            let mut events = c.run_skill_stream(request).await?.into_inner();
+            while events.message().await?.is_some() {}
+            Ok::<_, tonic::Status>(())
+        }
+    });
+    until_run(&up, "corr.peers", 0, "running").await;
+    let busy = cores(pid, Duration::from_secs(1)).await;
+    assert!(busy > 0.1, "the run computes: {busy:.2} cores");
+    call.abort();
+    let _ = call.await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after = cores(pid, Duration::from_secs(1)).await;
+    let (_, status, error) = runs_of(&up, "corr.peers").await.remove(0);
+    eprintln!(
+        "stream dropped: {busy:.2} cores before, {after:.2} a second after; run {status}: {error}"
+    );
+    assert!(
+        after < 0.1 && after < busy / 4.0,
+        "a second after the caller left: {after:.2} cores (before: {busy:.2})"
+    );
+    assert_eq!(status, "cancelled", "{error}");
+    assert!(error.contains("the caller went away"), "{error}");
+
+    // The deadline passes: a unary RunSkill with a 1.5 s grpc-timeout.
+    let mut c = client(&up.skills_url, caller.clone());
+    let mut unary = tonic::Request::new(request(&peers));
+    unary.set_timeout(Duration::from_millis(1500));
+    let started = std::time::Instant::now();
+    let call = tokio::spawn(async move { c.run_skill(unary).await.map(|_| ()) });
+    until_run(&up, "corr.peers", 1, "running").await;
+    let busy = cores(pid, Duration::from_millis(800)).await;
+    let err = call.await.expect("joined").expect_err("past its deadline");
+    assert!(
+        matches!(
+            err.code(),
+            tonic::Code::DeadlineExceeded | tonic::Code::Cancelled
+        ),
+        "{err:?}"
+    );
+    let passed = Duration::from_millis(1500).saturating_sub(started.elapsed());
+    tokio::time::sleep(passed + Duration::from_secs(1)).await;
+    let after = cores(pid, Duration::from_secs(1)).await;
+    let (_, status, error) = runs_of(&up, "corr.peers").await.remove(1);
+    eprintln!(
+        "deadline passed: {busy:.2} cores before, {after:.2} a second after; run {status}: {error}"
+    );
+    assert!(busy > 0.1, "the run computes: {busy:.2} cores");
+    assert!(
+        after < 0.1 && after < busy / 4.0,
+        "a second after the deadline: {after:.2} cores (before: {busy:.2})"
+    );
+    assert_eq!(status, "cancelled", "{error}");
+    assert!(error.contains("deadline passed"), "{error}");
+
+    // A batch run goes on by design, even when its caller leaves before it
+    // starts.
+    let mut c = client(&up.skills_url, caller.clone());
+    let events = c
+        .run_skill_stream(pb::RunSkillRequest {
+            skill_id: "backtest.momentum".into(),
+            version: None,
+            inputs: Some(json::to_struct(json!({"symbol": "AAPL"}))),
+        })
+        .await
+        .expect("stream opens");
+    drop(events);
+    drop(c);
+    let (_, status, error) = until_run(&up, "backtest.momentum", 0, "finished").await;
+    assert_eq!(status, "succeeded", "{error}");
+
+    // Over MCP: the bound is in the schema describe_skill gives, and the
+    // probe's 50,000 peers are refused at once, naming the input and bound.
+    common::stack::open_session(&up.url, &up.agent, "bounds", None).await;
+    let described = common::stack::call(
+        &up.url,
+        &up.agent,
+        "describe_skill",
+        json!({"skill_id": "corr.peers"}),
+    )
+    .await;
+    let common::stack::Outcome::Ok(manifest) = described.outcome else {
+        panic!("describe_skill: {:?}", described.outcome);
+    };
+    assert_eq!(
+        manifest["input_schema"]["properties"]["peers"]["maxItems"], 200,
+        "{manifest}"
+    );
+    let refused = common::stack::call(
+        &up.url,
+        &up.agent,
+        "run_skill",
+        json!({"skill_id": "corr.peers", "inputs": {"symbol": "AAPL", "peers": many_peers(50_000)}}),
+    )
+    .await;
+    let common::stack::Outcome::ToolError(error) = refused.outcome else {
+        panic!("run_skill: {:?}", refused.outcome);
+    };
+    assert_eq!(error["error"], "INVALID_ARGUMENT", "{error}");
+    assert!(
+        error["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("inputs.peers: at most 200 items, got 50000")),
+        "{error}"
+    );
+    assert_eq!(runs_of(&up, "corr.peers").await.len(), 2, "no run recorded");
 }

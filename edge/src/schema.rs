@@ -5,7 +5,8 @@
 //! the proto3 `optional` keyword is required; `optional` fields, message
 //! fields, oneof members, repeated fields and maps may be omitted. Objects
 //! allow no other properties, so an unknown argument is an error. Field
-//! comments become descriptions. Recursive messages are cut off after a few
+//! comments become descriptions, and the bounds a field declares
+//! (`ithaca.mcp.v1.field`) become `maxItems` and `maxLength`. Recursive messages are cut off after a few
 //! levels with an open object, so a schema is always finite.
 
 use prost_reflect::{FieldDescriptor, Kind, MessageDescriptor};
@@ -112,6 +113,9 @@ fn object_schema(message: &MessageDescriptor, direction: Direction, depth: usize
     let mut required = Vec::new();
     for field in message.fields().filter(|f| !is_call_context(f)) {
         let mut schema = field_schema(&field, direction, depth);
+        if direction == Direction::Input {
+            bound(&field, &mut schema);
+        }
         if let Some(comment) = ithaca_proto::annotations::field_comment(&field)
             && let Value::Object(map) = &mut schema
         {
@@ -135,6 +139,27 @@ fn object_schema(message: &MessageDescriptor, direction: Direction, depth: usize
     }
     schema.insert("additionalProperties".to_owned(), json!(false));
     Value::Object(schema)
+}
+
+/// Write the bounds `field` declares (`ithaca.mcp.v1.field`) into its
+/// schema: `maxItems` on a list, `maxLength` on a string or on each string
+/// of a list. A bound of 0, or one that does not fit the field, says
+/// nothing.
+fn bound(field: &FieldDescriptor, schema: &mut Value) {
+    let Some(bounds) = ithaca_proto::annotations::field_bounds(field) else {
+        return;
+    };
+    if field.is_list() && bounds.max_items > 0 {
+        schema["maxItems"] = json!(bounds.max_items);
+    }
+    let text = if field.is_list() {
+        &mut schema["items"]
+    } else {
+        schema
+    };
+    if bounds.max_length > 0 && text["type"] == "string" {
+        text["maxLength"] = json!(bounds.max_length);
+    }
 }
 
 fn field_schema(field: &FieldDescriptor, direction: Direction, depth: usize) -> Value {
@@ -225,4 +250,26 @@ fn well_known(message: &MessageDescriptor) -> Option<Value> {
         }
         _ => return None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn declared_field_bounds_reach_the_input_schema() {
+        let pool = ithaca_proto::annotations::pool();
+        let message = pool
+            .get_message_by_name("ithaca.skills.v1.ProposeStrategyRequest")
+            .expect("in the pool");
+        let input = message_schema(&message, Direction::Input);
+        let universe = &input["properties"]["universe"];
+        assert_eq!(universe["maxItems"], 20, "{input}");
+        assert_eq!(universe["items"]["maxLength"], 32, "{input}");
+        assert_eq!(input["properties"]["name"]["maxLength"], 100, "{input}");
+        // A field without bounds has none, and outputs carry none.
+        assert!(input["properties"]["lookback"].get("maximum").is_none());
+        let output = message_schema(&message, Direction::Output);
+        assert!(output["properties"]["universe"].get("maxItems").is_none());
+    }
 }

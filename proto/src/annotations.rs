@@ -4,7 +4,7 @@
 //! The pool is usually [`pool()`], the embedded set, but any pool works: the
 //! edge can also reflect on a backend's descriptors fetched at run time.
 
-use crate::mcp::v1::{PromptOptions, ResourceOptions, ToolOptions, WatchOptions};
+use crate::mcp::v1::{FieldBounds, PromptOptions, ResourceOptions, ToolOptions, WatchOptions};
 use prost_reflect::{DescriptorPool, MethodDescriptor, Value};
 use std::sync::LazyLock;
 
@@ -13,6 +13,7 @@ pub const TOOL_EXTENSION: &str = "ithaca.mcp.v1.tool";
 pub const RESOURCE_EXTENSION: &str = "ithaca.mcp.v1.resource";
 pub const PROMPT_EXTENSION: &str = "ithaca.mcp.v1.prompt";
 pub const WATCH_EXTENSION: &str = "ithaca.mcp.v1.watch";
+pub const FIELD_EXTENSION: &str = "ithaca.mcp.v1.field";
 
 static POOL: LazyLock<DescriptorPool> = LazyLock::new(|| {
     DescriptorPool::decode(crate::FILE_DESCRIPTOR_SET)
@@ -94,6 +95,22 @@ pub fn leading_comment(method: &MethodDescriptor) -> Option<String> {
             .source_code_info,
         method.path(),
     )
+}
+
+/// The bounds a request field declares (`ithaca.mcp.v1.field`), if any.
+/// The extension is looked up in the field's own pool, so a backend's
+/// reflected descriptors work as the embedded ones do.
+pub fn field_bounds(field: &prost_reflect::FieldDescriptor) -> Option<FieldBounds> {
+    let ext = field.parent_pool().get_extension_by_name(FIELD_EXTENSION)?;
+    let options = field.options();
+    if !options.has_extension(&ext) {
+        return None;
+    }
+    let Value::Message(message) = options.get_extension(&ext).into_owned() else {
+        return None;
+    };
+    // A malformed option is ignored rather than trusted.
+    message.transcode_to::<FieldBounds>().ok()
 }
 
 /// The leading comment of a message field.

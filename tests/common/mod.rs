@@ -264,6 +264,9 @@ pub struct Up {
     pub agent: String,
     pub human: String,
     pub auth_url: String,
+    pub skills_url: String,
+    /// The tenant the printed keys belong to.
+    pub tenant: String,
     /// `<dir>/stack`, the data directory `ithaca up` was given.
     pub data_dir: std::path::PathBuf,
     pub process: Process,
@@ -313,6 +316,8 @@ pub fn up(env: &[(&str, &str)]) -> Up {
         agent: after("agent key"),
         human: after("human key"),
         auth_url: after("auth "),
+        skills_url: after("skills "),
+        tenant: after("tenant "),
         data_dir,
         process,
         dir,

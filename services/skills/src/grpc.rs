@@ -4,6 +4,7 @@ use crate::catalog::Manifest;
 use crate::model::{RunStatus, StrategyProposal};
 use crate::service::{RunView, SkillsService};
 use crate::skills::Step;
+use crate::stop::{self, Reason, Stop};
 use crate::store::StrategyRow;
 use ithaca_kit::{clock, json, principal};
 use ithaca_proto::mcp::v1 as mcp;
@@ -240,11 +241,14 @@ impl Rpc for Grpc {
         request: Request<pb::RunSkillRequest>,
     ) -> Result<Response<pb::Run>, Status> {
         let caller = principal::of(&request)?;
+        // Tonic drops this future when the caller goes away; the run stops
+        // then, or at the caller's deadline.
+        let stop = Stop::until(stop::deadline(request.metadata()));
         let r = request.into_inner();
         let inputs = r.inputs.map_or(Value::Null, json::from_struct);
         let view = self
             .service
-            .run(&caller, &r.skill_id, r.version.as_deref(), inputs)
+            .run_until(&caller, &r.skill_id, r.version.as_deref(), inputs, stop)
             .await?;
         Ok(Response::new(run(view)))
     }
@@ -256,20 +260,33 @@ impl Rpc for Grpc {
         request: Request<pb::RunSkillRequest>,
     ) -> Result<Response<Events>, Status> {
         let caller = principal::of(&request)?;
+        // An interactive run stops when the caller goes away (tonic drops
+        // the stream, which closes `events`) or at its deadline: tonic
+        // bounds only the wait for a stream's headers, so the deadline is
+        // ours to keep.
+        let stop = Stop::until(stop::deadline(request.metadata()));
         let r = request.into_inner();
         let inputs = r.inputs.map_or(Value::Null, json::from_struct);
         let service = self.service.clone();
         let (events, received) = tokio::sync::mpsc::channel(16);
         tokio::spawn(async move {
             let (progress, mut steps) = tokio::sync::mpsc::channel::<Step>(64);
-            let running =
-                service.run_following(&caller, &r.skill_id, r.version.as_deref(), inputs, progress);
+            let running = service.run_following(
+                &caller,
+                &r.skill_id,
+                r.version.as_deref(),
+                inputs,
+                progress,
+                &stop,
+            );
             tokio::pin!(running);
             let outcome = loop {
                 tokio::select! {
                     biased;
+                    () = events.closed(), if stop.reason().is_none() => stop.stop(Reason::CallerLeft),
                     Some(step) = steps.recv() => {
-                        // The caller gone, the run still finishes.
+                        // A gone caller's progress is dropped; a batch run
+                        // still finishes, an interactive one is stopping.
                         let _ = events.send(Ok(progress_event(step))).await;
                     }
                     outcome = &mut running => break outcome,

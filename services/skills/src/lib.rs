@@ -13,6 +13,8 @@
 //! - [`service`]: runs (draft → queued → running → succeeded | failed),
 //!   artifacts, the background worker and the `run_transition` trace; a
 //!   computation that fails, even by panicking, fails its run.
+//! - [`stop`]: the signal that stops an interactive run once its caller
+//!   went away or its deadline passed.
 //! - [`strategies`]: proposing, reading and promoting strategies.
 //! - [`remote`]: what it asks of the broker and session services.
 //! - [`store`]: the `runs`, `artifacts`, `jobs` and `strategies` tables
@@ -33,6 +35,7 @@ pub mod plot;
 pub mod remote;
 pub mod service;
 pub mod skills;
+pub mod stop;
 pub mod store;
 pub mod strategies;
 pub mod validate;

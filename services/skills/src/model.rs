@@ -120,6 +120,10 @@ pub struct StrategyProposal {
     pub cost_bps: Option<f64>,
 }
 
+/// The most symbols a strategy's universe may hold (the proto's
+/// `max_items` of `ProposeStrategyRequest.universe` says the same).
+pub const MAX_UNIVERSE: usize = 20;
+
 impl StrategyProposal {
     /// Check the proposal; its trimmed name and spec. Whether the symbols
     /// exist is the broker's to say, and is checked by the caller.
@@ -128,8 +132,23 @@ impl StrategyProposal {
         if name.is_empty() || name.chars().count() > 100 {
             return Err(ServiceError::invalid("name: 1 to 100 characters"));
         }
-        if self.universe.is_empty() || self.universe.len() > 20 {
-            return Err(ServiceError::invalid("universe: 1 to 20 symbols"));
+        if self.universe.is_empty() || self.universe.len() > MAX_UNIVERSE {
+            return Err(ServiceError::invalid(format!(
+                "universe: 1 to {MAX_UNIVERSE} symbols, got {}",
+                self.universe.len()
+            )));
+        }
+        if let Some((i, long)) = self
+            .universe
+            .iter()
+            .enumerate()
+            .find(|(_, s)| s.chars().count() > crate::skills::MAX_SYMBOL_LEN)
+        {
+            return Err(ServiceError::invalid(format!(
+                "universe[{i}]: at most {} characters, got {}",
+                crate::skills::MAX_SYMBOL_LEN,
+                long.chars().count()
+            )));
         }
         if !(1..=756).contains(&self.lookback) {
             return Err(ServiceError::invalid(

@@ -8,6 +8,7 @@
 use crate::catalog::{self, Manifest};
 use crate::model::{Profile, RunId, RunStatus};
 use crate::skills::{self, Context, Inputs, Output, Progress, Skill};
+use crate::stop::Stop;
 use crate::store::{ArtifactRow, JobRow, RunRow, Store};
 use crate::validate;
 use futures::FutureExt;
@@ -51,6 +52,10 @@ pub struct SkillsService {
     skills: Arc<[&'static dyn Skill]>,
     /// Wakes the background worker when a batch run is queued.
     wake: Arc<tokio::sync::Notify>,
+    /// The stop signal of each run computing in this process, so that
+    /// cancel_run stops its computation too (a run computing on another
+    /// replica finishes there and its results are dropped).
+    computing: Arc<std::sync::Mutex<std::collections::HashMap<RunId, Stop>>>,
 }
 
 impl std::fmt::Debug for SkillsService {
@@ -64,6 +69,11 @@ impl std::fmt::Debug for SkillsService {
 
 /// A run `running` for longer than this was left by a stopped worker.
 const STALE_RUN_MS: i64 = 10 * 60 * 1000;
+
+/// An interactive run still `queued` after this long lost its caller
+/// before it was claimed; the worker runs it. Younger ones are their
+/// caller's: run by the worker, a caller's going away could not stop them.
+const ORPHANED_RUN_MS: i64 = 60 * 1000;
 
 /// What the caller and the run record learn of a computation that panicked.
 const PANICKED: &str = "internal error: the computation failed unexpectedly";
@@ -93,6 +103,7 @@ impl SkillsService {
             session: channel(&config.session_url)?,
             skills: skills.into(),
             wake: Arc::new(tokio::sync::Notify::new()),
+            computing: Arc::default(),
         })
     }
 
@@ -136,8 +147,9 @@ impl SkillsService {
     }
 
     /// Validate inputs and record the run. Interactive skills run within the
-    /// call; batch skills are queued for the background worker and the run
-    /// comes back `queued` (follow it with get_run or subscribe_run).
+    /// call, and stop (the run `cancelled`) when this future is dropped;
+    /// batch skills are queued for the background worker and the run comes
+    /// back `queued` (follow it with get_run or subscribe_run).
     pub async fn run(
         &self,
         caller: &Principal,
@@ -145,20 +157,55 @@ impl SkillsService {
         version: Option<&str>,
         inputs: Value,
     ) -> Result<RunView, ServiceError> {
-        let (run, profile) = self.queue(caller, skill_id, version, inputs).await?;
-        if profile == Profile::Batch {
-            self.wake.notify_one();
-            return self.get_run(caller, &run.run_id).await;
-        }
-        self.finish(caller, &run, None).await
+        self.run_until(caller, skill_id, version, inputs, Stop::never())
+            .await
+    }
+
+    /// [`SkillsService::run`], an interactive run also stopped when `stop`
+    /// fires (the caller's deadline passed).
+    pub async fn run_until(
+        &self,
+        caller: &Principal,
+        skill_id: &str,
+        version: Option<&str>,
+        inputs: Value,
+        stop: Stop,
+    ) -> Result<RunView, ServiceError> {
+        // The run goes on a task of its own and this future only waits for
+        // it: when tonic drops this future (the caller went away) the guard
+        // stops the run, which is then recorded `cancelled` instead of
+        // being cut off while `running`.
+        let _stop_on_drop = stop.on_drop();
+        let (service, caller) = (self.clone(), caller.clone());
+        let (skill_id, version) = (skill_id.to_owned(), version.map(str::to_owned));
+        let running = tokio::spawn(async move {
+            let (run, profile) = service
+                .queue(&caller, &skill_id, version.as_deref(), inputs)
+                .await?;
+            if profile == Profile::Batch {
+                service.wake.notify_one();
+                // The run as queued: the worker may claim it before a read.
+                return Ok(RunView {
+                    run,
+                    artifacts: Vec::new(),
+                    jobs: Vec::new(),
+                });
+            }
+            service.finish(&caller, &run, None, &stop).await
+        });
+        running
+            .await
+            .map_err(|_| ServiceError::new(Code::Internal, PANICKED))?
     }
 
     /// Validate inputs and record the run, then run it within the call,
     /// batch skills too, sending its steps to `progress` (run_skill over
-    /// MCP). A batch run computes on a task of its own, so it finishes even
-    /// when the caller goes away; after [`BATCH_WAIT`] the run comes back as
-    /// it stands (queued or running) and goes on. A failed batch run is
-    /// answered as the failed run, as get_run would show it.
+    /// MCP). An interactive run stops, recorded `cancelled`, when `stop`
+    /// fires. A batch run computes on a task of its own, so it finishes even
+    /// when the caller goes away (`stop` only ends the wait for it); after
+    /// [`BATCH_WAIT`] the run comes back as it stands (queued or running)
+    /// and goes on. A failed batch run is answered as the failed run, as
+    /// get_run would show it.
     pub async fn run_following(
         &self,
         caller: &Principal,
@@ -166,24 +213,36 @@ impl SkillsService {
         version: Option<&str>,
         inputs: Value,
         progress: Progress,
+        stop: &Stop,
     ) -> Result<RunView, ServiceError> {
         let (run, profile) = self.queue(caller, skill_id, version, inputs).await?;
         if profile != Profile::Batch {
-            return self.finish(caller, &run, Some(&progress)).await;
+            return self.finish(caller, &run, Some(&progress), stop).await;
         }
         let until = tokio::time::Instant::now() + BATCH_WAIT;
         let service = self.clone();
         let requester = caller.clone();
         let queued = run.clone();
         let computing = tokio::spawn(async move {
-            if let Some(err) = service.execute(&requester, &queued, Some(&progress)).await {
+            let never = Stop::never();
+            if let Some(err) = service
+                .execute(&requester, &queued, Some(&progress), &never)
+                .await
+            {
                 tracing::info!(run_id = %queued.run_id, error = %err.message, "batch run failed");
             }
         });
-        let _ = tokio::time::timeout_at(until, computing).await;
+        tokio::select! {
+            _ = tokio::time::timeout_at(until, computing) => {}
+            // Nobody waits any more; the run goes on.
+            reason = stop.stopped() => return Err(skills::cancelled(reason)),
+        }
         // The worker may have claimed the run first: wait for it as well.
         let mut view = self.get_run(caller, &run.run_id).await?;
-        while view.run.status.is_active() && tokio::time::Instant::now() < until {
+        while view.run.status.is_active()
+            && tokio::time::Instant::now() < until
+            && stop.reason().is_none()
+        {
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
             view = self.get_run(caller, &run.run_id).await?;
         }
@@ -197,11 +256,21 @@ impl SkillsService {
         caller: &Principal,
         run: &RunRow,
         progress: Option<&Progress>,
+        stop: &Stop,
     ) -> Result<RunView, ServiceError> {
-        match self.execute(caller, run, progress).await {
+        match self.execute(caller, run, progress, stop).await {
             Some(err) => Err(ServiceError {
                 // The caller learns why, and which run recorded it.
-                message: format!("{} (run {} failed)", err.message, run.run_id),
+                message: format!(
+                    "{} (run {} {})",
+                    err.message,
+                    run.run_id,
+                    if is_cancellation(&err) {
+                        RunStatus::Cancelled
+                    } else {
+                        RunStatus::Failed
+                    }
+                ),
                 ..err
             }),
             None => self.get_run(caller, &run.run_id).await,
@@ -240,13 +309,15 @@ impl SkillsService {
         Ok((run, manifest.profile))
     }
 
-    /// Claim a queued run and compute it; the error, if it failed. A run
-    /// another worker claimed, or one cancelled meanwhile, is left alone.
+    /// Claim a queued run and compute it until `stop`; the error, if it
+    /// failed or was stopped. A run another worker claimed, or one
+    /// cancelled meanwhile, is left alone.
     async fn execute(
         &self,
         caller: &Principal,
         run: &RunRow,
         progress: Option<&Progress>,
+        stop: &Stop,
     ) -> Option<ServiceError> {
         match self
             .step(caller, run, RunStatus::Queued, RunStatus::Running, None, "")
@@ -256,6 +327,7 @@ impl SkillsService {
             Ok(false) => return None,
             Err(err) => return Some(err),
         }
+        let _registered = Computing::register(self, &run.run_id, stop);
         let job = match self
             .store
             .start_job(&run.run_id, &run.tenant_id, clock::now_ms())
@@ -267,7 +339,7 @@ impl SkillsService {
                 None
             }
         };
-        let outcome = self.compute_run(caller, run, progress).await;
+        let outcome = self.compute_run(caller, run, progress, stop).await;
         if let Some(job) = job {
             // The run's final status decides the job's.
             let status = match self.store.run(&run.tenant_id, &run.run_id).await {
@@ -292,26 +364,25 @@ impl SkillsService {
     }
 
     /// Compute a claimed (running) run and record its outcome. Whatever
-    /// happens in the computation, a panic included, the run leaves
-    /// `running`.
+    /// happens in the computation, a panic or a stop included, the run
+    /// leaves `running`: a stopped one is `cancelled`, with the reason.
     async fn compute_run(
         &self,
         caller: &Principal,
         run: &RunRow,
         progress: Option<&Progress>,
+        stop: &Stop,
     ) -> Option<ServiceError> {
-        let produced = match self.compute(caller, run, progress).await {
+        let produced = match self.compute(caller, run, progress, stop).await {
             Ok(produced) => produced,
             Err(err) => {
+                let to = if is_cancellation(&err) {
+                    RunStatus::Cancelled
+                } else {
+                    RunStatus::Failed
+                };
                 let _ = self
-                    .step(
-                        caller,
-                        run,
-                        RunStatus::Running,
-                        RunStatus::Failed,
-                        None,
-                        &err.message,
-                    )
+                    .step(caller, run, RunStatus::Running, to, None, &err.message)
                     .await;
                 return Some(err);
             }
@@ -366,13 +437,17 @@ impl SkillsService {
         }
     }
 
-    /// Run the skill's computation, a panic in it becoming an INTERNAL
-    /// error (logged with the run; the caller learns no details).
+    /// Run the skill's computation until `stop` fires, a panic in it
+    /// becoming an INTERNAL error (logged with the run; the caller learns
+    /// no details). A stop drops the computation at its next await (a
+    /// broker call, which is then cancelled too); between awaits the
+    /// computation sees it through [`Context::check`].
     async fn compute(
         &self,
         caller: &Principal,
         run: &RunRow,
         progress: Option<&Progress>,
+        stop: &Stop,
     ) -> Result<Output, ServiceError> {
         let skill = self.skill(&run.skill_id, Some(&run.version))?;
         let inputs: Map<String, Value> = serde_json::from_str(&run.inputs).unwrap_or_default();
@@ -381,11 +456,16 @@ impl SkillsService {
             service: self,
             caller,
             progress,
+            stop,
+            prices_read: std::sync::atomic::AtomicUsize::new(0),
         };
-        match AssertUnwindSafe(skill.run(&ctx, &inputs))
-            .catch_unwind()
-            .await
-        {
+        let computing = AssertUnwindSafe(skill.run(&ctx, &inputs)).catch_unwind();
+        let outcome = tokio::select! {
+            biased;
+            reason = stop.stopped() => return Err(skills::cancelled(reason)),
+            outcome = computing => outcome,
+        };
+        match outcome {
             Ok(result) => result,
             Err(payload) => {
                 tracing::error!(
@@ -422,6 +502,7 @@ impl SkillsService {
             .await?
         {
             // It finished in the meantime.
+            self.stop_computing(&run.run_id);
             let now = self.get_run(caller, &run.run_id).await?;
             return Err(ServiceError::precondition(format!(
                 "run_id: run {} already {}",
@@ -429,7 +510,22 @@ impl SkillsService {
             ))
             .with_domain("RUN_FINISHED"));
         }
+        // Its computation, when it is here, stops now.
+        self.stop_computing(&run.run_id);
         self.get_run(caller, &run.run_id).await
+    }
+
+    /// Stop the computation of `run_id` if it runs in this process.
+    fn stop_computing(&self, run_id: &RunId) {
+        let stop = self
+            .computing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(run_id)
+            .cloned();
+        if let Some(stop) = stop {
+            stop.stop(crate::stop::Reason::RunCancelled);
+        }
     }
 
     /// Wait until the run's status differs from `status` (default: the
@@ -485,7 +581,9 @@ impl SkillsService {
                     Ok(n) => tracing::warn!(runs = n, "failed runs a stopped worker left running"),
                     Err(err) => tracing::warn!(error = %err, "checking for stale runs failed"),
                 }
-                match service.store.next_queued().await {
+                let batch = service.batch_skills();
+                let orphaned = clock::now_ms() - ORPHANED_RUN_MS;
+                match service.store.next_queued(&batch, orphaned).await {
                     Ok(Some(run)) => {
                         service.work_on(&run).await;
                         continue;
@@ -502,11 +600,26 @@ impl SkillsService {
         });
     }
 
+    /// The ids of the batch skills (the worker's runs).
+    fn batch_skills(&self) -> Vec<&'static str> {
+        let mut ids: Vec<&'static str> = self
+            .skills
+            .iter()
+            .map(|s| s.manifest())
+            .filter(|m| m.profile == Profile::Batch)
+            .map(|m| m.skill_id)
+            .collect();
+        ids.dedup();
+        ids
+    }
+
     /// Execute one queued run as its requester.
     async fn work_on(&self, run: &RunRow) {
         match serde_json::from_str::<Principal>(&run.requester) {
             Ok(requester) => {
-                if let Some(err) = self.execute(&requester, run, None).await {
+                // Batch runs go on whoever waits for them.
+                let never = Stop::never();
+                if let Some(err) = self.execute(&requester, run, None, &never).await {
                     tracing::info!(run_id = %run.run_id, error = %err.message, "batch run failed");
                 }
             }
@@ -603,19 +716,69 @@ impl SkillsService {
     fn unknown_skill(&self, skill_id: &str, version: Option<&str>) -> ServiceError {
         let err = match (skills::find(&self.skills, skill_id, None), version) {
             (Some(latest), Some(v)) => ServiceError::not_found(format!(
-                "version: {skill_id} has no version {v}; the latest is {}",
+                "version: {skill_id} has no version {}; the latest is {}",
+                quoted(v),
                 latest.manifest().version
             )),
             _ => {
                 let ids: Vec<&str> = self.skills.iter().map(|s| s.manifest().skill_id).collect();
                 ServiceError::not_found(format!(
-                    "skill_id: unknown skill {skill_id:?}; skills: {}",
+                    "skill_id: unknown skill {}; skills: {}",
+                    quoted(skill_id),
                     ids.join(", ")
                 ))
             }
         };
         err.with_domain("UNKNOWN_SKILL")
     }
+}
+
+/// A run's entry in [`SkillsService`]'s `computing` map while it computes
+/// (its stop signal: the caller's for an interactive run, its own for a
+/// batch run), removed when the computation ends.
+struct Computing<'a> {
+    service: &'a SkillsService,
+    run_id: RunId,
+}
+
+impl<'a> Computing<'a> {
+    fn register(service: &'a SkillsService, run_id: &RunId, stop: &Stop) -> Computing<'a> {
+        service
+            .computing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(run_id.clone(), stop.clone());
+        Computing {
+            service,
+            run_id: run_id.clone(),
+        }
+    }
+}
+
+impl Drop for Computing<'_> {
+    fn drop(&mut self) {
+        self.service
+            .computing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&self.run_id);
+    }
+}
+
+/// `text` quoted for an error message, cut after 64 characters: what a
+/// caller sent may be megabytes long, and errors travel in a gRPC trailer.
+fn quoted(text: &str) -> String {
+    let shown: String = text.chars().take(64).collect();
+    if shown.len() < text.len() {
+        format!("{shown:?}…")
+    } else {
+        format!("{shown:?}")
+    }
+}
+
+/// Whether `err` is a run stopped because nobody waits for it any more.
+fn is_cancellation(err: &ServiceError) -> bool {
+    err.domain == Some(skills::RUN_CANCELLED)
 }
 
 /// Check an id's shape (a UUID) and return its canonical form.

@@ -139,12 +139,35 @@ impl Store {
         })
     }
 
-    /// The oldest queued run, of any tenant (the worker's next job).
-    pub async fn next_queued(&self) -> Result<Option<RunRow>, sqlx::Error> {
+    /// The oldest queued run, of any tenant, that is the worker's to run:
+    /// a run of one of `batch` (skill ids), or any run queued before
+    /// `orphaned_before_ms` (an interactive run whose caller's process
+    /// stopped before claiming it). A younger interactive run is its
+    /// caller's, which claims it within milliseconds and may stop it.
+    pub async fn next_queued(
+        &self,
+        batch: &[&str],
+        orphaned_before_ms: i64,
+    ) -> Result<Option<RunRow>, sqlx::Error> {
+        let placeholders: Vec<String> = (0..batch.len()).map(|i| format!("${}", i + 3)).collect();
+        let batch_clause = if batch.is_empty() {
+            String::new()
+        } else {
+            format!(" OR skill_id IN ({})", placeholders.join(", "))
+        };
         let sql = format!(
-            "SELECT {RUN_COLUMNS} FROM runs WHERE status = $1 ORDER BY created_at_ms, run_id LIMIT 1"
+            "SELECT {RUN_COLUMNS} FROM runs WHERE status = $1 AND (created_at_ms < $2{batch_clause}) \
+             ORDER BY created_at_ms, run_id LIMIT 1"
         );
-        with_pool!(self.db, pool => sqlx::query_as::<_, RunRow>(&sql).bind(RunStatus::Queued.as_str()).fetch_optional(pool).await)
+        with_pool!(self.db, pool => {
+            let mut query = sqlx::query_as::<_, RunRow>(&sql)
+                .bind(RunStatus::Queued.as_str())
+                .bind(orphaned_before_ms);
+            for skill_id in batch {
+                query = query.bind(*skill_id);
+            }
+            query.fetch_optional(pool).await
+        })
     }
 
     /// Fail runs left `running` longer than `stale_ms` (a crashed worker),

@@ -19,8 +19,11 @@ pub fn inputs(schema: &Value, inputs: Value) -> Result<Map<String, Value>, Servi
     for key in map.keys() {
         if !properties.contains_key(key) {
             let names: Vec<&str> = properties.keys().map(String::as_str).collect();
+            // A name is quoted up to 64 characters: it may be megabytes.
+            let shown: String = key.chars().take(64).collect();
+            let cut = if shown.len() < key.len() { "…" } else { "" };
             return Err(ServiceError::invalid(format!(
-                "inputs.{key}: unknown input; expected one of: {}",
+                "inputs.{shown}{cut}: unknown input; expected one of: {}",
                 names.join(", ")
             )));
         }
@@ -51,14 +54,24 @@ pub fn inputs(schema: &Value, inputs: Value) -> Result<Map<String, Value>, Servi
 }
 
 fn check(path: &str, spec: &Value, value: &Value) -> Result<(), ServiceError> {
+    // Errors name what was given by its kind, never by its text: a value
+    // may be megabytes long, and the message travels in a gRPC trailer.
     let bad = |what: String| Err(ServiceError::invalid(format!("{path}: {what}")));
     match spec["type"].as_str().unwrap_or("") {
-        "string" if !value.is_string() => {
-            return bad(format!("expected a string, got {value}"));
+        "string" => {
+            let Some(text) = value.as_str() else {
+                return bad(format!("expected a string, got {}", kind(value)));
+            };
+            if let Some(max) = spec["maxLength"].as_u64() {
+                let chars = text.chars().count() as u64;
+                if chars > max {
+                    return bad(format!("at most {max} characters, got {chars}"));
+                }
+            }
         }
         "integer" => {
             let Some(n) = value.as_i64() else {
-                return bad(format!("expected an integer, got {value}"));
+                return bad(format!("expected an integer, got {}", kind(value)));
             };
             if let Some(min) = spec["minimum"].as_i64().filter(|m| n < *m) {
                 return bad(format!("must be at least {min}"));
@@ -69,7 +82,7 @@ fn check(path: &str, spec: &Value, value: &Value) -> Result<(), ServiceError> {
         }
         "number" => {
             let Some(n) = value.as_f64() else {
-                return bad(format!("expected a number, got {value}"));
+                return bad(format!("expected a number, got {}", kind(value)));
             };
             if let Some(min) = spec["minimum"].as_f64().filter(|m| n < *m) {
                 return bad(format!("must be at least {min}"));
@@ -80,10 +93,16 @@ fn check(path: &str, spec: &Value, value: &Value) -> Result<(), ServiceError> {
         }
         "array" => {
             let Some(items) = value.as_array() else {
-                return bad(format!("expected an array, got {value}"));
+                return bad(format!("expected an array, got {}", kind(value)));
             };
             if items.is_empty() {
                 return bad("must not be empty".to_owned());
+            }
+            // Checked before the items, so an oversized list costs nothing.
+            if let Some(max) = spec["maxItems"].as_u64()
+                && items.len() as u64 > max
+            {
+                return bad(format!("at most {max} items, got {}", items.len()));
             }
             for (i, item) in items.iter().enumerate() {
                 check(&format!("{path}[{i}]"), &spec["items"], item)?;
@@ -94,6 +113,20 @@ fn check(path: &str, spec: &Value, value: &Value) -> Result<(), ServiceError> {
     Ok(())
 }
 
+/// What kind of JSON value `value` is, for an error message; a short
+/// scalar is quoted as it is.
+fn kind(value: &Value) -> String {
+    match value {
+        Value::Null => "null".to_owned(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) if s.len() <= 32 => format!("{s:?}"),
+        Value::String(s) => format!("a string of {} characters", s.chars().count()),
+        Value::Array(items) => format!("an array of {} items", items.len()),
+        Value::Object(_) => "an object".to_owned(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -101,8 +134,8 @@ mod tests {
     #[test]
     fn defaults_and_field_errors() {
         let schema = json!({"type": "object", "required": ["symbol"], "properties": {
-            "symbol": {"type": "string"}, "window": {"type": "integer", "minimum": 2, "default": 21},
-            "windows": {"type": "array", "items": {"type": "integer", "minimum": 2}}}});
+            "symbol": {"type": "string", "maxLength": 8}, "window": {"type": "integer", "minimum": 2, "default": 21},
+            "windows": {"type": "array", "maxItems": 3, "items": {"type": "integer", "minimum": 2}}}});
         let ok = super::inputs(&schema, json!({"symbol": "AAPL"})).expect("valid");
         assert_eq!(ok["window"], 21);
         for (bad, field) in [
@@ -115,6 +148,18 @@ mod tests {
                 "inputs.windows[1]",
             ),
             (json!({"symbol": "A", "colour": 1}), "inputs.colour"),
+            (
+                json!({"symbol": "A", "windows": [5, 5, 5, 5]}),
+                "inputs.windows: at most 3 items, got 4",
+            ),
+            (
+                json!({"symbol": "ABCDEFGHI"}),
+                "inputs.symbol: at most 8 characters, got 9",
+            ),
+            (
+                json!({"symbol": vec!["A"; 1000]}),
+                "inputs.symbol: expected a string, got an array of 1000 items",
+            ),
         ] {
             let err = super::inputs(&schema, bad).expect_err("invalid");
             assert!(

@@ -25,8 +25,8 @@ impl Skill for BacktestMomentum {
             name: "Momentum Backtest",
             description: "Long/flat time-series momentum on one symbol: every `holding` days go long if the trailing `lookback`-day return is positive, else flat; transaction costs per change. Equity curve (CSV and SVG, with buy and hold and the drawdown) and statistics.",
             input_schema: json!({"type": "object", "additionalProperties": false, "properties": {
-                "symbol": {"type": "string", "description": "Ticker to backtest (or give strategy_id)."},
-                "strategy_id": {"type": "string", "description": "A proposed strategy to backtest instead: its universe (equal weights), lookback, rebalance, costs and risk limits."},
+                "symbol": {"type": "string", "maxLength": super::MAX_SYMBOL_LEN, "description": "Ticker to backtest (or give strategy_id)."},
+                "strategy_id": {"type": "string", "maxLength": 64, "description": "A proposed strategy to backtest instead: its universe (equal weights), lookback, rebalance, costs and risk limits."},
                 "lookback": {"type": "integer", "minimum": 1, "maximum": 756, "default": DEFAULT_LOOKBACK, "description": "Trailing days for the momentum signal."},
                 "holding": {"type": "integer", "minimum": 1, "maximum": 252, "default": DEFAULT_HOLDING, "description": "Days between rebalances."},
                 "cost_bps": {"type": "number", "minimum": 0, "maximum": 500, "default": DEFAULT_COST_BPS, "description": "Cost per position change, basis points."},
@@ -124,6 +124,7 @@ async fn backtest_strategy(
     let mut done = 0;
     let mut series: Vec<BTreeMap<String, f64>> = Vec::new();
     for symbol in &spec.universe {
+        ctx.check()?;
         let s = ctx
             .prices(symbol, inputs.text("start"), inputs.text("end"))
             .await?;
@@ -148,6 +149,7 @@ async fn backtest_strategy(
     let mut curves = Vec::new();
     let mut holds = Vec::new();
     for (symbol, s) in spec.universe.iter().zip(&series) {
+        ctx.check()?;
         let prices: Vec<f64> = dates.iter().filter_map(|d| s.get(d).copied()).collect();
         let bt = compute::momentum_backtest(&prices, lookback, holding, spec.cost_bps)
             .ok_or_else(|| too_long("lookback", lookback + 1, symbol, prices.len()))?;

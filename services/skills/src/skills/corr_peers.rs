@@ -2,7 +2,8 @@
 //! its peers, nearest first.
 
 use super::{
-    Artifact, Context, Inputs, Output, Skill, date_schema, required_symbol, symbol_schema,
+    Artifact, Context, Inputs, MAX_SYMBOLS, Output, Skill, date_schema, required_symbol,
+    symbol_schema, symbols_schema,
 };
 use crate::catalog::Manifest;
 use crate::compute;
@@ -30,7 +31,7 @@ impl Skill for CorrPeers {
             description: "Correlations of daily log returns between one symbol and its peers (default: every other symbol with market data) over their common dates, nearest peers first.",
             input_schema: json!({"type": "object", "additionalProperties": false, "required": ["symbol"], "properties": {
                 "symbol": symbol_schema(),
-                "peers": {"type": "array", "items": {"type": "string"}, "description": "Peer tickers (default: every other symbol)."},
+                "peers": symbols_schema("Peer tickers (default: every other symbol)."),
                 "start": date_schema("Start"), "end": date_schema("End")}}),
             output_schema: json!({"type": "object", "properties": {
                 "symbol": {"type": "string"},
@@ -56,10 +57,21 @@ impl Skill for CorrPeers {
                 .filter(|s| *s != symbol)
                 .collect(),
         };
+        // A named list is bounded by the schema; the broker's own list is
+        // bounded here, by the same number.
+        if peers.len() > MAX_SYMBOLS {
+            return Err(ServiceError::invalid(format!(
+                "inputs.peers: the broker has {} other symbols, more than the {MAX_SYMBOLS} a run may correlate; name the peers",
+                peers.len()
+            )));
+        }
         let base = ctx.prices(&symbol, start, end).await?;
         let base: BTreeMap<String, f64> = base.dates.into_iter().zip(base.prices).collect();
         let mut rows = Vec::new();
         for peer in peers {
+            // The caller may be gone: stop between peers (prices() checks
+            // too, before each read).
+            ctx.check()?;
             let series = ctx.prices(&peer, start, end).await?;
             // Align on common dates, then take log returns of both.
             let (a, b): (Vec<f64>, Vec<f64>) = series

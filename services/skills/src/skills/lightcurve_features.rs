@@ -27,8 +27,8 @@ impl Skill for LightCurveFeatures {
             name: "Light-curve features",
             description: "Peak magnitude and time, rise and fade rates per band (mag/day), and the g−r colour near peak of an astronomical transient, from the alert archive's light curve (detections only; upper limits and forced photometry are not fitted).",
             input_schema: json!({"type": "object", "additionalProperties": false, "required": ["objectId"], "properties": {
-                "objectId": {"type": "string", "description": "The object, for example ZTF17aaacxxf (see get_broker_alerts)."},
-                "broker_id": {"type": "string", "description": "The broker holding its alerts (default ztf-archive; see list_brokers)."}}}),
+                "objectId": {"type": "string", "maxLength": 64, "description": "The object, for example ZTF17aaacxxf (see get_broker_alerts)."},
+                "broker_id": {"type": "string", "maxLength": 64, "description": "The broker holding its alerts (default ztf-archive; see list_brokers)."}}}),
             output_schema: json!({"type": "object", "properties": {
                 "objectId": {"type": "string"}, "broker_id": {"type": "string"},
                 "detections": {"type": "integer"},

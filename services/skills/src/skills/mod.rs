@@ -20,10 +20,12 @@ mod vol_term_structure;
 
 use crate::catalog::Manifest;
 use crate::service::SkillsService;
+use crate::stop::Stop;
 use crate::store::StrategyRow;
-use ithaca_kit::error::ServiceError;
+use ithaca_kit::error::{Code, ServiceError};
 use ithaca_kit::principal::Principal;
 use serde_json::{Map, Value, json};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Every built-in skill; within one id, the latest version last.
 pub static BUILTIN: &[&dyn Skill] = &[
@@ -142,12 +144,35 @@ impl Inputs {
     }
 }
 
+/// The most symbols a list input of a skill may name (`peers`): each is a
+/// price series read from the broker, so the list bounds a run's work. It
+/// is the input schema's `maxItems`; a longer list is refused before the
+/// run starts. 200 demo peers take about 15 s in a debug build (25 s of
+/// CPU for 500, past run_skill's 35 s deadline), far less in a release
+/// one; a larger correlation is a batch job's.
+pub const MAX_SYMBOLS: usize = 200;
+
+/// The most windows `vol.term_structure` takes (its schema's `maxItems`).
+pub const MAX_WINDOWS: usize = 32;
+
+/// The longest text a symbol input may be (its schema's `maxLength`).
+pub const MAX_SYMBOL_LEN: usize = 32;
+
+/// The most prices one run may read from the broker, whatever its inputs:
+/// [`MAX_SYMBOLS`] series of 40 years of daily bars. A run that would read
+/// more fails with INVALID_ARGUMENT instead of going on.
+pub const MAX_PRICES_PER_RUN: usize = 2_000_000;
+
 /// What a computation may ask for, on behalf of the caller.
 pub struct Context<'a> {
     pub(crate) service: &'a SkillsService,
     pub(crate) caller: &'a Principal,
     /// Where its progress goes, when someone follows the run.
     pub(crate) progress: Option<&'a Progress>,
+    /// Fires when nobody waits for the run any more (interactive runs).
+    pub(crate) stop: &'a Stop,
+    /// Prices read so far, against [`MAX_PRICES_PER_RUN`].
+    pub(crate) prices_read: AtomicUsize,
 }
 
 /// One step of a run's progress: `done` of `total` steps are finished.
@@ -171,6 +196,17 @@ pub struct Series {
 }
 
 impl Context<'_> {
+    /// An error when the run must stop because its caller went away or its
+    /// deadline passed. Computations call it in every loop over inputs,
+    /// symbols, bars or windows, so a stopped run ends within milliseconds
+    /// even between two awaits.
+    pub fn check(&self) -> Result<(), ServiceError> {
+        match self.stop.reason() {
+            None => Ok(()),
+            Some(reason) => Err(cancelled(reason)),
+        }
+    }
+
     /// Report that `done` of `total` steps are finished, with what was
     /// just done, to whoever follows the run (nobody may).
     pub fn progress(&self, done: u64, total: u64, message: impl Into<String>) {
@@ -191,7 +227,15 @@ impl Context<'_> {
         start: Option<&str>,
         end: Option<&str>,
     ) -> Result<Series, ServiceError> {
+        self.check()?;
         let (dates, prices) = self.service.prices(self.caller, symbol, start, end).await?;
+        let read = self.prices_read.fetch_add(prices.len(), Ordering::Relaxed) + prices.len();
+        if read > MAX_PRICES_PER_RUN {
+            return Err(ServiceError::invalid(format!(
+                "inputs: the run would read more than {MAX_PRICES_PER_RUN} prices; name fewer symbols or a shorter range"
+            ))
+            .with_domain("RUN_TOO_LARGE"));
+        }
         Ok(Series { dates, prices })
     }
 
@@ -230,15 +274,31 @@ pub fn find(
     })
 }
 
+/// The error of a run stopped for `reason`: nobody hears it but the run
+/// record (the caller is gone or its deadline passed).
+pub(crate) fn cancelled(reason: crate::stop::Reason) -> ServiceError {
+    ServiceError::new(Code::Unavailable, reason.message()).with_domain(RUN_CANCELLED)
+}
+
+/// The domain code of a run stopped because nobody waits for it.
+pub(crate) const RUN_CANCELLED: &str = "RUN_CANCELLED";
+
 /// The schema of a `symbol` input.
 fn symbol_schema() -> Value {
-    json!({"type": "string", "description": "Ticker, for example AAPL (see list_symbols)."})
+    json!({"type": "string", "maxLength": MAX_SYMBOL_LEN, "description": "Ticker, for example AAPL (see list_symbols)."})
+}
+
+/// The schema of a list of symbols, at most [`MAX_SYMBOLS`] of them.
+fn symbols_schema(description: &str) -> Value {
+    json!({"type": "array", "maxItems": MAX_SYMBOLS,
+        "items": {"type": "string", "maxLength": MAX_SYMBOL_LEN},
+        "description": format!("{description} At most {MAX_SYMBOLS}.")})
 }
 
 /// The schema of a `start` or `end` date input.
 fn date_schema(what: &str) -> Value {
     let default = if what == "Start" { "first" } else { "last" };
-    json!({"type": "string", "format": "date", "description": format!("{what}, YYYY-MM-DD (default: the {default} bar).")})
+    json!({"type": "string", "format": "date", "maxLength": 10, "description": format!("{what}, YYYY-MM-DD (default: the {default} bar).")})
 }
 
 /// The error of a range too short for a computation.

@@ -2,7 +2,8 @@
 //! chart.
 
 use super::{
-    Artifact, Context, Inputs, Output, Skill, date_schema, required_symbol, symbol_schema, too_long,
+    Artifact, Context, Inputs, MAX_WINDOWS, Output, Skill, date_schema, required_symbol,
+    symbol_schema, too_long,
 };
 use crate::catalog::Manifest;
 use crate::model::Profile;
@@ -26,7 +27,7 @@ impl Skill for VolTermStructure {
             description: "Realized volatility of one symbol over several trailing windows (term structure), with an SVG plot.",
             input_schema: json!({"type": "object", "additionalProperties": false, "required": ["symbol"], "properties": {
                 "symbol": symbol_schema(),
-                "windows": {"type": "array", "items": {"type": "integer", "minimum": 2, "maximum": 2520}, "default": DEFAULT_WINDOWS, "description": "Windows in trading days."},
+                "windows": {"type": "array", "maxItems": MAX_WINDOWS, "items": {"type": "integer", "minimum": 2, "maximum": 2520}, "default": DEFAULT_WINDOWS, "description": format!("Windows in trading days, at most {MAX_WINDOWS}.")},
                 "end": date_schema("End")}}),
             output_schema: json!({"type": "object", "properties": {
                 "symbol": {"type": "string"}, "as_of": {"type": "string"},
@@ -47,6 +48,7 @@ impl Skill for VolTermStructure {
         let series = ctx.prices(&symbol, None, inputs.text("end")).await?;
         let mut points = Vec::new();
         for (i, w) in windows.iter().enumerate() {
+            ctx.check()?;
             let vol = compute::realized_vol(&series.prices, *w).ok_or_else(|| {
                 too_long(
                     &format!("inputs.windows[{i}]"),
