@@ -1280,4 +1280,35 @@ async fn an_interactive_run_stops_when_its_caller_goes_away() {
         "{error}"
     );
     assert_eq!(runs_of(&up, "corr.peers").await.len(), 2, "no run recorded");
+
+    // Over MCP, the agent gives up: its stateless tools/call's connection
+    // closes mid-run. The edge drops the backend call, so the run stops.
+    let call = tokio::spawn({
+        let (url, agent) = (up.url.clone(), up.agent.clone());
+        async move {
+            common::stack::call(
+                &url,
+                &agent,
+                "run_skill",
+                json!({"skill_id": "corr.peers", "inputs": peers}),
+            )
+            .await
+        }
+    });
+    until_run(&up, "corr.peers", 2, "running").await;
+    let busy = cores(pid, Duration::from_secs(1)).await;
+    call.abort();
+    let _ = call.await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after = cores(pid, Duration::from_secs(1)).await;
+    let (_, status, error) = runs_of(&up, "corr.peers").await.remove(2);
+    eprintln!(
+        "MCP caller left: {busy:.2} cores before, {after:.2} a second after; run {status}: {error}"
+    );
+    assert!(busy > 0.1, "the run computes: {busy:.2} cores");
+    assert!(
+        after < 0.1 && after < busy / 4.0,
+        "a second after the MCP caller left: {after:.2} cores (before: {busy:.2})"
+    );
+    assert_eq!(status, "cancelled", "{error}");
 }

@@ -400,11 +400,25 @@ impl Core {
         }
 
         // 5. Run it: through a person's approval when the tool needs one.
-        let ran = if tool.options.approval_required {
-            self.through_approval(tool, &principal, arguments, &arguments_seen, io, round)
-                .await
-        } else {
-            self.invoke(tool, &principal, arguments, io, round).await
+        //    A client that gives up on the call (cancels it, or leaves)
+        //    drops the backend hop, which cancels the gRPC call, so the
+        //    service stops its work too; the trace still records the call's
+        //    end, as CANCELLED.
+        let run = async {
+            if tool.options.approval_required {
+                self.through_approval(tool, &principal, arguments, &arguments_seen, io, round)
+                    .await
+            } else {
+                self.invoke(tool, &principal, arguments, io, round).await
+            }
+        };
+        let ran = tokio::select! {
+            ran = run => ran,
+            () = io.cancelled.cancelled() => Ran::Done(Err(ToolFailure::new(
+                "CANCELLED",
+                "the client cancelled the call before it finished",
+                false,
+            ))),
         };
         // What the trace records, and what the caller hears when that is
         // not the plain outcome: a call waiting for input is recorded as

@@ -610,6 +610,7 @@ impl ServerHandler for Gateway {
                 input_responses: request.input_responses.map(|r| r.into_iter().collect()),
                 request_state: request.request_state,
             },
+            cancelled: ctx.ct.clone(),
         };
         let answer = self
             .core
@@ -707,6 +708,7 @@ impl ServerHandler for Gateway {
                 input_responses: request.input_responses.map(|r| r.into_iter().collect()),
                 request_state: request.request_state,
             },
+            cancelled: ctx.ct.clone(),
         };
         let answer = self
             .core

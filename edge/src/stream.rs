@@ -19,6 +19,7 @@ use prost_reflect::{DynamicMessage, MethodDescriptor, ReflectMessage};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 use tonic::Status;
 
 /// How many rounds of input one legacy call may take before the edge gives
@@ -227,6 +228,11 @@ pub struct CallIo<'a> {
     pub asks_inline: bool,
     /// The answers and state of a 2026-07-28 retry.
     pub retry: Retry,
+    /// Cancelled when the client gives up on the call: a
+    /// `notifications/cancelled` for it, or (stateless HTTP) its connection
+    /// closing before the answer. The call's backend hop is then dropped,
+    /// which cancels the gRPC call, so the service stops its work too.
+    pub cancelled: CancellationToken,
 }
 
 impl CallIo<'static> {
@@ -237,6 +243,7 @@ impl CallIo<'static> {
             client: ClientCaps::default(),
             asks_inline: false,
             retry: Retry::default(),
+            cancelled: CancellationToken::new(),
         }
     }
 }
