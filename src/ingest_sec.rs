@@ -41,7 +41,11 @@ fn is_sec_file(p: &Path) -> bool {
     let linkbase = ["_cal.xml", "_def.xml", "_lab.xml", "_pre.xml"]
         .iter()
         .any(|s| name.ends_with(s));
-    !linkbase && matches!(rank(p), 0 | 1) || (name.ends_with(".xml") && !linkbase)
+    let wanted = matches!(
+        p.extension().and_then(|x| x.to_str()),
+        Some("json" | "zip" | "xml")
+    );
+    wanted && !linkbase
 }
 
 /// Every SEC file under `paths`, JSON first, then zips, then XML.
@@ -165,7 +169,11 @@ pub async fn sec(common: &CommonArgs, paths: Vec<PathBuf>, target: Target) -> an
         t.transactions_stored,
         t.files_unchanged,
         t.skipped.len(),
-        if t.tickers.is_empty() { "none".to_owned() } else { t.tickers.join(" ") }
+        if t.tickers.is_empty() {
+            "none".to_owned()
+        } else {
+            t.tickers.join(" ")
+        }
     );
     if !t.skipped.is_empty() {
         anyhow::bail!(

@@ -64,10 +64,21 @@ fn json(rel: &str) -> Value {
     serde_json::from_slice(&std::fs::read(file(rel)).expect("read")).expect("json")
 }
 
-async fn ingest(svc: &FundamentalsService, path: &Path) -> Result<pb::SecIngestReport, ServiceError> {
-    let name = path.file_name().expect("name").to_string_lossy().into_owned();
-    svc.ingest_file(&Principal::system(""), &name, std::fs::read(path).expect("read"))
-        .await
+async fn ingest(
+    svc: &FundamentalsService,
+    path: &Path,
+) -> Result<pb::SecIngestReport, ServiceError> {
+    let name = path
+        .file_name()
+        .expect("name")
+        .to_string_lossy()
+        .into_owned();
+    svc.ingest_file(
+        &Principal::system(""),
+        &name,
+        std::fs::read(path).expect("read"),
+    )
+    .await
 }
 
 async fn must(svc: &FundamentalsService, rel: &str) -> pb::SecIngestReport {
@@ -102,7 +113,14 @@ fn item<'a>(f: &'a pb::Fundamentals, end: &str, name: &str) -> Option<&'a pb::Li
 }
 
 /// A companyfacts value: concept, accession, start and end.
-fn companyfacts_value(doc: &Value, concept: &str, unit: &str, accn: &str, start: &str, end: &str) -> f64 {
+fn companyfacts_value(
+    doc: &Value,
+    concept: &str,
+    unit: &str,
+    accn: &str,
+    start: &str,
+    end: &str,
+) -> f64 {
     doc["facts"]["us-gaap"][concept]["units"][unit]
         .as_array()
         .expect("values")
@@ -117,28 +135,52 @@ async fn apple_from_every_source(db: Db) {
     apple(&svc).await;
     let xbrl = must(&svc, "xbrl/aapl-10q-2018q4/aapl-20181229.xml").await;
     assert_eq!(xbrl.format, "xbrl");
-    assert!(xbrl.tickers.contains(&"AAPL=0000320193".to_owned()), "{:?}", xbrl.tickers);
+    assert!(
+        xbrl.tickers.contains(&"AAPL=0000320193".to_owned()),
+        "{:?}",
+        xbrl.tickers
+    );
     must(&svc, "fsds/2010q2.zip").await;
 
     // FY2019 Q1, the 10-Q for 2018-12-29, identical from the instance and
     // from companyfacts.
-    let f = svc.fundamentals(&fundamentals("AAPL", "2019-02-01", "quarter")).await.expect("fundamentals");
+    let f = svc
+        .fundamentals(&fundamentals("AAPL", "2019-02-01", "quarter"))
+        .await
+        .expect("fundamentals");
     assert_eq!(f.cik, "0000320193");
-    let q = f.periods.iter().find(|p| p.period_end == "2018-12-29").expect("FY2019 Q1");
+    let q = f
+        .periods
+        .iter()
+        .find(|p| p.period_end == "2018-12-29")
+        .expect("FY2019 Q1");
     assert_eq!((q.fiscal_year, q.fiscal_period.as_str()), (2019, "Q1"));
     let cf = json("companyfacts/CIK0000320193.json");
     let accn = "0000320193-19-000010";
     for (name, concept, unit, expected) in [
-        ("revenue", "RevenueFromContractWithCustomerExcludingAssessedTax", "USD", 84_310_000_000.0),
+        (
+            "revenue",
+            "RevenueFromContractWithCustomerExcludingAssessedTax",
+            "USD",
+            84_310_000_000.0,
+        ),
         ("net_income", "NetIncomeLoss", "USD", 19_965_000_000.0),
         ("eps_diluted", "EarningsPerShareDiluted", "USD/shares", 4.18),
     ] {
         let v = item(&f, "2018-12-29", name).unwrap_or_else(|| panic!("{name}"));
         assert_eq!(v.value, expected, "{name}");
-        assert_eq!(companyfacts_value(&cf, concept, unit, accn, "2018-09-30", "2018-12-29"), expected);
+        assert_eq!(
+            companyfacts_value(&cf, concept, unit, accn, "2018-09-30", "2018-12-29"),
+            expected
+        );
         let src = v.source.as_ref().expect("provenance");
         assert_eq!(
-            (src.accession.as_str(), src.form.as_str(), src.filed.as_str(), src.source_format.as_str()),
+            (
+                src.accession.as_str(),
+                src.form.as_str(),
+                src.filed.as_str(),
+                src.source_format.as_str()
+            ),
             (accn, "10-Q", "2019-01-30", "xbrl"),
             "{name}"
         );
@@ -146,15 +188,24 @@ async fn apple_from_every_source(db: Db) {
         assert!(!v.restated);
     }
     let filing = svc.filing(accn).await.expect("filing");
-    assert_eq!(filing.source_formats, vec!["companyfacts".to_owned(), "xbrl".to_owned()]);
+    assert_eq!(
+        filing.source_formats,
+        vec!["companyfacts".to_owned(), "xbrl".to_owned()]
+    );
     assert!(
         f.disagreements.iter().all(|d| d.accession != accn),
         "instance and companyfacts agree: {:?}",
-        f.disagreements.iter().filter(|d| d.accession == accn).collect::<Vec<_>>()
+        f.disagreements
+            .iter()
+            .filter(|d| d.accession == accn)
+            .collect::<Vec<_>>()
     );
 
     // The 10-Q of 2010-03-27 in the Data Set and in companyfacts.
-    let f = svc.fundamentals(&fundamentals("AAPL", "2010-05-01", "quarter")).await.expect("2010");
+    let f = svc
+        .fundamentals(&fundamentals("AAPL", "2010-05-01", "quarter"))
+        .await
+        .expect("2010");
     let accn_2010 = "0001193125-10-088957";
     for (name, concept, expected) in [
         ("revenue", "SalesRevenueNet", 13_499_000_000.0),
@@ -162,43 +213,78 @@ async fn apple_from_every_source(db: Db) {
     ] {
         let v = item(&f, "2010-03-27", name).unwrap_or_else(|| panic!("{name} 2010"));
         assert_eq!(v.value, expected);
-        assert_eq!(companyfacts_value(&cf, concept, "USD", accn_2010, "2009-12-27", "2010-03-27"), expected);
+        assert_eq!(
+            companyfacts_value(&cf, concept, "USD", accn_2010, "2009-12-27", "2010-03-27"),
+            expected
+        );
         assert_eq!(v.source.as_ref().expect("source").accession, accn_2010);
     }
     let filing = svc.filing(accn_2010).await.expect("filing 2010");
-    assert_eq!(filing.source_formats, vec!["companyfacts".to_owned(), "fsds".to_owned()]);
+    assert_eq!(
+        filing.source_formats,
+        vec!["companyfacts".to_owned(), "fsds".to_owned()]
+    );
     let revenue_disagreements: Vec<_> = f
         .disagreements
         .iter()
-        .filter(|d| d.accession == accn_2010 && (d.concept.ends_with("SalesRevenueNet") || d.concept.ends_with("NetIncomeLoss")))
+        .filter(|d| {
+            d.accession == accn_2010
+                && (d.concept.ends_with("SalesRevenueNet") || d.concept.ends_with("NetIncomeLoss"))
+        })
         .collect();
-    assert!(revenue_disagreements.is_empty(), "{revenue_disagreements:?}");
+    assert!(
+        revenue_disagreements.is_empty(),
+        "{revenue_disagreements:?}"
+    );
 
     // `as_of` the day before the 10-Q was filed hides it.
-    let before = svc.fundamentals(&fundamentals("AAPL", "2019-01-29", "quarter")).await.expect("before");
+    let before = svc
+        .fundamentals(&fundamentals("AAPL", "2019-01-29", "quarter"))
+        .await
+        .expect("before");
     assert!(item(&before, "2018-12-29", "revenue").is_none());
-    assert!(before.periods.iter().all(|p| p.period_end.as_str() < "2018-12-29"));
+    assert!(
+        before
+            .periods
+            .iter()
+            .all(|p| p.period_end.as_str() < "2018-12-29")
+    );
 
     // A restatement shows only from its own filing date: the 10-K of
     // 2020-10-30 restated FY2019 Q1's diluted EPS for the 4-for-1 split.
-    let old = svc.fundamentals(&fundamentals("AAPL", "2020-10-29", "quarter")).await.expect("old");
+    let old = svc
+        .fundamentals(&fundamentals("AAPL", "2020-10-29", "quarter"))
+        .await
+        .expect("old");
     let eps = item(&old, "2018-12-29", "eps_diluted").expect("eps");
     assert_eq!((eps.value, eps.restated), (4.18, false));
-    let new = svc.fundamentals(&fundamentals("AAPL", "2020-10-30", "quarter")).await.expect("new");
+    let new = svc
+        .fundamentals(&fundamentals("AAPL", "2020-10-30", "quarter"))
+        .await
+        .expect("new");
     let eps = item(&new, "2018-12-29", "eps_diluted").expect("eps restated");
-    assert_eq!((eps.value, eps.restated, eps.original_value), (1.05, true, Some(4.18)));
+    assert_eq!(
+        (eps.value, eps.restated, eps.original_value),
+        (1.05, true, Some(4.18))
+    );
     assert_eq!(eps.source.as_ref().expect("source").filed, "2020-10-30");
 
     // The renaming: revenue is SalesRevenueNet in 2010 and the ASC 606
     // concept in 2018, both `revenue`.
-    let y = svc.fundamentals(&fundamentals("AAPL", "2019-12-31", "year")).await.expect("years");
+    let y = svc
+        .fundamentals(&fundamentals("AAPL", "2019-12-31", "year"))
+        .await
+        .expect("years");
     let concepts: Vec<String> = y
         .periods
         .iter()
         .filter_map(|p| p.items.iter().find(|i| i.item == "revenue"))
         .map(|i| i.source.as_ref().expect("source").concept.clone())
         .collect();
-    assert!(concepts.contains(&"SalesRevenueNet".to_owned()), "{concepts:?}");
+    assert!(
+        concepts.contains(&"SalesRevenueNet".to_owned()),
+        "{concepts:?}"
+    );
     assert!(concepts.contains(&"RevenueFromContractWithCustomerExcludingAssessedTax".to_owned()));
 
     // TTM from quarters at FY2019 Q1: the year to date plus FY2018 less
@@ -207,8 +293,22 @@ async fn apple_from_every_source(db: Db) {
     // (The three concepts of one line item: SalesRevenueNet in the 10-Q of
     // 2018-02-02, Revenues in the 10-K of 2018-11-05.)
     let expected = 84_310_000_000.0
-        + companyfacts_value(&cf, "Revenues", "USD", "0000320193-18-000145", "2017-10-01", "2018-09-29")
-        - companyfacts_value(&cf, "SalesRevenueNet", "USD", "0000320193-18-000007", "2017-10-01", "2017-12-30");
+        + companyfacts_value(
+            &cf,
+            "Revenues",
+            "USD",
+            "0000320193-18-000145",
+            "2017-10-01",
+            "2018-09-29",
+        )
+        - companyfacts_value(
+            &cf,
+            "SalesRevenueNet",
+            "USD",
+            "0000320193-18-000007",
+            "2017-10-01",
+            "2017-12-30",
+        );
     assert_eq!((ttm.value, ttm.method.as_str()), (expected, "ytd"));
 
     // Re-ingesting changes nothing.
@@ -216,29 +316,57 @@ async fn apple_from_every_source(db: Db) {
     assert!(again.already_present);
     let again = must(&svc, "fsds/2010q2.zip").await;
     assert!(again.already_present && again.facts_stored == 0);
-    let after = svc.fundamentals(&fundamentals("AAPL", "2019-02-01", "quarter")).await.expect("after");
-    assert_eq!(after, svc.fundamentals(&fundamentals("AAPL", "2019-02-01", "quarter")).await.expect("same"));
+    let after = svc
+        .fundamentals(&fundamentals("AAPL", "2019-02-01", "quarter"))
+        .await
+        .expect("after");
+    assert_eq!(
+        after,
+        svc.fundamentals(&fundamentals("AAPL", "2019-02-01", "quarter"))
+            .await
+            .expect("same")
+    );
 }
 
 async fn f_ttm(svc: &FundamentalsService, as_of: &str, name: &str) -> pb::TtmValue {
-    let f = svc.fundamentals(&fundamentals("AAPL", as_of, "quarter")).await.expect("ttm");
-    f.ttm.into_iter().find(|t| t.item == name).unwrap_or_else(|| panic!("ttm {name}"))
+    let f = svc
+        .fundamentals(&fundamentals("AAPL", as_of, "quarter"))
+        .await
+        .expect("ttm");
+    f.ttm
+        .into_iter()
+        .find(|t| t.item == name)
+        .unwrap_or_else(|| panic!("ttm {name}"))
 }
 
 async fn insider_activity_and_the_form_4(db: Db) {
     let svc = ithaca_broker::fundamentals_service(db);
     // Without the filing index, a Form 4 cannot find its filing.
-    let e = ingest(&svc, &file("form4/aapl-4-20201013.xml")).await.expect_err("no index yet");
+    let e = ingest(&svc, &file("form4/aapl-4-20201013.xml"))
+        .await
+        .expect_err("no index yet");
     assert_eq!(e.code, Code::InvalidArgument);
-    assert!(e.message.contains("aapl-4-20201013.xml") && e.message.contains("submissions"), "{}", e.message);
+    assert!(
+        e.message.contains("aapl-4-20201013.xml") && e.message.contains("submissions"),
+        "{}",
+        e.message
+    );
     apple(&svc).await;
     let r = must(&svc, "form4/aapl-4-20201013.xml").await;
-    assert_eq!((r.format.as_str(), r.transactions, r.transactions_stored), ("form4", 1, 1));
+    assert_eq!(
+        (r.format.as_str(), r.transactions, r.transactions_stored),
+        ("form4", 1, 1)
+    );
 
     // Form 4 filings per month of 2012, counted here from the raw index.
     let page = json("submissions/CIK0000320193-submissions-001.json");
     let mut expected = std::collections::BTreeMap::new();
-    for (form, date) in page["form"].as_array().expect("form").iter().zip(page["filingDate"].as_array().expect("dates")) {
+    for (form, date) in page["form"]
+        .as_array()
+        .expect("form")
+        .iter()
+        .zip(page["filingDate"].as_array().expect("dates"))
+    {
         let date = date.as_str().expect("date");
         if form == "4" && date.starts_with("2012") {
             *expected.entry(date[..7].to_owned()).or_insert(0) += 1;
@@ -254,7 +382,12 @@ async fn insider_activity_and_the_form_4(db: Db) {
         .expect("activity");
     assert_eq!(a.months.len(), 12);
     for m in &a.months {
-        assert_eq!(m.form4_filings, expected.get(&m.month).copied().unwrap_or(0), "{}", m.month);
+        assert_eq!(
+            m.form4_filings,
+            expected.get(&m.month).copied().unwrap_or(0),
+            "{}",
+            m.month
+        );
     }
     assert_eq!(a.form4_filings, expected.values().sum::<i32>());
     assert_eq!(a.form4_filings, 62);
@@ -271,14 +404,31 @@ async fn insider_activity_and_the_form_4(db: Db) {
     assert_eq!(a.transactions.len(), 1);
     let t = &a.transactions[0];
     assert_eq!(t.accession, "0000320193-20-000086");
-    assert_eq!((t.owner_name.as_str(), t.relationship.as_str()), ("Maestri Luca", "officer"));
-    assert_eq!(t.officer_title.as_deref(), Some("Senior Vice President, CFO"));
+    assert_eq!(
+        (t.owner_name.as_str(), t.relationship.as_str()),
+        ("Maestri Luca", "officer")
+    );
+    assert_eq!(
+        t.officer_title.as_deref(),
+        Some("Senior Vice President, CFO")
+    );
     assert_eq!((t.date.as_str(), t.code.as_str()), ("2020-10-09", "S"));
-    assert_eq!((t.shares, t.price, t.acquired_disposed.as_str(), t.shares_owned_after), (243_431.0, Some(116.89), "D", 110_272.0));
+    assert_eq!(
+        (
+            t.shares,
+            t.price,
+            t.acquired_disposed.as_str(),
+            t.shares_owned_after
+        ),
+        (243_431.0, Some(116.89), "D", 110_272.0)
+    );
     assert_eq!(a.months[0].shares_sold, 243_431.0);
     assert_eq!(a.net, "selling");
     let filing = svc.filing("0000320193-20-000086").await.expect("filing");
-    assert_eq!((filing.form.as_str(), filing.filing_date.as_str()), ("4", "2020-10-13"));
+    assert_eq!(
+        (filing.form.as_str(), filing.filing_date.as_str()),
+        ("4", "2020-10-13")
+    );
     assert_eq!(filing.transactions, a.transactions);
 
     // Filings by form and date.
@@ -294,21 +444,37 @@ async fn insider_activity_and_the_form_4(db: Db) {
         .await
         .expect("filings");
     let dates: Vec<&str> = f.filings.iter().map(|x| x.filing_date.as_str()).collect();
-    assert_eq!(dates, ["2012-10-31", "2011-10-26", "2010-10-27", "2009-10-27"]);
-    assert_eq!(f.filings[2].uri, format!("doomberg://filings/{}", f.filings[2].accession));
+    assert_eq!(
+        dates,
+        ["2012-10-31", "2011-10-26", "2010-10-27", "2009-10-27"]
+    );
+    assert_eq!(
+        f.filings[2].uri,
+        format!("doomberg://filings/{}", f.filings[2].accession)
+    );
 }
 
 /// TTM diluted EPS at a date from the raw companyfacts: the latest value
 /// filed by then of the year to date, plus the prior fiscal year, less the
 /// prior year to date.
-fn raw_ttm_eps(doc: &Value, date: &str, ytd: (&str, &str), fy: (&str, &str), prior: (&str, &str)) -> f64 {
+fn raw_ttm_eps(
+    doc: &Value,
+    date: &str,
+    ytd: (&str, &str),
+    fy: (&str, &str),
+    prior: (&str, &str),
+) -> f64 {
     let values = doc["facts"]["us-gaap"]["EarningsPerShareDiluted"]["units"]["USD/shares"]
         .as_array()
         .expect("eps");
     let latest = |(start, end): (&str, &str)| {
         values
             .iter()
-            .filter(|v| v["start"] == start && v["end"] == end && v["filed"].as_str().expect("filed") <= date)
+            .filter(|v| {
+                v["start"] == start
+                    && v["end"] == end
+                    && v["filed"].as_str().expect("filed") <= date
+            })
             .max_by_key(|v| v["filed"].as_str().expect("filed").to_owned())
             .and_then(|v| v["val"].as_f64())
             .unwrap_or_else(|| panic!("EPS {start}..{end} filed by {date}"))
@@ -318,11 +484,17 @@ fn raw_ttm_eps(doc: &Value, date: &str, ytd: (&str, &str), fy: (&str, &str), pri
 
 async fn peers_at_2010_06_30(db: Db) {
     let market = ithaca_broker::service(db.clone(), &common::key());
-    let csv = std::fs::read(common::astro::data().join("market/stocks_daily_ohlcv_2000-2013.csv")).expect("bars");
+    let csv = std::fs::read(common::astro::data().join("market/stocks_daily_ohlcv_2000-2013.csv"))
+        .expect("bars");
     let bars = ithaca_broker::csv::parse_bars("bars.csv", &csv).expect("bars parse");
     let checksum = bars.checksum.clone();
     market
-        .ingest(&Principal::system(""), "bars.csv", &checksum, bars.rows.into_iter().map(Into::into).collect())
+        .ingest(
+            &Principal::system(""),
+            "bars.csv",
+            &checksum,
+            bars.rows.into_iter().map(Into::into).collect(),
+        )
         .await
         .expect("bars ingest");
     let svc = ithaca_broker::fundamentals_service(db);
@@ -340,7 +512,14 @@ async fn peers_at_2010_06_30(db: Db) {
         .expect("screen");
     assert_eq!(screen.rows.len(), 4, "no symbol drops out");
     let row = |s: &str| screen.rows.iter().find(|r| r.symbol == s).expect(s);
-    let metric = |s: &str, m: &str| row(s).metrics.iter().find(|x| x.metric == m).cloned().expect(m);
+    let metric = |s: &str, m: &str| {
+        row(s)
+            .metrics
+            .iter()
+            .find(|x| x.metric == m)
+            .cloned()
+            .expect(m)
+    };
 
     // AAPL: the close of 2010-06-30 in the bars over TTM diluted EPS from
     // the filings known that day (10-Q of 2010-03-27, FY2009 as restated).
@@ -352,7 +531,13 @@ async fn peers_at_2010_06_30(db: Db) {
         .and_then(|c| c.parse::<f64>().ok())
         .expect("AAPL close");
     let cf = json("companyfacts/CIK0000320193.json");
-    let eps = raw_ttm_eps(&cf, "2010-06-30", ("2009-09-27", "2010-03-27"), ("2008-09-28", "2009-09-26"), ("2008-09-28", "2009-03-28"));
+    let eps = raw_ttm_eps(
+        &cf,
+        "2010-06-30",
+        ("2009-09-27", "2010-03-27"),
+        ("2008-09-28", "2009-09-26"),
+        ("2008-09-28", "2009-03-28"),
+    );
     let pe = metric("AAPL", "pe");
     assert_eq!(pe.value, Some(close / eps), "{}", pe.detail);
     assert_eq!(row("AAPL").rank, 1);
@@ -362,9 +547,15 @@ async fn peers_at_2010_06_30(db: Db) {
         let pe = metric(s, "pe");
         assert!(pe.value.is_none(), "{s}: {pe:?}");
         let why = pe.missing.expect("a reason");
-        assert!(why.contains("no TTM diluted EPS") || why.contains("no CIK"), "{s}: {why}");
+        assert!(
+            why.contains("no TTM diluted EPS") || why.contains("no CIK"),
+            "{s}: {why}"
+        );
         assert_eq!(row(s).rank, 0);
-        assert!(metric(s, "momentum").value.is_some(), "{s} momentum from the bars");
+        assert!(
+            metric(s, "momentum").value.is_some(),
+            "{s} momentum from the bars"
+        );
     }
     let growth = metric("AAPL", "revenue_growth");
     assert!(growth.value.is_some_and(|g| g > 0.0), "{growth:?}");
@@ -378,37 +569,72 @@ async fn bad_input_writes_nothing(db: Db) {
     let cut = tmp.path().join("2009q3-cut.zip");
     std::fs::write(&cut, &zip[..zip.len() - 1000]).expect("write");
     let e = ingest(&svc, &cut).await.expect_err("truncated zip");
-    assert!(e.message.starts_with("2009q3-cut.zip: fsds:") && e.message.contains("zip"), "{}", e.message);
+    assert!(
+        e.message.starts_with("2009q3-cut.zip: fsds:") && e.message.contains("zip"),
+        "{}",
+        e.message
+    );
     // A malformed instance.
     let xml = std::fs::read_to_string(file("xbrl/aapl-10q-2018q4/aapl-20181229.xml")).expect("xml");
     let bad = tmp.path().join("aapl-bad.xml");
     std::fs::write(&bad, &xml[..xml.len() / 3]).expect("write");
     let e = ingest(&svc, &bad).await.expect_err("malformed instance");
-    assert!(e.message.contains("aapl-bad.xml: not well-formed XML"), "{}", e.message);
+    assert!(
+        e.message.contains("aapl-bad.xml: not well-formed XML"),
+        "{}",
+        e.message
+    );
     // A Form 4 with an unknown transaction code, after the index that
     // would let it land: refused, nothing of it stored.
     apple(&svc).await;
     let form4 = std::fs::read_to_string(file("form4/aapl-4-20201013.xml"))
         .expect("form 4")
-        .replace("<transactionCode>S</transactionCode>", "<transactionCode>Q</transactionCode>");
+        .replace(
+            "<transactionCode>S</transactionCode>",
+            "<transactionCode>Q</transactionCode>",
+        );
     let q = tmp.path().join("form4-q.xml");
     std::fs::write(&q, form4).expect("write");
     let e = ingest(&svc, &q).await.expect_err("unknown code");
-    assert!(e.message.contains("unknown transaction code \"Q\""), "{}", e.message);
-    let filing = svc.filing("0000320193-20-000086").await.expect("the filing is indexed");
+    assert!(
+        e.message.contains("unknown transaction code \"Q\""),
+        "{}",
+        e.message
+    );
+    let filing = svc
+        .filing("0000320193-20-000086")
+        .await
+        .expect("the filing is indexed");
     assert!(filing.transactions.is_empty(), "nothing half-written");
     // A symbol with no CIK, and an `as_of` before any filing.
-    let e = svc.fundamentals(&fundamentals("ZZZZ", "2019-01-01", "quarter")).await.expect_err("no cik");
+    let e = svc
+        .fundamentals(&fundamentals("ZZZZ", "2019-01-01", "quarter"))
+        .await
+        .expect_err("no cik");
     assert_eq!(e.code, Code::NotFound);
-    assert!(e.message.contains("ZZZZ") && e.message.contains("no CIK"), "{}", e.message);
-    let e = svc.fundamentals(&fundamentals("AAPL", "1990-01-01", "quarter")).await.expect_err("too early");
+    assert!(
+        e.message.contains("ZZZZ") && e.message.contains("no CIK"),
+        "{}",
+        e.message
+    );
+    let e = svc
+        .fundamentals(&fundamentals("AAPL", "1990-01-01", "quarter"))
+        .await
+        .expect_err("too early");
     assert_eq!(e.code, Code::NotFound);
-    assert!(e.message.contains("before every ingested filing"), "{}", e.message);
+    assert!(
+        e.message.contains("before every ingested filing"),
+        "{}",
+        e.message
+    );
     for (req, needle) in [
         (fundamentals("AAPL", "2019-13-01", "quarter"), "as_of"),
         (fundamentals("AAPL", "2019-01-01", "decade"), "period"),
         (fundamentals("", "2019-01-01", "quarter"), "symbol"),
-        (fundamentals("AAPL; DROP", "2019-01-01", "quarter"), "symbol"),
+        (
+            fundamentals("AAPL; DROP", "2019-01-01", "quarter"),
+            "symbol",
+        ),
     ] {
         let e = svc.fundamentals(&req).await.expect_err(needle);
         assert_eq!(e.code, Code::InvalidArgument, "{needle}");

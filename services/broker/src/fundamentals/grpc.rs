@@ -48,7 +48,9 @@ impl Rpc for FundamentalsGrpc {
         request: Request<pb::GetFundamentalsRequest>,
     ) -> Result<Response<pb::Fundamentals>, Status> {
         principal::of(&request)?;
-        Ok(Response::new(self.service.fundamentals(request.get_ref()).await?))
+        Ok(Response::new(
+            self.service.fundamentals(request.get_ref()).await?,
+        ))
     }
 
     async fn get_filings(
@@ -56,7 +58,9 @@ impl Rpc for FundamentalsGrpc {
         request: Request<pb::GetFilingsRequest>,
     ) -> Result<Response<pb::Filings>, Status> {
         principal::of(&request)?;
-        Ok(Response::new(self.service.filings(request.get_ref()).await?))
+        Ok(Response::new(
+            self.service.filings(request.get_ref()).await?,
+        ))
     }
 
     async fn get_filing(
@@ -64,7 +68,9 @@ impl Rpc for FundamentalsGrpc {
         request: Request<pb::GetFilingRequest>,
     ) -> Result<Response<pb::Filing>, Status> {
         principal::of(&request)?;
-        Ok(Response::new(self.service.filing(&request.get_ref().accession).await?))
+        Ok(Response::new(
+            self.service.filing(&request.get_ref().accession).await?,
+        ))
     }
 
     async fn get_insider_activity(
@@ -72,7 +78,9 @@ impl Rpc for FundamentalsGrpc {
         request: Request<pb::GetInsiderActivityRequest>,
     ) -> Result<Response<pb::InsiderActivity>, Status> {
         principal::of(&request)?;
-        Ok(Response::new(self.service.insider_activity(request.get_ref()).await?))
+        Ok(Response::new(
+            self.service.insider_activity(request.get_ref()).await?,
+        ))
     }
 
     async fn screen_peers(
@@ -80,7 +88,9 @@ impl Rpc for FundamentalsGrpc {
         request: Request<pb::ScreenPeersRequest>,
     ) -> Result<Response<pb::PeerScreen>, Status> {
         principal::of(&request)?;
-        Ok(Response::new(self.service.screen_peers(request.get_ref()).await?))
+        Ok(Response::new(
+            self.service.screen_peers(request.get_ref()).await?,
+        ))
     }
 
     async fn ingest_sec(
@@ -89,7 +99,9 @@ impl Rpc for FundamentalsGrpc {
     ) -> Result<Response<pb::SecIngestReport>, Status> {
         let caller = principal::of(&request)?;
         let (source, data) = read_file(request.into_inner()).await?;
-        Ok(Response::new(self.service.ingest_file(&caller, &source, data).await?))
+        Ok(Response::new(
+            self.service.ingest_file(&caller, &source, data).await?,
+        ))
     }
 
     type IngestSecWithProgressStream = Events;

@@ -99,7 +99,10 @@ impl LineItem {
 
     /// Every concept of every line item.
     pub fn all_concepts() -> Vec<&'static str> {
-        LineItem::ALL.iter().flat_map(|i| i.concepts().iter().copied()).collect()
+        LineItem::ALL
+            .iter()
+            .flat_map(|i| i.concepts().iter().copied())
+            .collect()
     }
 }
 
@@ -155,14 +158,22 @@ pub fn choose(item: LineItem, facts: &[FactRow]) -> BTreeMap<Key, Chosen> {
             if item.is_balance() != (f.quarters == 0) {
                 continue;
             }
-            by_key.entry((f.period_month.clone(), f.quarters)).or_default().push(f);
+            by_key
+                .entry((f.period_month.clone(), f.quarters))
+                .or_default()
+                .push(f);
         }
     }
     let mut out = BTreeMap::new();
     for (key, mut cands) in by_key {
         let best = cands
             .iter()
-            .map(|f| concepts.iter().position(|c| *c == f.concept).unwrap_or(usize::MAX))
+            .map(|f| {
+                concepts
+                    .iter()
+                    .position(|c| *c == f.concept)
+                    .unwrap_or(usize::MAX)
+            })
             .min()
             .unwrap_or(usize::MAX);
         cands.retain(|f| concepts.get(best) == Some(&f.concept.as_str()));
@@ -184,7 +195,11 @@ pub fn choose(item: LineItem, facts: &[FactRow]) -> BTreeMap<Key, Chosen> {
         // The fiscal label of the filing that first reported the period.
         fact.fiscal_year = first.fiscal_year;
         fact.fiscal_period = first.fiscal_period.clone().map(|fp| {
-            if key.1 == 1 && fp == "FY" { "Q4".to_owned() } else { fp }
+            if key.1 == 1 && fp == "FY" {
+                "Q4".to_owned()
+            } else {
+                fp
+            }
         });
         out.insert(
             key,
@@ -210,8 +225,11 @@ fn derive_quarters(values: &mut BTreeMap<Key, Chosen>) {
         if values.contains_key(&(month.clone(), 1)) {
             continue;
         }
-        let Some(prev) = month_minus(&month, 3) else { continue };
-        let (Some(total), Some(part)) = (values.get(&(month.clone(), n)), values.get(&(prev, n - 1)))
+        let Some(prev) = month_minus(&month, 3) else {
+            continue;
+        };
+        let (Some(total), Some(part)) =
+            (values.get(&(month.clone(), n)), values.get(&(prev, n - 1)))
         else {
             continue;
         };
@@ -235,10 +253,17 @@ fn derive_quarters(values: &mut BTreeMap<Key, Chosen>) {
 /// Where two source formats of one filing report different values for the
 /// same undimensioned fact.
 pub fn disagreements(facts: &[FactRow]) -> Vec<Disagreement> {
-    let mut groups: BTreeMap<(String, String, String, i64, String), Vec<&FactRow>> = BTreeMap::new();
+    let mut groups: BTreeMap<(String, String, String, i64, String), Vec<&FactRow>> =
+        BTreeMap::new();
     for f in facts {
         groups
-            .entry((f.concept.clone(), f.accession.clone(), f.period_month.clone(), f.quarters, f.unit.clone()))
+            .entry((
+                f.concept.clone(),
+                f.accession.clone(),
+                f.period_month.clone(),
+                f.quarters,
+                f.unit.clone(),
+            ))
             .or_default()
             .push(f);
     }
@@ -299,8 +324,10 @@ pub fn ttm_at(values: &BTreeMap<Key, Chosen>, month: &str) -> Option<Ttm> {
         let (Some(fy), Some(prior)) = (get(&fy_month, 4), get(&prior_month, n)) else {
             continue;
         };
-        let mut accessions: Vec<String> =
-            [ytd, fy, prior].iter().flat_map(|c| c.parts.clone()).collect();
+        let mut accessions: Vec<String> = [ytd, fy, prior]
+            .iter()
+            .flat_map(|c| c.parts.clone())
+            .collect();
         accessions.sort();
         accessions.dedup();
         return Some(Ttm {
@@ -328,14 +355,26 @@ pub fn ttm_at(values: &BTreeMap<Key, Chosen>, month: &str) -> Option<Ttm> {
 
 /// The latest quarter end (a key month) with any value of a flow.
 pub fn latest_month(values: &BTreeMap<Key, Chosen>) -> Option<String> {
-    values.keys().filter(|(_, q)| *q >= 1).map(|(m, _)| m.clone()).max()
+    values
+        .keys()
+        .filter(|(_, q)| *q >= 1)
+        .map(|(m, _)| m.clone())
+        .max()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn row(concept: &str, month: &str, q: i64, v: f64, acc: &str, filed: &str, src: &str) -> FactRow {
+    fn row(
+        concept: &str,
+        month: &str,
+        q: i64,
+        v: f64,
+        acc: &str,
+        filed: &str,
+        src: &str,
+    ) -> FactRow {
         FactRow {
             concept: concept.to_owned(),
             unit: "USD".to_owned(),
@@ -356,9 +395,33 @@ mod tests {
     #[test]
     fn a_renamed_concept_still_maps_and_the_later_filing_counts() {
         let facts = vec![
-            row("us-gaap:SalesRevenueNet", "2010-03", 1, 100.0, "a", "2010-04-21", "fsds"),
-            row("us-gaap:SalesRevenueNet", "2010-03", 1, 110.0, "b", "2011-04-21", "companyfacts"),
-            row("us-gaap:RevenueFromContractWithCustomerExcludingAssessedTax", "2018-12", 1, 5.0, "c", "2019-01-30", "xbrl"),
+            row(
+                "us-gaap:SalesRevenueNet",
+                "2010-03",
+                1,
+                100.0,
+                "a",
+                "2010-04-21",
+                "fsds",
+            ),
+            row(
+                "us-gaap:SalesRevenueNet",
+                "2010-03",
+                1,
+                110.0,
+                "b",
+                "2011-04-21",
+                "companyfacts",
+            ),
+            row(
+                "us-gaap:RevenueFromContractWithCustomerExcludingAssessedTax",
+                "2018-12",
+                1,
+                5.0,
+                "c",
+                "2019-01-30",
+                "xbrl",
+            ),
         ];
         let v = choose(LineItem::Revenue, &facts);
         let q = &v[&("2010-03".to_owned(), 1)];
@@ -385,7 +448,7 @@ mod tests {
         assert!(v[&("2010-03".to_owned(), 1)].derived);
         // The fourth quarter too (the year less nine months).
         assert_eq!(v[&("2009-06".to_owned(), 1)].value, 110.0);
-        let t = ttm_at(&v, "2010-03").unwrap();
+        let t = ttm_at(&v, "2010-03").expect("a value");
         assert_eq!((t.value, t.method), (400.0 + 360.0 - 290.0, "ytd"));
         // Without the prior year to date, the four quarters (two derived)
         // give the same.
@@ -394,9 +457,9 @@ mod tests {
             .filter(|(k, _)| **k != ("2009-03".to_owned(), 3))
             .map(|(k, c)| (k.clone(), c.clone()))
             .collect();
-        let t = ttm_at(&fewer, "2010-03").unwrap();
+        let t = ttm_at(&fewer, "2010-03").expect("a value");
         assert_eq!((t.value, t.method), (470.0, "four_quarters"));
-        assert_eq!(ttm_at(&v, "2009-06").unwrap().method, "annual");
+        assert_eq!(ttm_at(&v, "2009-06").expect("a value").method, "annual");
     }
 
     #[test]

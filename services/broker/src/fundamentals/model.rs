@@ -51,8 +51,7 @@ impl Accession {
         let ok = b.len() == 20
             && b[10] == b'-'
             && b[13] == b'-'
-            && b
-                .iter()
+            && b.iter()
                 .enumerate()
                 .all(|(i, c)| i == 10 || i == 13 || c.is_ascii_digit());
         if !ok {
@@ -138,7 +137,11 @@ pub fn month_index(key: &str) -> Option<i32> {
 /// The `YYYY-MM` key `months` before `key`.
 pub fn month_minus(key: &str, months: i32) -> Option<String> {
     let i = month_index(key)? - months;
-    Some(format!("{:04}-{:02}", i.div_euclid(12), i.rem_euclid(12) + 1))
+    Some(format!(
+        "{:04}-{:02}",
+        i.div_euclid(12),
+        i.rem_euclid(12) + 1
+    ))
 }
 
 /// Quarters a duration covers: its length in days over 91.3, when within
@@ -283,8 +286,14 @@ mod tests {
 
     #[test]
     fn ciks_and_accessions() {
-        assert_eq!(Cik::parse("320193").unwrap().as_str(), "0000320193");
-        assert_eq!(Cik::parse("CIK0000320193").unwrap().as_str(), "0000320193");
+        assert_eq!(
+            Cik::parse("320193").expect("a value").as_str(),
+            "0000320193"
+        );
+        assert_eq!(
+            Cik::parse("CIK0000320193").expect("a value").as_str(),
+            "0000320193"
+        );
         assert!(Cik::parse("AAPL").is_err());
         assert!(Cik::parse("12345678901").is_err());
         assert!(Accession::parse("0000320193-19-000010").is_ok());
@@ -293,7 +302,7 @@ mod tests {
 
     #[test]
     fn periods() {
-        let d = |s| parse_date(s).unwrap();
+        let d = |s| parse_date(s).expect("a value");
         assert_eq!(period_month(d("2010-03-27")), "2010-03");
         assert_eq!(period_month(d("2018-12-29")), "2018-12");
         assert_eq!(period_month(d("2010-01-02")), "2009-12");
@@ -301,7 +310,10 @@ mod tests {
         assert_eq!(quarters_between(d("2009-09-27"), d("2010-03-27")), 2);
         assert_eq!(quarters_between(d("2017-10-01"), d("2018-09-29")), 4);
         assert_eq!(quarters_between(d("2018-10-01"), d("2018-11-30")), -1);
-        assert_eq!(month_minus("2010-03", 3).unwrap(), "2009-12");
-        assert_eq!(parse_compact_date("20100331").unwrap(), d("2010-03-31"));
+        assert_eq!(month_minus("2010-03", 3).expect("a value"), "2009-12");
+        assert_eq!(
+            parse_compact_date("20100331").expect("a value"),
+            d("2010-03-31")
+        );
     }
 }

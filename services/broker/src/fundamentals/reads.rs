@@ -17,7 +17,14 @@ const MAX_PERIODS: i32 = 40;
 const MAX_PEERS: usize = 50;
 
 /// The screen's metrics, in their default order.
-pub const METRICS: [&str; 6] = ["pe", "ps", "revenue_growth", "net_margin", "operating_margin", "momentum"];
+pub const METRICS: [&str; 6] = [
+    "pe",
+    "ps",
+    "revenue_growth",
+    "net_margin",
+    "operating_margin",
+    "momentum",
+];
 
 /// Bars between the two closes of `momentum` (a trading year).
 const MOMENTUM_BARS: usize = 252;
@@ -46,7 +53,12 @@ impl FundamentalsService {
     ) -> Result<pb::Fundamentals, ServiceError> {
         let company = self.resolve_symbol(&r.symbol).await?;
         let as_of = date_or(r.as_of.as_deref(), "as_of", &today())?;
-        let period = r.period.as_deref().map(str::trim).filter(|p| !p.is_empty()).unwrap_or("quarter");
+        let period = r
+            .period
+            .as_deref()
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .unwrap_or("quarter");
         let quarters = match period {
             "quarter" => 1,
             "year" => 4,
@@ -59,7 +71,9 @@ impl FundamentalsService {
         };
         let limit = r.limit.unwrap_or(8);
         if !(1..=MAX_PERIODS).contains(&limit) {
-            return Err(ServiceError::invalid(format!("limit: from 1 to {MAX_PERIODS}")));
+            return Err(ServiceError::invalid(format!(
+                "limit: from 1 to {MAX_PERIODS}"
+            )));
         }
         let known = self.known(&company.cik, &as_of).await?;
         if known.facts.is_empty() {
@@ -74,7 +88,11 @@ impl FundamentalsService {
             .values
             .iter()
             .filter(|(i, _)| !i.is_balance())
-            .flat_map(|(_, v)| v.keys().filter(|(_, q)| *q == quarters).map(|(m, _)| m.clone()))
+            .flat_map(|(_, v)| {
+                v.keys()
+                    .filter(|(_, q)| *q == quarters)
+                    .map(|(m, _)| m.clone())
+            })
             .collect();
         months.sort();
         months.dedup();
@@ -85,7 +103,9 @@ impl FundamentalsService {
             let mut p = pb::FundamentalPeriod::default();
             for item in LineItem::ALL {
                 let q = if item.is_balance() { 0 } else { quarters };
-                let Some(c) = known.values[item].get(&(m.clone(), q)) else { continue };
+                let Some(c) = known.values[item].get(&(m.clone(), q)) else {
+                    continue;
+                };
                 // The first item (revenue, a flow) names the period.
                 if p.period_end.is_empty() {
                     p.period_end = c.fact.period_end.clone();
@@ -99,7 +119,10 @@ impl FundamentalsService {
         }
         let mut missing = Vec::new();
         for item in LineItem::ALL {
-            if !periods.iter().any(|p| p.items.iter().any(|v| v.item == item.as_str())) {
+            if !periods
+                .iter()
+                .any(|p| p.items.iter().any(|v| v.item == item.as_str()))
+            {
                 missing.push(format!(
                     "{item}: none of {} filed for these periods by {as_of}",
                     item.concepts().join(", ")
@@ -144,9 +167,14 @@ impl FundamentalsService {
     }
 
     /// Rank `symbols` by metrics at a date.
-    pub async fn screen_peers(&self, r: &pb::ScreenPeersRequest) -> Result<pb::PeerScreen, ServiceError> {
+    pub async fn screen_peers(
+        &self,
+        r: &pb::ScreenPeersRequest,
+    ) -> Result<pb::PeerScreen, ServiceError> {
         if r.symbols.is_empty() || r.symbols.len() > MAX_PEERS {
-            return Err(ServiceError::invalid(format!("symbols: from 1 to {MAX_PEERS}")));
+            return Err(ServiceError::invalid(format!(
+                "symbols: from 1 to {MAX_PEERS}"
+            )));
         }
         let date = date_or(Some(&r.date), "date", "")?;
         if date.is_empty() {
@@ -168,35 +196,65 @@ impl FundamentalsService {
         }
         let rank_by = r.rank_by.clone().unwrap_or_else(|| metrics[0].clone());
         if !metrics.contains(&rank_by) {
-            return Err(ServiceError::invalid("rank_by: must be one of the metrics asked for"));
+            return Err(ServiceError::invalid(
+                "rank_by: must be one of the metrics asked for",
+            ));
         }
         let mut rows = Vec::new();
         for symbol in &r.symbols {
             let values = self.peer_metrics(symbol.trim(), &date).await?;
             let metrics = metrics
                 .iter()
-                .map(|m| values.iter().find(|v| v.metric == *m).cloned().unwrap_or_default())
+                .map(|m| {
+                    values
+                        .iter()
+                        .find(|v| v.metric == *m)
+                        .cloned()
+                        .unwrap_or_default()
+                })
                 .collect();
-            rows.push(pb::PeerRow { symbol: symbol.trim().to_ascii_uppercase(), rank: 0, metrics });
+            rows.push(pb::PeerRow {
+                symbol: symbol.trim().to_ascii_uppercase(),
+                rank: 0,
+                metrics,
+            });
         }
         let ascending = rank_by == "pe" || rank_by == "ps";
         let key = |row: &pb::PeerRow| {
-            row.metrics.iter().find(|m| m.metric == rank_by).and_then(|m| m.value)
+            row.metrics
+                .iter()
+                .find(|m| m.metric == rank_by)
+                .and_then(|m| m.value)
         };
-        let mut order: Vec<usize> = (0..rows.len()).filter(|i| key(&rows[*i]).is_some()).collect();
+        let mut order: Vec<usize> = (0..rows.len())
+            .filter(|i| key(&rows[*i]).is_some())
+            .collect();
         order.sort_by(|a, b| {
             let (x, y) = (key(&rows[*a]).unwrap_or(0.0), key(&rows[*b]).unwrap_or(0.0));
-            if ascending { x.total_cmp(&y) } else { y.total_cmp(&x) }
+            if ascending {
+                x.total_cmp(&y)
+            } else {
+                y.total_cmp(&x)
+            }
         });
         for (rank, i) in order.iter().enumerate() {
             rows[*i].rank = rank as i32 + 1;
         }
         rows.sort_by_key(|r| if r.rank == 0 { i32::MAX } else { r.rank });
-        Ok(pb::PeerScreen { date, metrics, rank_by, rows })
+        Ok(pb::PeerScreen {
+            date,
+            metrics,
+            rank_by,
+            rows,
+        })
     }
 
     /// Every metric of one symbol at `date`, each with a value or a reason.
-    async fn peer_metrics(&self, symbol: &str, date: &str) -> Result<Vec<pb::MetricValue>, ServiceError> {
+    async fn peer_metrics(
+        &self,
+        symbol: &str,
+        date: &str,
+    ) -> Result<Vec<pb::MetricValue>, ServiceError> {
         let d = parse_date(date).map_err(ServiceError::invalid)?;
         let start = format_date(d.replace_year(d.year() - 2).unwrap_or(d));
         let bars = self
@@ -218,16 +276,28 @@ impl FundamentalsService {
                     metric: "momentum".to_owned(),
                     value: Some(now.adj_close / then.adj_close - 1.0),
                     missing: None,
-                    detail: format!("adjusted close {} on {} over {} on {}", now.adj_close, now.date, then.adj_close, then.date),
+                    detail: format!(
+                        "adjusted close {} on {} over {} on {}",
+                        now.adj_close, now.date, then.adj_close, then.date
+                    ),
                 }
             }
-            n => miss("momentum", format!("{n} bars by {date}, {} needed", MOMENTUM_BARS + 1)),
+            n => miss(
+                "momentum",
+                format!("{n} bars by {date}, {} needed", MOMENTUM_BARS + 1),
+            ),
         };
         out.push(momentum);
         let company = match self.resolve_symbol(symbol).await {
             Ok(c) => c,
             Err(e) => {
-                for m in ["pe", "ps", "revenue_growth", "net_margin", "operating_margin"] {
+                for m in [
+                    "pe",
+                    "ps",
+                    "revenue_growth",
+                    "net_margin",
+                    "operating_margin",
+                ] {
                     out.push(miss(m, e.message.clone()));
                 }
                 return Ok(out);
@@ -238,24 +308,41 @@ impl FundamentalsService {
         let latest = lineitems::latest_month(&known.values[&LineItem::Revenue])
             .or_else(|| lineitems::latest_month(&known.values[&LineItem::EpsDiluted]));
         let Some(month) = latest else {
-            for m in ["pe", "ps", "revenue_growth", "net_margin", "operating_margin"] {
-                out.push(miss(m, format!("no quarterly filing of CIK {} filed by {date}", company.cik)));
+            for m in [
+                "pe",
+                "ps",
+                "revenue_growth",
+                "net_margin",
+                "operating_margin",
+            ] {
+                out.push(miss(
+                    m,
+                    format!("no quarterly filing of CIK {} filed by {date}", company.cik),
+                ));
             }
             return Ok(out);
         };
         let revenue = ttm(LineItem::Revenue, &month);
         let eps = ttm(LineItem::EpsDiluted, &month);
-        let no_ttm = |what: &str| format!("no TTM {what} at the quarter ending {month} from filings by {date}");
+        let no_ttm = |what: &str| {
+            format!("no TTM {what} at the quarter ending {month} from filings by {date}")
+        };
         // P/E: the close over TTM diluted EPS.
         out.push(match (&close, &eps) {
             (None, _) => miss("pe", format!("no bar of {symbol} on or before {date}")),
             (_, None) => miss("pe", no_ttm("diluted EPS")),
-            (Some(_), Some(e)) if e.value <= 0.0 => miss("pe", format!("TTM diluted EPS is {} (not positive)", e.value)),
+            (Some(_), Some(e)) if e.value <= 0.0 => miss(
+                "pe",
+                format!("TTM diluted EPS is {} (not positive)", e.value),
+            ),
             (Some((c, on)), Some(e)) => pb::MetricValue {
                 metric: "pe".to_owned(),
                 value: Some(c / e.value),
                 missing: None,
-                detail: format!("close {c} on {on} / TTM diluted EPS {} ({}, to {})", e.value, e.method, e.period_end),
+                detail: format!(
+                    "close {c} on {on} / TTM diluted EPS {} ({}, to {})",
+                    e.value, e.method, e.period_end
+                ),
             },
         });
         let shares = known.values[&LineItem::DilutedShares]
@@ -266,12 +353,18 @@ impl FundamentalsService {
         out.push(match (&close, &revenue, shares) {
             (None, _, _) => miss("ps", format!("no bar of {symbol} on or before {date}")),
             (_, None, _) => miss("ps", no_ttm("revenue")),
-            (_, _, None) => miss("ps", format!("no diluted share count for the quarter ending {month}")),
+            (_, _, None) => miss(
+                "ps",
+                format!("no diluted share count for the quarter ending {month}"),
+            ),
             (Some((c, on)), Some(rv), Some(s)) => pb::MetricValue {
                 metric: "ps".to_owned(),
                 value: Some(c / (rv.value / s)),
                 missing: None,
-                detail: format!("close {c} on {on} / (TTM revenue {} / diluted shares {s})", rv.value),
+                detail: format!(
+                    "close {c} on {on} / (TTM revenue {} / diluted shares {s})",
+                    rv.value
+                ),
             },
         });
         let year_before = month_minus(&month, 12).unwrap_or_default();
@@ -280,12 +373,21 @@ impl FundamentalsService {
                 metric: "revenue_growth".to_owned(),
                 value: Some(now.value / then.value - 1.0),
                 missing: None,
-                detail: format!("TTM revenue {} to {} over {} to {}", now.value, now.period_end, then.value, then.period_end),
+                detail: format!(
+                    "TTM revenue {} to {} over {} to {}",
+                    now.value, now.period_end, then.value, then.period_end
+                ),
             },
             (None, _) => miss("revenue_growth", no_ttm("revenue")),
-            _ => miss("revenue_growth", format!("no TTM revenue a year before, at {year_before}")),
+            _ => miss(
+                "revenue_growth",
+                format!("no TTM revenue a year before, at {year_before}"),
+            ),
         });
-        for (metric, item) in [("net_margin", LineItem::NetIncome), ("operating_margin", LineItem::OperatingIncome)] {
+        for (metric, item) in [
+            ("net_margin", LineItem::NetIncome),
+            ("operating_margin", LineItem::OperatingIncome),
+        ] {
             out.push(match (&revenue, ttm(item, &month)) {
                 (Some(rv), Some(x)) if rv.value != 0.0 => pb::MetricValue {
                     metric: metric.to_owned(),

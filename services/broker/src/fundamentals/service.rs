@@ -51,7 +51,8 @@ impl FundamentalsService {
         source: &str,
         bytes: Vec<u8>,
     ) -> Result<pb::SecIngestReport, ServiceError> {
-        self.ingest_file_reporting(caller, source, bytes, None).await
+        self.ingest_file_reporting(caller, source, bytes, None)
+            .await
     }
 
     /// [`Self::ingest_file`], reporting rows written of total to `progress`.
@@ -69,7 +70,8 @@ impl FundamentalsService {
             "" => "sec".to_owned(),
             s => s.chars().take(200).collect(),
         };
-        let bad = |e: String| ServiceError::invalid(format!("{source}: {e}")).with_domain(BAD_SEC_FILE);
+        let bad =
+            |e: String| ServiceError::invalid(format!("{source}: {e}")).with_domain(BAD_SEC_FILE);
         if bytes.len() > parse::MAX_FILE_BYTES {
             return Err(bad(format!(
                 "file too big: {} bytes, at most {}",
@@ -189,13 +191,20 @@ impl FundamentalsService {
     pub async fn resolve_symbol(&self, symbol: &str) -> Result<Resolved, ServiceError> {
         let s = symbol.trim();
         if s.is_empty() {
-            return Err(ServiceError::invalid("symbol: required (a ticker like AAPL, or a CIK)"));
+            return Err(ServiceError::invalid(
+                "symbol: required (a ticker like AAPL, or a CIK)",
+            ));
         }
         let cik = if s.bytes().all(|b| b.is_ascii_digit()) || s.starts_with("CIK") {
-            Cik::parse(s).map_err(|e| ServiceError::invalid(format!("symbol: {e}")))?.to_string()
+            Cik::parse(s)
+                .map_err(|e| ServiceError::invalid(format!("symbol: {e}")))?
+                .to_string()
         } else {
             let t = parse::xbrl::ticker(s).ok_or_else(|| {
-                ServiceError::invalid(format!("symbol: not a ticker or a CIK: {:?}", parse::truncate(s, 20)))
+                ServiceError::invalid(format!(
+                    "symbol: not a ticker or a CIK: {:?}",
+                    parse::truncate(s, 20)
+                ))
             })?;
             self.store.cik_of_ticker(&t).await?.ok_or_else(|| {
                 ServiceError::not_found(format!(
@@ -205,7 +214,9 @@ impl FundamentalsService {
             })?
         };
         let name = self.store.company(&cik).await?.ok_or_else(|| {
-            ServiceError::not_found(format!("CIK {cik}: no filings of this company were ingested"))
+            ServiceError::not_found(format!(
+                "CIK {cik}: no filings of this company were ingested"
+            ))
         })?;
         Ok(Resolved { cik, name })
     }
@@ -217,7 +228,9 @@ impl FundamentalsService {
         let to = date_or(r.to.as_deref(), "to", &today())?;
         let limit = r.limit.unwrap_or(50);
         if !(1..=MAX_FILINGS_PAGE).contains(&limit) {
-            return Err(ServiceError::invalid(format!("limit: from 1 to {MAX_FILINGS_PAGE}")));
+            return Err(ServiceError::invalid(format!(
+                "limit: from 1 to {MAX_FILINGS_PAGE}"
+            )));
         }
         let offset = r.offset.unwrap_or(0);
         if offset < 0 {
@@ -229,7 +242,14 @@ impl FundamentalsService {
         }
         let (rows, total) = self
             .store
-            .filings(&company.cik, form, &from, &to, i64::from(limit), i64::from(offset))
+            .filings(
+                &company.cik,
+                form,
+                &from,
+                &to,
+                i64::from(limit),
+                i64::from(offset),
+            )
             .await?;
         let count = rows.len() as i32;
         let total = i32::try_from(total).unwrap_or(i32::MAX);
@@ -248,12 +268,11 @@ impl FundamentalsService {
 
     /// One filing by accession.
     pub async fn filing(&self, accession: &str) -> Result<pb::Filing, ServiceError> {
-        let a = Accession::parse(accession).map_err(|e| ServiceError::invalid(format!("accession: {e}")))?;
-        let row = self
-            .store
-            .filing(a.as_str())
-            .await?
-            .ok_or_else(|| ServiceError::not_found(format!("filing {a}: not in the ingested filing index")))?;
+        let a = Accession::parse(accession)
+            .map_err(|e| ServiceError::invalid(format!("accession: {e}")))?;
+        let row = self.store.filing(a.as_str()).await?.ok_or_else(|| {
+            ServiceError::not_found(format!("filing {a}: not in the ingested filing index"))
+        })?;
         let counts = self.store.facts_of_filing(a.as_str()).await?;
         let txns = self.store.transactions_of_filing(a.as_str()).await?;
         let company = self.store.company(&row.cik).await?.unwrap_or_default();
@@ -295,12 +314,19 @@ impl FundamentalsService {
         let mut months: Vec<pb::InsiderMonth> = Vec::new();
         let mut month = from[..7].to_owned();
         while month.as_str() <= &to[..7] {
-            months.push(pb::InsiderMonth { month: month.clone(), ..Default::default() });
+            months.push(pb::InsiderMonth {
+                month: month.clone(),
+                ..Default::default()
+            });
             month = super::model::month_minus(&month, -1).unwrap_or_else(|| "9999-12".to_owned());
         }
-        let with_txns: std::collections::BTreeSet<&str> = txns.iter().map(|t| t.accession.as_str()).collect();
+        let with_txns: std::collections::BTreeSet<&str> =
+            txns.iter().map(|t| t.accession.as_str()).collect();
         for f in &filings {
-            if let Some(m) = months.iter_mut().find(|m| f.filing_date.starts_with(&m.month)) {
+            if let Some(m) = months
+                .iter_mut()
+                .find(|m| f.filing_date.starts_with(&m.month))
+            {
                 m.form4_filings += 1;
                 if with_txns.contains(f.accession.as_str()) {
                     m.with_transactions += 1;
@@ -309,7 +335,9 @@ impl FundamentalsService {
         }
         let (mut bought, mut sold) = (0.0, 0.0);
         for t in &txns {
-            let Some(m) = months.iter_mut().find(|m| t.filed.starts_with(&m.month)) else { continue };
+            let Some(m) = months.iter_mut().find(|m| t.filed.starts_with(&m.month)) else {
+                continue;
+            };
             match t.code.as_str() {
                 "P" => {
                     m.shares_bought += t.shares;

@@ -303,7 +303,10 @@ impl FundamentalsStore {
             "SELECT {FILING_COLUMNS} FROM sec_filings WHERE cik = $1 AND report_date = $2 \
              AND form IN ($3, $4) ORDER BY filing_date, accession"
         );
-        let (a, b) = (forms.first().copied().unwrap_or(""), forms.get(1).copied().unwrap_or(""));
+        let (a, b) = (
+            forms.first().copied().unwrap_or(""),
+            forms.get(1).copied().unwrap_or(""),
+        );
         with_pool!(self.db, pool => sqlx::query_as::<_, FilingRow>(&sql)
             .bind(cik).bind(report_date).bind(a).bind(b).fetch_all(pool).await)
     }
@@ -382,20 +385,33 @@ impl FundamentalsStore {
     }
 
     /// How many facts each format holds of a filing.
-    pub async fn facts_of_filing(&self, accession: &str) -> Result<Vec<(String, i64)>, sqlx::Error> {
+    pub async fn facts_of_filing(
+        &self,
+        accession: &str,
+    ) -> Result<Vec<(String, i64)>, sqlx::Error> {
         let sql = "SELECT source_format, COUNT(*) FROM sec_facts WHERE accession = $1 \
                    GROUP BY source_format ORDER BY source_format";
         with_pool!(self.db, pool => sqlx::query_as::<_, (String, i64)>(sql).bind(accession).fetch_all(pool).await)
     }
 
     /// Transactions of a filing, in table order.
-    pub async fn transactions_of_filing(&self, accession: &str) -> Result<Vec<TxnRow>, sqlx::Error> {
-        let sql = format!("SELECT {TXN_READ} FROM sec_insider_transactions WHERE accession = $1 ORDER BY txn_key");
+    pub async fn transactions_of_filing(
+        &self,
+        accession: &str,
+    ) -> Result<Vec<TxnRow>, sqlx::Error> {
+        let sql = format!(
+            "SELECT {TXN_READ} FROM sec_insider_transactions WHERE accession = $1 ORDER BY txn_key"
+        );
         with_pool!(self.db, pool => sqlx::query_as::<_, TxnRow>(&sql).bind(accession).fetch_all(pool).await)
     }
 
     /// An issuer's transactions filed in [from, to], oldest first.
-    pub async fn transactions(&self, cik: &str, from: &str, to: &str) -> Result<Vec<TxnRow>, sqlx::Error> {
+    pub async fn transactions(
+        &self,
+        cik: &str,
+        from: &str,
+        to: &str,
+    ) -> Result<Vec<TxnRow>, sqlx::Error> {
         let sql = format!(
             "SELECT {TXN_READ} FROM sec_insider_transactions WHERE issuer_cik = $1 AND filed >= $2 AND filed <= $3 \
              ORDER BY filed, txn_key"

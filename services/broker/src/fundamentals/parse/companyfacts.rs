@@ -46,15 +46,18 @@ pub fn parse(doc: &Value) -> Result<Batch, String> {
                 })?;
                 for (i, v) in values.iter().enumerate() {
                     let at = || format!("companyfacts: {taxonomy}:{concept} {unit} #{i}");
-                    let fact = fact(&cik, taxonomy, concept, unit, v).map_err(|e| format!("{}: {e}", at()))?;
-                    filings.entry(fact.accession.clone()).or_insert_with(|| Filing {
-                        accession: fact.accession.clone(),
-                        cik: cik.clone(),
-                        form: fact.form.clone(),
-                        filing_date: fact.filed,
-                        report_date: None,
-                        primary_document: None,
-                    });
+                    let fact = fact(&cik, taxonomy, concept, unit, v)
+                        .map_err(|e| format!("{}: {e}", at()))?;
+                    filings
+                        .entry(fact.accession.clone())
+                        .or_insert_with(|| Filing {
+                            accession: fact.accession.clone(),
+                            cik: cik.clone(),
+                            form: fact.form.clone(),
+                            filing_date: fact.filed,
+                            report_date: None,
+                            primary_document: None,
+                        });
                     if latest.is_none_or(|d| d < fact.filed) {
                         latest = Some(fact.filed);
                     }
@@ -88,7 +91,10 @@ fn fact(cik: &Cik, taxonomy: &str, concept: &str, unit: &str, v: &Value) -> Resu
         return Err("`start` after `end`".to_owned());
     }
     let value = match v.get("val") {
-        Some(Value::Number(n)) => n.as_f64().filter(|x| x.is_finite()).ok_or("`val` out of range")?,
+        Some(Value::Number(n)) => n
+            .as_f64()
+            .filter(|x| x.is_finite())
+            .ok_or("`val` out of range")?,
         _ => return Err("`val` is not a number".to_owned()),
     };
     let value_text = v.get("val").map(Value::to_string).unwrap_or_default();
@@ -122,7 +128,7 @@ mod tests {
             "NetIncomeLoss": {"units": {"USD": [{"start": "2018-09-30", "end": "2018-12-29",
             "val": 19965000000_i64, "accn": "0000320193-19-000010", "fy": 2019, "fp": "Q1",
             "form": "10-Q", "filed": "2019-01-30"}]}}}}});
-        let b = parse(&doc).unwrap();
+        let b = parse(&doc).expect("a value");
         assert_eq!(b.facts.len(), 1);
         let f = &b.facts[0];
         assert_eq!(f.concept, "us-gaap:NetIncomeLoss");
@@ -138,7 +144,10 @@ mod tests {
         let doc = json!({"cik": 320193, "facts": {"us-gaap": {"Assets": {"units": {"USD": [
             {"end": "2018-12-29", "val": "lots", "accn": "0000320193-19-000010",
              "form": "10-Q", "filed": "2019-01-30"}]}}}}});
-        let e = parse(&doc).unwrap_err();
-        assert!(e.contains("us-gaap:Assets USD #0") && e.contains("`val`"), "{e}");
+        let e = parse(&doc).expect_err("an error");
+        assert!(
+            e.contains("us-gaap:Assets USD #0") && e.contains("`val`"),
+            "{e}"
+        );
     }
 }

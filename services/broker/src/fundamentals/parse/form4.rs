@@ -65,7 +65,8 @@ impl Form4 {
 }
 
 fn child<'a, 'i>(n: Node<'a, 'i>, name: &str) -> Option<Node<'a, 'i>> {
-    n.children().find(|c| c.is_element() && c.tag_name().name() == name)
+    n.children()
+        .find(|c| c.is_element() && c.tag_name().name() == name)
 }
 
 /// The text at a path of child elements, trimmed, `None` when absent or
@@ -95,7 +96,8 @@ pub fn parse(doc: &Document<'_>) -> Result<Form4, String> {
     }
     let issuer = Cik::parse(&required(root, &["issuer", "issuerCik"])?)?;
     let issuer_name = required(root, &["issuer", "issuerName"])?;
-    let ticker = text_at(root, &["issuer", "issuerTradingSymbol"]).and_then(|t| super::xbrl::ticker(&t));
+    let ticker =
+        text_at(root, &["issuer", "issuerTradingSymbol"]).and_then(|t| super::xbrl::ticker(&t));
     let period = parse_date(&required(root, &["periodOfReport"])?)?;
     let owner = child(root, "reportingOwner").ok_or("form 4: no <reportingOwner>")?;
     let owner_cik = Cik::parse(&required(owner, &["reportingOwnerId", "rptOwnerCik"])?)?;
@@ -122,7 +124,9 @@ pub fn parse(doc: &Document<'_>) -> Result<Form4, String> {
         ("nonDerivativeTable", false, "nonDerivativeTransaction"),
         ("derivativeTable", true, "derivativeTransaction"),
     ] {
-        let Some(t) = child(root, table) else { continue };
+        let Some(t) = child(root, table) else {
+            continue;
+        };
         for (i, n) in t
             .children()
             .filter(|c| c.is_element() && c.tag_name().name() == row)
@@ -150,15 +154,25 @@ pub fn parse(doc: &Document<'_>) -> Result<Form4, String> {
 
 fn line(n: Node<'_, '_>, derivative: bool) -> Result<Line, String> {
     let num = |path: &[&str]| -> Result<Option<f64>, String> {
-        text_at(n, path).map(|t| super::number(&t).map(|v| v.1)).transpose()
+        text_at(n, path)
+            .map(|t| super::number(&t).map(|v| v.1))
+            .transpose()
     };
     let code_text = text_at(n, &["transactionCoding", "transactionCode"])
         .ok_or("no <transactionCoding/transactionCode>")?;
-    let code = TxnCode::parse(&code_text)
-        .ok_or_else(|| format!("unknown transaction code {:?}", super::truncate(&code_text, 10)))?;
+    let code = TxnCode::parse(&code_text).ok_or_else(|| {
+        format!(
+            "unknown transaction code {:?}",
+            super::truncate(&code_text, 10)
+        )
+    })?;
     let acquired_disposed = text_at(
         n,
-        &["transactionAmounts", "transactionAcquiredDisposedCode", "value"],
+        &[
+            "transactionAmounts",
+            "transactionAcquiredDisposedCode",
+            "value",
+        ],
     )
     .ok_or("no acquired or disposed code")?;
     if acquired_disposed != "A" && acquired_disposed != "D" {
@@ -184,8 +198,11 @@ fn line(n: Node<'_, '_>, derivative: bool) -> Result<Line, String> {
             "value",
         ])?
         .unwrap_or(0.0),
-        ownership: text_at(n, &["ownershipNature", "directOrIndirectOwnership", "value"])
-            .unwrap_or_else(|| "D".to_owned()),
+        ownership: text_at(
+            n,
+            &["ownershipNature", "directOrIndirectOwnership", "value"],
+        )
+        .unwrap_or_else(|| "D".to_owned()),
     })
 }
 
@@ -202,14 +219,17 @@ mod tests {
     #[test]
     fn the_real_form_4_exactly() {
         let text = real();
-        let doc = super::super::xml_document(&text).unwrap();
-        let f = parse(&doc).unwrap();
+        let doc = super::super::xml_document(&text).expect("a value");
+        let f = parse(&doc).expect("a value");
         assert_eq!(f.issuer.as_str(), "0000320193");
         assert_eq!(f.ticker.as_deref(), Some("AAPL"));
         assert_eq!(f.owner_name, "Maestri Luca");
         assert_eq!(f.owner_cik.as_str(), "0001513362");
         assert_eq!(f.relationship, "officer");
-        assert_eq!(f.officer_title.as_deref(), Some("Senior Vice President, CFO"));
+        assert_eq!(
+            f.officer_title.as_deref(),
+            Some("Senior Vice President, CFO")
+        );
         assert_eq!(f.period.to_string(), "2020-10-09");
         assert_eq!(f.lines.len(), 1);
         let l = &f.lines[0];
@@ -229,8 +249,8 @@ mod tests {
             "<transactionCode>S</transactionCode>",
             "<transactionCode>Q</transactionCode>",
         );
-        let doc = super::super::xml_document(&text).unwrap();
-        let e = parse(&doc).unwrap_err();
+        let doc = super::super::xml_document(&text).expect("a value");
+        let e = parse(&doc).expect_err("an error");
         assert!(e.contains("unknown transaction code \"Q\""), "{e}");
         assert!(e.contains("nonDerivativeTransaction #1"), "{e}");
     }

@@ -34,7 +34,9 @@ fn member(zip: &mut zip::ZipArchive<std::io::Cursor<&[u8]>>, name: &str) -> Resu
         .read_to_end(&mut out)
         .map_err(|e| format!("fsds: {name}: the zip is damaged or truncated ({e})"))?;
     if out.len() as u64 > MAX_MEMBER_BYTES {
-        return Err(format!("fsds: {name} is larger than {MAX_MEMBER_BYTES} bytes uncompressed"));
+        return Err(format!(
+            "fsds: {name} is larger than {MAX_MEMBER_BYTES} bytes uncompressed"
+        ));
     }
     String::from_utf8(out).map_err(|e| format!("fsds: {name} is not UTF-8: {e}"))
 }
@@ -49,9 +51,14 @@ struct Table<'a> {
 impl<'a> Table<'a> {
     fn read(name: &'static str, text: &'a str, required: &[&str]) -> Result<Table<'a>, String> {
         let mut lines = text.lines();
-        let header = lines.next().ok_or_else(|| format!("fsds: {name} is empty"))?;
-        let columns: HashMap<&str, usize> =
-            header.split('\t').enumerate().map(|(i, c)| (c.trim(), i)).collect();
+        let header = lines
+            .next()
+            .ok_or_else(|| format!("fsds: {name} is empty"))?;
+        let columns: HashMap<&str, usize> = header
+            .split('\t')
+            .enumerate()
+            .map(|(i, c)| (c.trim(), i))
+            .collect();
         for c in required {
             if !columns.contains_key(c) {
                 return Err(format!("fsds: {name} has no `{c}` column"));
@@ -76,7 +83,11 @@ impl<'a> Table<'a> {
                 return Err(format!("fsds: {name} has more than {MAX_VALUES} rows"));
             }
         }
-        Ok(Table { name, columns, rows })
+        Ok(Table {
+            name,
+            columns,
+            rows,
+        })
     }
 
     fn get<'r>(&self, row: &'r [&'a str], column: &str) -> &'a str {
@@ -103,15 +114,25 @@ pub fn parse(bytes: &[u8]) -> Result<Batch, String> {
     let sub = Table::read(
         "sub.txt",
         &sub_text,
-        &["adsh", "cik", "name", "form", "period", "fy", "fp", "filed", "instance"],
+        &[
+            "adsh", "cik", "name", "form", "period", "fy", "fp", "filed", "instance",
+        ],
     )?;
     let num = Table::read(
         "num.txt",
         &num_text,
         &["adsh", "tag", "version", "ddate", "qtrs", "uom", "value"],
     )?;
-    Table::read("tag.txt", &tag_text, &["tag", "version", "custom", "datatype"])?;
-    Table::read("pre.txt", &pre_text, &["adsh", "report", "line", "stmt", "tag", "version"])?;
+    Table::read(
+        "tag.txt",
+        &tag_text,
+        &["tag", "version", "custom", "datatype"],
+    )?;
+    Table::read(
+        "pre.txt",
+        &pre_text,
+        &["adsh", "report", "line", "stmt", "tag", "version"],
+    )?;
 
     let mut batch = Batch::default();
     let mut subs: HashMap<&str, Sub> = HashMap::new();
@@ -126,12 +147,17 @@ pub fn parse(bytes: &[u8]) -> Result<Batch, String> {
         let instance = sub.get(row, "instance");
         let prefix = instance
             .split_once('-')
-            .filter(|(p, rest)| rest.len() >= 8 && p.len() <= 6 && p.bytes().all(|b| b.is_ascii_alphabetic()))
+            .filter(|(p, rest)| {
+                rest.len() >= 8 && p.len() <= 6 && p.bytes().all(|b| b.is_ascii_alphabetic())
+            })
             .map(|(p, _)| p.to_ascii_lowercase());
         batch.companies.push(Company {
             cik: cik.clone(),
             name: sub.get(row, "name").to_owned(),
-            tickers: prefix.iter().filter_map(|p| super::xbrl::ticker(p)).collect(),
+            tickers: prefix
+                .iter()
+                .filter_map(|p| super::xbrl::ticker(p))
+                .collect(),
             seen_on: filed,
         });
         batch.filings.push(Filing {
@@ -171,7 +197,10 @@ pub fn parse(bytes: &[u8]) -> Result<Batch, String> {
         } else {
             version.split('/').next().unwrap_or("custom").to_owned()
         };
-        let qtrs: i64 = num.get(row, "qtrs").parse().map_err(|_| at("`qtrs` is not a number".to_owned()))?;
+        let qtrs: i64 = num
+            .get(row, "qtrs")
+            .parse()
+            .map_err(|_| at("`qtrs` is not a number".to_owned()))?;
         let mut dims = num.get(row, "segments").to_owned();
         let coreg = num.get(row, "coreg");
         if !coreg.is_empty() {
@@ -212,26 +241,41 @@ mod tests {
 
     #[test]
     fn apples_10q_of_2010_03_27() {
-        let b = parse(&real("2010q2.zip")).unwrap();
+        let b = parse(&real("2010q2.zip")).expect("a value");
         let aapl = "0001193125-10-088957";
-        let filing = b.filings.iter().find(|f| f.accession.as_str() == aapl).unwrap();
+        let filing = b
+            .filings
+            .iter()
+            .find(|f| f.accession.as_str() == aapl)
+            .expect("a value");
         assert_eq!(filing.form, "10-Q");
         assert_eq!(filing.filing_date.to_string(), "2010-04-21");
         let revenue: Vec<_> = b
             .facts
             .iter()
-            .filter(|f| f.accession.as_str() == aapl && f.concept == "us-gaap:SalesRevenueNet" && f.dims.is_empty())
+            .filter(|f| {
+                f.accession.as_str() == aapl
+                    && f.concept == "us-gaap:SalesRevenueNet"
+                    && f.dims.is_empty()
+            })
             .map(|f| (f.period_end.to_string(), f.quarters, f.value))
             .collect();
-        assert!(revenue.contains(&("2010-03-31".to_owned(), 1, 13_499_000_000.0)), "{revenue:?}");
-        let company = b.companies.iter().find(|c| c.cik.as_str() == "0000320193").unwrap();
+        assert!(
+            revenue.contains(&("2010-03-31".to_owned(), 1, 13_499_000_000.0)),
+            "{revenue:?}"
+        );
+        let company = b
+            .companies
+            .iter()
+            .find(|c| c.cik.as_str() == "0000320193")
+            .expect("a value");
         assert_eq!(company.tickers, vec!["AAPL".to_owned()]);
     }
 
     #[test]
     fn a_truncated_zip_is_refused() {
         let bytes = real("2009q3.zip");
-        let e = parse(&bytes[..bytes.len() / 2]).unwrap_err();
+        let e = parse(&bytes[..bytes.len() / 2]).expect_err("an error");
         assert!(e.starts_with("fsds:") && (e.contains("zip")), "{e}");
     }
 }

@@ -77,17 +77,19 @@ pub fn parse(source: &str, bytes: &[u8]) -> Result<Parsed, String> {
         .position(|b| !b.is_ascii_whitespace() && *b != 0xEF && *b != 0xBB && *b != 0xBF);
     match start.map(|i| bytes[i]) {
         Some(b'{') => {
-            let value: serde_json::Value = serde_json::from_slice(bytes)
-                .map_err(|e| format!("not well-formed JSON: {e}"))?;
+            let value: serde_json::Value =
+                serde_json::from_slice(bytes).map_err(|e| format!("not well-formed JSON: {e}"))?;
             if value.get("facts").is_some() {
                 companyfacts::parse(&value).map(|b| Parsed::Batch(SourceFormat::Companyfacts, b))
             } else if value.get("filings").is_some() || value.get("accessionNumber").is_some() {
                 submissions::parse(source, &value)
                     .map(|b| Parsed::Batch(SourceFormat::Submissions, b))
             } else {
-                Err("JSON that is neither companyfacts (no `facts`) nor submissions (no `filings` \
+                Err(
+                    "JSON that is neither companyfacts (no `facts`) nor submissions (no `filings` \
                      or `accessionNumber`)"
-                    .to_owned())
+                        .to_owned(),
+                )
             }
         }
         Some(b'<') => {
@@ -129,7 +131,11 @@ pub fn number(text: &str) -> Result<(String, f64), String> {
         && t.len() <= 40
         && t.bytes()
             .all(|b| b.is_ascii_digit() || matches!(b, b'-' | b'+' | b'.' | b'e' | b'E'));
-    let v: f64 = if ok { t.parse().unwrap_or(f64::NAN) } else { f64::NAN };
+    let v: f64 = if ok {
+        t.parse().unwrap_or(f64::NAN)
+    } else {
+        f64::NAN
+    };
     if !v.is_finite() {
         return Err(format!("not a number: {:?}", truncate(t, 40)));
     }
@@ -147,20 +153,47 @@ mod tests {
 
     #[test]
     fn unknown_and_oversized_files_are_refused() {
-        assert!(parse("x", b"hello").unwrap_err().contains("no SEC format"));
-        assert!(parse("x", b"{\"a\":1}").unwrap_err().contains("neither companyfacts"));
-        assert!(parse("x", b"{\"facts\":").unwrap_err().contains("not well-formed JSON"));
-        assert!(parse("x", b"<html/>").unwrap_err().contains("root is <html>"));
+        assert!(
+            parse("x", b"hello")
+                .expect_err("an error")
+                .contains("no SEC format")
+        );
+        assert!(
+            parse("x", b"{\"a\":1}")
+                .expect_err("an error")
+                .contains("neither companyfacts")
+        );
+        assert!(
+            parse("x", b"{\"facts\":")
+                .expect_err("an error")
+                .contains("not well-formed JSON")
+        );
+        assert!(
+            parse("x", b"<html/>")
+                .expect_err("an error")
+                .contains("root is <html>")
+        );
         let dtd = "<!DOCTYPE x [<!ENTITY a \"aaaa\">]><xbrl>&a;</xbrl>";
-        assert!(parse("x", dtd.as_bytes()).unwrap_err().contains("not well-formed XML"));
+        assert!(
+            parse("x", dtd.as_bytes())
+                .expect_err("an error")
+                .contains("not well-formed XML")
+        );
         let big = vec![b' '; MAX_FILE_BYTES + 1];
-        assert!(parse("x", &big).unwrap_err().contains("file too big"));
+        assert!(
+            parse("x", &big)
+                .expect_err("an error")
+                .contains("file too big")
+        );
     }
 
     #[test]
     fn numbers() {
-        assert_eq!(number("84310000000").unwrap().1, 84_310_000_000.0);
-        assert_eq!(number("-116000000.0000").unwrap().1, -116_000_000.0);
+        assert_eq!(number("84310000000").expect("a value").1, 84_310_000_000.0);
+        assert_eq!(
+            number("-116000000.0000").expect("a value").1,
+            -116_000_000.0
+        );
         assert!(number("1e999").is_err());
         assert!(number("12 apples").is_err());
     }

@@ -23,7 +23,9 @@ pub fn parse(source: &str, doc: &Value) -> Result<Batch, String> {
         })?,
     };
     let columns = match doc.get("filings") {
-        Some(f) => f.get("recent").ok_or("submissions: `filings` has no `recent`")?,
+        Some(f) => f
+            .get("recent")
+            .ok_or("submissions: `filings` has no `recent`")?,
         None => doc,
     };
     let col = |name: &str| -> Result<&Vec<Value>, String> {
@@ -45,7 +47,12 @@ pub fn parse(source: &str, doc: &Value) -> Result<Batch, String> {
     }
     let mut filings = Vec::with_capacity(accessions.len());
     for i in 0..accessions.len() {
-        let s = |c: &Vec<Value>| c.get(i).and_then(Value::as_str).unwrap_or_default().to_owned();
+        let s = |c: &Vec<Value>| {
+            c.get(i)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
         let at = |e: String| format!("submissions: filing #{i}: {e}");
         let report = reported.map(s).filter(|r| !r.is_empty());
         filings.push(Filing {
@@ -106,9 +113,13 @@ mod tests {
         let page = json!({"accessionNumber": ["0001127602-13-004097"], "form": ["4"],
             "filingDate": ["2013-02-04"], "reportDate": ["2013-01-31"],
             "primaryDocument": ["xslF345X03/form4.xml"]});
-        let b = parse("CIK0000320193-submissions-001.json", &page).unwrap();
+        let b = parse("CIK0000320193-submissions-001.json", &page).expect("a value");
         assert_eq!(b.companies[0].cik.as_str(), "0000320193");
         assert_eq!(b.filings[0].form, "4");
-        assert!(parse("filings.json", &page).unwrap_err().contains("CIK##########"));
+        assert!(
+            parse("filings.json", &page)
+                .expect_err("an error")
+                .contains("CIK##########")
+        );
     }
 }

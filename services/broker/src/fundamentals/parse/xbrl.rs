@@ -85,7 +85,8 @@ pub fn ticker(text: &str) -> Option<String> {
     let t = text.trim().to_ascii_uppercase();
     let ok = !t.is_empty()
         && t.len() <= 10
-        && t.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-');
+        && t.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-');
     ok.then_some(t)
 }
 
@@ -98,8 +99,9 @@ struct Context {
 }
 
 fn xbrli<'a, 'i>(n: Node<'a, 'i>, name: &str) -> Option<Node<'a, 'i>> {
-    n.children()
-        .find(|c| c.is_element() && c.tag_name().name() == name && c.tag_name().namespace() == Some(XBRLI))
+    n.children().find(|c| {
+        c.is_element() && c.tag_name().name() == name && c.tag_name().namespace() == Some(XBRLI)
+    })
 }
 
 fn text(n: Node<'_, '_>) -> String {
@@ -109,7 +111,9 @@ fn text(n: Node<'_, '_>) -> String {
 /// The members of a segment or scenario, `dimension=member` each.
 fn members(n: Node<'_, '_>, out: &mut Vec<String>) {
     for m in n.children().filter(Node::is_element) {
-        let Some(dim) = m.attribute("dimension") else { continue };
+        let Some(dim) = m.attribute("dimension") else {
+            continue;
+        };
         let value = match m.tag_name().name() {
             "typedMember" => m
                 .children()
@@ -211,12 +215,21 @@ pub fn parse(doc: &Document<'_>) -> Result<Instance, String> {
             "context" => {
                 if let Ok(c) = context(n) {
                     contexts.insert(id, c);
-                } else if xbrli(n, "period").and_then(|p| xbrli(p, "forever")).is_none() {
-                    return Err(format!("xbrl: context {id:?}: {}", context(n).err().unwrap_or_default()));
+                } else if xbrli(n, "period")
+                    .and_then(|p| xbrli(p, "forever"))
+                    .is_none()
+                {
+                    return Err(format!(
+                        "xbrl: context {id:?}: {}",
+                        context(n).err().unwrap_or_default()
+                    ));
                 }
             }
             "unit" => {
-                units.insert(id.clone(), unit(n).map_err(|e| format!("xbrl: unit {id:?}: {e}"))?);
+                units.insert(
+                    id.clone(),
+                    unit(n).map_err(|e| format!("xbrl: unit {id:?}: {e}"))?,
+                );
             }
             _ => {}
         }
@@ -227,7 +240,9 @@ pub fn parse(doc: &Document<'_>) -> Result<Instance, String> {
     let mut dei: HashMap<String, String> = HashMap::new();
     let mut facts = Vec::new();
     for n in root.children().filter(Node::is_element) {
-        let Some(cref) = n.attribute("contextRef") else { continue };
+        let Some(cref) = n.attribute("contextRef") else {
+            continue;
+        };
         if n.attribute((XSI, "nil")).is_some_and(|v| v == "true") {
             continue;
         }
@@ -290,7 +305,9 @@ pub fn parse(doc: &Document<'_>) -> Result<Instance, String> {
         ticker: dei.get("TradingSymbol").and_then(|t| ticker(t)),
         form,
         period_end,
-        fiscal_year: dei.get("DocumentFiscalYearFocus").and_then(|y| y.trim().parse().ok()),
+        fiscal_year: dei
+            .get("DocumentFiscalYearFocus")
+            .and_then(|y| y.trim().parse().ok()),
         fiscal_period: dei.get("DocumentFiscalPeriodFocus").cloned(),
         facts,
     })
@@ -317,8 +334,8 @@ mod tests {
 
     #[test]
     fn dimensional_facts_are_kept_apart() {
-        let doc = super::super::xml_document(TINY).unwrap();
-        let i = parse(&doc).unwrap();
+        let doc = super::super::xml_document(TINY).expect("a value");
+        let i = parse(&doc).expect("a value");
         assert_eq!(i.cik.as_str(), "0000320193");
         assert_eq!(i.form, "10-Q");
         let totals: Vec<_> = i.facts.iter().filter(|f| f.dims.is_empty()).collect();
@@ -335,12 +352,22 @@ mod tests {
     #[test]
     fn malformed_instances_are_refused() {
         let cut = &TINY[..TINY.len() / 2];
-        assert!(super::super::parse("x.xml", cut.as_bytes()).unwrap_err().contains("not well-formed XML"));
+        assert!(
+            super::super::parse("x.xml", cut.as_bytes())
+                .expect_err("an error")
+                .contains("not well-formed XML")
+        );
         let bad = TINY.replace(">84310000000<", ">84,310<");
-        let e = super::super::parse("x.xml", bad.as_bytes()).unwrap_err();
-        assert!(e.contains("us-gaap:Revenues") && e.contains("not a number"), "{e}");
-        let no_unit = TINY.replace("unitRef=\"usd\" decimals=\"-6\">36941", "unitRef=\"eur\">36941");
-        let e = super::super::parse("x.xml", no_unit.as_bytes()).unwrap_err();
+        let e = super::super::parse("x.xml", bad.as_bytes()).expect_err("an error");
+        assert!(
+            e.contains("us-gaap:Revenues") && e.contains("not a number"),
+            "{e}"
+        );
+        let no_unit = TINY.replace(
+            "unitRef=\"usd\" decimals=\"-6\">36941",
+            "unitRef=\"eur\">36941",
+        );
+        let e = super::super::parse("x.xml", no_unit.as_bytes()).expect_err("an error");
         assert!(e.contains("not declared"), "{e}");
     }
 }
