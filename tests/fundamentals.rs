@@ -647,3 +647,65 @@ async fn bad_input_writes_nothing(db: Db) {
         .expect_err("agents do not ingest");
     assert_eq!(e.code, Code::PermissionDenied);
 }
+
+/// `ithaca ingest sec` against `ithaca serve broker`: JSON first so the
+/// instance and the Form 4 find their filings, linkbases left out, a
+/// truncated zip named with its reason and skipped while the rest land, a
+/// non-zero exit saying so; the second run changes nothing.
+#[test]
+fn ingest_sec_from_the_command_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_broker, url) = common::serve("broker", &common::sqlite_path(&dir, "broker"), "unused");
+    let zip = std::fs::read(file("fsds/2009q3.zip")).expect("zip");
+    let bad = dir.path().join("cut.zip");
+    std::fs::write(&bad, &zip[..zip.len() / 2]).expect("write");
+    let good = [
+        file("form4"),
+        file("xbrl/aapl-10q-2018q4"),
+        file("submissions/CIK0000320193-2013-2023.json"),
+    ];
+    let run = |paths: &[PathBuf]| {
+        let mut cmd = common::ithaca();
+        cmd.args(["ingest", "sec"])
+            .args(paths)
+            .args(["--broker-url", &url]);
+        cmd.output().expect("run ithaca ingest sec")
+    };
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    let mut all = good.to_vec();
+    all.push(bad.clone());
+    let out = run(&all);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(
+        !out.status.success(),
+        "a skipped file makes the exit non-zero"
+    );
+    assert!(
+        stdout.starts_with("4 files: "),
+        "json, zip, form 4, instance: {stdout}"
+    );
+    assert!(
+        stdout.contains("1 skipped") && stdout.contains("tickers: AAPL=0000320193"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("1 insider transactions newly stored"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains(&format!("skipped {}: cut.zip: fsds:", bad.display())),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("[##############################] 4/4 done"),
+        "progress: {stderr}"
+    );
+
+    let again = run(&good);
+    assert!(again.status.success(), "{}", text(&again.stderr));
+    let stdout = text(&again.stdout);
+    assert!(
+        stdout.contains("0 newly stored") && stdout.contains("3 files already ingested, 0 skipped"),
+        "{stdout}"
+    );
+}
