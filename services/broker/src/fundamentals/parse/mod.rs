@@ -187,6 +187,81 @@ mod tests {
         );
     }
 
+    fn data(rel: &str) -> Vec<u8> {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../../shared/data/fundamentals")
+            .join(rel);
+        std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    /// Every instance of `../shared/data/fundamentals/xbrl` reads, with its
+    /// cover and both undimensioned and dimensional facts.
+    #[test]
+    fn every_real_instance_parses() {
+        for (rel, cik, form, period) in [
+            (
+                "xbrl/aapl-10k-2010/aapl-20100925.xml",
+                "0000320193",
+                "10-K",
+                "2010-09-25",
+            ),
+            (
+                "xbrl/aapl-10q-2018q4/aapl-20181229.xml",
+                "0000320193",
+                "10-Q",
+                "2018-12-29",
+            ),
+            ("xbrl/aapl-20130629.xml", "0000320193", "10-Q", "2013-06-29"),
+            ("xbrl/fb-20121231.xml", "0001326801", "10-K", "2012-12-31"),
+            ("xbrl/fb-20131231.xml", "0001326801", "10-K", "2013-12-31"),
+            ("xbrl/goog-20131231.xml", "0001288776", "10-K", "2013-12-31"),
+            ("xbrl/msft-20130630.xml", "0000789019", "10-K", "2013-06-30"),
+            ("xbrl/msft-20150630.xml", "0000789019", "10-K", "2015-06-30"),
+        ] {
+            let Parsed::Instance(i) =
+                parse(rel, &data(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
+            else {
+                panic!("{rel}: not read as an instance");
+            };
+            assert_eq!(
+                (
+                    i.cik.as_str(),
+                    i.form.as_str(),
+                    i.period_end.to_string().as_str()
+                ),
+                (cik, form, period),
+                "{rel}"
+            );
+            assert!(i.facts.iter().any(|f| f.dims.is_empty()), "{rel}");
+            assert!(i.facts.iter().any(|f| !f.dims.is_empty()), "{rel}");
+        }
+        let linkbase = "xbrl/aapl-10k-2010/aapl-20101027_cal.xml";
+        let e = parse(linkbase, &data(linkbase)).expect_err("a linkbase");
+        assert!(e.contains("linkbase"), "{e}");
+    }
+
+    /// The real JSON files: Apple's companyfacts and its filing index.
+    #[test]
+    fn the_real_json_files_parse() {
+        let rel = "companyfacts/CIK0000320193.json";
+        let Parsed::Batch(_, b) = parse(rel, &data(rel)).expect("companyfacts") else {
+            panic!("not a batch");
+        };
+        assert_eq!(b.facts.len(), 24_579);
+        assert_eq!(b.companies[0].name, "Apple Inc.");
+        let rel = "submissions/CIK0000320193-submissions-001.json";
+        let Parsed::Batch(_, b) = parse(rel, &data(rel)).expect("submissions") else {
+            panic!("not a batch");
+        };
+        assert_eq!(b.filings.len(), 988);
+        assert_eq!(b.filings.iter().filter(|f| f.form == "4").count(), 600);
+        let rel = "submissions/CIK0000789019-recent.json";
+        let Parsed::Batch(_, b) = parse(rel, &data(rel)).expect("msft") else {
+            panic!("not a batch");
+        };
+        assert_eq!(b.companies[0].tickers, vec!["MSFT".to_owned()]);
+    }
+
     #[test]
     fn numbers() {
         assert_eq!(number("84310000000").expect("a value").1, 84_310_000_000.0);
