@@ -499,7 +499,8 @@ async fn peers_at_2010_06_30(db: Db) {
         .expect("bars ingest");
     let svc = ithaca_broker::fundamentals_service(db);
     apple(&svc).await;
-    must(&svc, "fsds/2009q3.zip").await;
+    // The 2010q2 Data Set: the 10-Qs of all four for the quarter to March
+    // 2010 (2009q3's add only earlier 10-Qs, no fiscal year: no TTM).
     must(&svc, "fsds/2010q2.zip").await;
     let screen = svc
         .screen_peers(&pb::ScreenPeersRequest {
