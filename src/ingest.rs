@@ -68,6 +68,19 @@ pub enum IngestCommand {
         #[command(flatten)]
         target: crate::ingest_astro::Target,
     },
+    /// Ingest SEC EDGAR files: companyfacts and submissions JSON, Financial
+    /// Statement Data Sets zips, XBRL 2.1 instances and Form 4 XML; files, or
+    /// folders of them (walked for `.json`, `.zip` and `.xml`, linkbases
+    /// left out). JSON goes first, so the filing index is known when an
+    /// instance or a Form 4 looks up its filing. Bad files are named and
+    /// skipped.
+    Sec {
+        /// Files or folders.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        #[command(flatten)]
+        target: crate::ingest_astro::Target,
+    },
 }
 
 /// A broker client signed as the system.
@@ -166,6 +179,9 @@ pub async fn run(common: &CommonArgs, cmd: IngestCommand) -> anyhow::Result<()> 
         }
         IngestCommand::Gcn { paths, target } => {
             return crate::ingest_gcn::gcn(common, paths, target).await;
+        }
+        IngestCommand::Sec { paths, target } => {
+            return crate::ingest_sec::sec(common, paths, target).await;
         }
     };
     let raw = std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;

@@ -20,6 +20,7 @@ mod edge;
 mod ingest;
 mod ingest_astro;
 mod ingest_gcn;
+mod ingest_sec;
 mod mcp;
 mod serve;
 mod services;

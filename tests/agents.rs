@@ -481,6 +481,100 @@ async fn every_tool_result_validates_against_its_output_schema() {
     )
     .await;
 
+    // SEC fundamentals: Apple's filing index, its 10-Q instance of
+    // 2018-12-29 (the folder's linkbases are left out by name) and a
+    // Form 4, loaded with `ithaca ingest sec`; both resources read back.
+    let sec = common::astro::data().join("fundamentals");
+    up.ingest(
+        "sec",
+        &[
+            sec.join("submissions/CIK0000320193-2013-2023.json"),
+            sec.join("xbrl/aapl-10q-2018q4"),
+            sec.join("form4"),
+        ],
+    );
+    let facts = pass
+        .ok(
+            &up,
+            &up.agent,
+            "get_fundamentals",
+            json!({"symbol": "AAPL", "as_of": "2019-02-01", "limit": 2}),
+        )
+        .await;
+    assert_eq!(facts["periods"][0]["period_end"], "2018-12-29", "{facts}");
+    assert_eq!(facts["periods"][0]["fiscal_year"], 2019, "{facts}");
+    pass.err(
+        &up,
+        &up.agent,
+        "get_fundamentals",
+        json!({"symbol": "ZZZZ"}),
+    )
+    .await;
+    let filings = pass
+        .ok(
+            &up,
+            &up.agent,
+            "get_filings",
+            json!({"symbol": "AAPL", "form": "4", "from": "2020-10-01", "to": "2020-10-31"}),
+        )
+        .await;
+    let filing_uri = filings["filings"][0]["uri"]
+        .as_str()
+        .expect("uri")
+        .to_owned();
+    pass.err(
+        &up,
+        &up.agent,
+        "get_filings",
+        json!({"symbol": "AAPL", "limit": 0}),
+    )
+    .await;
+    let insiders = pass
+        .ok(
+            &up,
+            &up.agent,
+            "get_insider_activity",
+            json!({"symbol": "AAPL", "from": "2020-10-01", "to": "2020-10-31"}),
+        )
+        .await;
+    assert_eq!(
+        insiders["transactions"][0]["shares"], 243431.0,
+        "{insiders}"
+    );
+    pass.err(
+        &up,
+        &up.agent,
+        "get_insider_activity",
+        json!({"symbol": "AAPL", "from": "2021-01-01", "to": "2020-01-01"}),
+    )
+    .await;
+    let peers = pass
+        .ok(
+            &up,
+            &up.agent,
+            "screen_peers",
+            json!({"symbols": ["AAPL", "MSFT"], "date": "2019-02-01", "metrics": ["pe", "momentum"]}),
+        )
+        .await;
+    assert_eq!(peers["rows"].as_array().map(Vec::len), Some(2), "{peers}");
+    pass.err(
+        &up,
+        &up.agent,
+        "screen_peers",
+        json!({"symbols": [], "date": "2019-02-01"}),
+    )
+    .await;
+    for uri in ["doomberg://fundamentals/AAPL", filing_uri.as_str()] {
+        let read = modern(&up, &up.agent, "resources/read", json!({"uri": uri})).await;
+        assert_eq!(read.status, 200, "{}", read.text());
+        assert_eq!(
+            read.json()["result"]["contents"][0]["uri"],
+            uri,
+            "{}",
+            read.text()
+        );
+    }
+
     // GCN events: the Fermi/SVOM burst loaded with `ithaca ingest gcn`
     // into this stack, its URI read back. (post_gcn_event_comment is
     // subject-scoped, so the edge does not list it in these sessions.)

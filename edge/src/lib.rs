@@ -110,6 +110,10 @@ pub async fn build_core(backends: &Backends, key: InternalKey) -> Result<core::C
         (ithaca_proto::service_names::FILTERS, &backends.broker_url),
         (ithaca_proto::service_names::GCN, &backends.broker_url),
         (
+            ithaca_proto::service_names::FUNDAMENTALS,
+            &backends.broker_url,
+        ),
+        (
             ithaca_proto::service_names::APPROVALS,
             &backends.approvals_url,
         ),

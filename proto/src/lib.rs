@@ -63,6 +63,9 @@ pub mod service_names {
     pub const FILTERS: &str = "ithaca.broker.v1.FilterService";
     /// GCN events, served by the broker process.
     pub const GCN: &str = "ithaca.broker.v1.GcnService";
+    /// SEC fundamentals, filings and insider activity, served by the broker
+    /// process.
+    pub const FUNDAMENTALS: &str = "ithaca.broker.v1.FundamentalsService";
     pub const SKILLS: &str = "ithaca.skills.v1.SkillsService";
     pub const APPROVALS: &str = "ithaca.approvals.v1.ApprovalsService";
 }

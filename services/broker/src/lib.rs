@@ -14,6 +14,9 @@
 //! - [`catalogs`]: Hipparcos-2 and OpenNGC, and the crossmatch.
 //! - [`gcn`]: GCN events, circulars, notices, localisations, extractions
 //!   and comments (`ithaca.broker.v1.GcnService`, served alongside).
+//! - [`fundamentals`]: SEC EDGAR company facts, filings and Form 4
+//!   insider transactions, read point-in-time
+//!   (`ithaca.broker.v1.FundamentalsService`, served alongside).
 //! - [`sky`]: the HEALPix index (CDS `cdshealpix`) alerts and catalogs share.
 //! - [`astrotime`]: ISO 8601, JD and MJD on the UTC scale.
 //! - [`filters`]: broker filters: groups, streams, filters and their
@@ -34,6 +37,7 @@ pub mod astrotime;
 pub mod catalogs;
 pub mod csv;
 pub mod filters;
+pub mod fundamentals;
 pub mod gcn;
 pub mod grpc;
 mod grpc_astro;
@@ -49,6 +53,7 @@ use ithaca_kit::principal::{InternalKey, Verifier};
 use ithaca_kit::server::ServeOptions;
 use ithaca_proto::broker::v1::broker_service_server::BrokerServiceServer;
 use ithaca_proto::broker::v1::filter_service_server::FilterServiceServer;
+use ithaca_proto::broker::v1::fundamentals_service_server::FundamentalsServiceServer;
 use ithaca_proto::broker::v1::gcn_service_server::GcnServiceServer;
 use tonic::service::Routes;
 
@@ -90,6 +95,15 @@ pub fn gcn_service(db: Db) -> gcn::GcnService {
     gcn::GcnService::new(gcn::store::GcnStore::new(db))
 }
 
+/// The SEC fundamentals over `db` (prices for the peer screen come from
+/// the same database's bars).
+pub fn fundamentals_service(db: Db) -> fundamentals::FundamentalsService {
+    fundamentals::FundamentalsService::new(
+        fundamentals::store::FundamentalsStore::new(db.clone()),
+        store::Store::new(db),
+    )
+}
+
 /// The gRPC routes of the broker service, behind the principal verifier.
 /// The alert schema files are found as [`alerts::AlertsConfig::from_env`] says.
 pub fn serve_options(db: Db, key: InternalKey) -> ServeOptions {
@@ -105,6 +119,11 @@ pub fn serve_options_with(db: Db, key: InternalKey, config: alerts::AlertsConfig
     let gcn = GcnServiceServer::new(gcn::grpc::GcnGrpc::new(events))
         .max_decoding_message_size(MAX_MESSAGE);
     let gcn = tonic::service::interceptor::InterceptedService::new(gcn, Verifier::new(key.clone()));
+    let sec = FundamentalsServiceServer::new(fundamentals::grpc::FundamentalsGrpc::new(
+        fundamentals_service(db.clone()),
+    ))
+    .max_decoding_message_size(MAX_MESSAGE);
+    let sec = tonic::service::interceptor::InterceptedService::new(sec, Verifier::new(key.clone()));
     let grpc = grpc::Grpc {
         service: service(db, &key),
         alerts,
@@ -122,7 +141,11 @@ pub fn serve_options_with(db: Db, key: InternalKey, config: alerts::AlertsConfig
             ithaca_proto::service_names::BROKER,
             ithaca_proto::service_names::GCN,
             ithaca_proto::service_names::FILTERS,
+            ithaca_proto::service_names::FUNDAMENTALS,
         ],
-        Routes::new(server).add_service(gcn).add_service(filters),
+        Routes::new(server)
+            .add_service(gcn)
+            .add_service(filters)
+            .add_service(sec),
     )
 }
