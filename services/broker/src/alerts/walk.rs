@@ -1,0 +1,253 @@
+//! The writer schema's shape and each datum's size, checked against the
+//! limits of [`super::container`] without decoding: a schema measured once
+//! per named type, a datum walked as the decoder will read it but
+//! allocating nothing.
+
+use super::container::{Cursor, MAX_ALERT_VALUES, MAX_BLOCK_BYTES, MAX_SCHEMA_DEPTH, WalkError};
+use apache_avro::Schema;
+use apache_avro::schema::{Name, NamesRef, Namespace, ResolvedSchema};
+use std::collections::HashMap;
+
+/// Refuse a schema with a named type that contains itself, one that nests
+/// deeper than [`MAX_SCHEMA_DEPTH`], or a `fixed` larger than a block;
+/// answer its depth.
+pub fn check_schema(schema: &Schema) -> Result<usize, String> {
+    let resolved = ResolvedSchema::try_from(schema).map_err(|e| e.to_string())?;
+    let mut heights = Heights {
+        names: resolved.get_names(),
+        memo: HashMap::new(),
+    };
+    heights.height(schema, &None, 1)
+}
+
+/// Heights of a schema's subtrees, each named type's once (so a schema that
+/// uses a type many times costs its size, not its expansion).
+struct Heights<'s, 'n> {
+    names: &'n NamesRef<'s>,
+    /// `None` while the type's own fields are being measured: meeting it
+    /// again then means it contains itself.
+    memo: HashMap<Name, Option<usize>>,
+}
+
+impl Heights<'_, '_> {
+    /// The height of `schema` met at `depth` (the top is 1); refused when
+    /// `depth` plus it exceeds the limit.
+    fn height(&mut self, schema: &Schema, ns: &Namespace, depth: usize) -> Result<usize, String> {
+        if depth > MAX_SCHEMA_DEPTH {
+            return Err(too_deep());
+        }
+        let below = match schema {
+            Schema::Array(a) => self.height(&a.items, ns, depth + 1)?,
+            Schema::Map(m) => self.height(&m.types, ns, depth + 1)?,
+            Schema::Union(u) => {
+                let mut most = 0;
+                for v in u.variants() {
+                    most = most.max(self.height(v, ns, depth + 1)?);
+                }
+                most
+            }
+            Schema::Record(r) => {
+                let name = r.name.fully_qualified_name(ns);
+                if let Some(known) = self.known(&name)? {
+                    return self.fits(known, depth);
+                }
+                self.memo.insert(name.clone(), None);
+                let mut most = 0;
+                for f in &r.fields {
+                    most = most.max(self.height(&f.schema, &name.namespace, depth + 1)?);
+                }
+                self.memo.insert(name, Some(most + 1));
+                most
+            }
+            Schema::Ref { name } => {
+                let name = name.fully_qualified_name(ns);
+                if let Some(known) = self.known(&name)? {
+                    return self.fits(known, depth);
+                }
+                let target = *self
+                    .names
+                    .get(&name)
+                    .ok_or_else(|| format!("the writer schema names an unknown type {name}"))?;
+                return self.height(target, &name.namespace, depth);
+            }
+            Schema::Fixed(f) if f.size > MAX_BLOCK_BYTES => {
+                return Err(format!(
+                    "the writer schema's fixed type {} is {} bytes, above the {MAX_BLOCK_BYTES}-byte block limit",
+                    f.name, f.size
+                ));
+            }
+            Schema::Decimal(d) => return self.height(&d.inner, ns, depth),
+            _ => 0,
+        };
+        self.fits(below + 1, depth)
+    }
+
+    /// The height of a named type already measured, or an error when it is
+    /// being measured (it contains itself).
+    fn known(&self, name: &Name) -> Result<Option<usize>, String> {
+        match self.memo.get(name) {
+            None => Ok(None),
+            Some(Some(h)) => Ok(Some(*h)),
+            Some(None) => Err(format!(
+                "the writer schema is recursive: type {name} contains itself (an alert schema never is)"
+            )),
+        }
+    }
+
+    fn fits(&self, height: usize, depth: usize) -> Result<usize, String> {
+        if depth + height - 1 > MAX_SCHEMA_DEPTH {
+            return Err(too_deep());
+        }
+        Ok(height)
+    }
+}
+
+fn too_deep() -> String {
+    format!(
+        "the writer schema nests deeper than {MAX_SCHEMA_DEPTH} levels (ZTF's nests 6, Fink's 7)"
+    )
+}
+
+/// A walk of data against a schema: reads as the decoder will, allocates
+/// nothing, and counts every value against a budget.
+pub struct Walk<'s, 'n> {
+    names: &'n NamesRef<'s>,
+    /// Values this alert may still hold.
+    left: usize,
+}
+
+impl<'s, 'n> Walk<'s, 'n> {
+    /// A walk over the alerts of one file; `names` from the writer schema's
+    /// [`ResolvedSchema`].
+    pub fn new(names: &'n NamesRef<'s>) -> Self {
+        Walk { names, left: 0 }
+    }
+
+    /// Walk one datum of `schema` at the start of `data`; on success `data`
+    /// is left after it. Answers how many values it holds.
+    pub fn datum(&mut self, schema: &Schema, data: &mut &[u8]) -> Result<usize, WalkError> {
+        self.left = MAX_ALERT_VALUES;
+        self.value(schema, &None, &mut Cursor(data))?;
+        Ok(MAX_ALERT_VALUES - self.left)
+    }
+
+    fn spend(&mut self) -> Result<(), WalkError> {
+        if self.left == 0 {
+            return Err(WalkError::Limit(format!(
+                "more than the limit of {MAX_ALERT_VALUES} values in one alert"
+            )));
+        }
+        self.left -= 1;
+        Ok(())
+    }
+
+    fn value(
+        &mut self,
+        schema: &Schema,
+        ns: &Namespace,
+        cur: &mut Cursor,
+    ) -> Result<(), WalkError> {
+        self.spend()?;
+        match schema {
+            Schema::Null => {}
+            Schema::Boolean => {
+                cur.take(1)?;
+            }
+            Schema::Int
+            | Schema::Long
+            | Schema::Date
+            | Schema::TimeMillis
+            | Schema::TimeMicros
+            | Schema::TimestampMillis
+            | Schema::TimestampMicros
+            | Schema::TimestampNanos
+            | Schema::LocalTimestampMillis
+            | Schema::LocalTimestampMicros
+            | Schema::LocalTimestampNanos => {
+                cur.long()?;
+            }
+            Schema::Float => {
+                cur.take(4)?;
+            }
+            Schema::Double => {
+                cur.take(8)?;
+            }
+            Schema::Duration => {
+                cur.take(12)?;
+            }
+            Schema::Bytes | Schema::String | Schema::BigDecimal | Schema::Uuid => {
+                cur.bytes(usize::MAX)?;
+            }
+            Schema::Fixed(f) => {
+                cur.take(f.size)?;
+            }
+            Schema::Decimal(d) => self.value(&d.inner, ns, cur)?,
+            Schema::Enum(e) => {
+                let i = cur.long()?;
+                if i < 0 || i as u64 >= e.symbols.len() as u64 {
+                    return Err(WalkError::Corrupt(format!(
+                        "enum {} has no symbol {i}",
+                        e.name
+                    )));
+                }
+            }
+            Schema::Union(u) => {
+                let i = cur.long()?;
+                let variant = usize::try_from(i)
+                    .ok()
+                    .and_then(|i| u.variants().get(i))
+                    .ok_or_else(|| WalkError::Corrupt(format!("a union has no branch {i}")))?;
+                self.value(variant, ns, cur)?;
+            }
+            Schema::Array(a) => loop {
+                let n = cur.block_len()?;
+                if n == 0 {
+                    break;
+                }
+                self.precheck(n, "an array")?;
+                for _ in 0..n {
+                    self.value(&a.items, ns, cur)?;
+                }
+            },
+            Schema::Map(m) => loop {
+                let n = cur.block_len()?;
+                if n == 0 {
+                    break;
+                }
+                self.precheck(n, "a map")?;
+                for _ in 0..n {
+                    cur.bytes(usize::MAX)?;
+                    self.value(&m.types, ns, cur)?;
+                }
+            },
+            Schema::Record(r) => {
+                let name = r.name.fully_qualified_name(ns);
+                for f in &r.fields {
+                    self.value(&f.schema, &name.namespace, cur)?;
+                }
+            }
+            Schema::Ref { name } => {
+                let name = name.fully_qualified_name(ns);
+                let target = *self
+                    .names
+                    .get(&name)
+                    .ok_or_else(|| WalkError::Corrupt(format!("unknown type {name}")))?;
+                // The reference and its target are one value.
+                self.left += 1;
+                self.value(target, &name.namespace, cur)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuse a block of `n` items at once when the budget cannot hold
+    /// them, rather than after walking as many as it can.
+    fn precheck(&self, n: usize, what: &str) -> Result<(), WalkError> {
+        if n > self.left {
+            return Err(WalkError::Limit(format!(
+                "{what} declares {n} items, more than the limit of {MAX_ALERT_VALUES} values in one alert"
+            )));
+        }
+        Ok(())
+    }
+}
