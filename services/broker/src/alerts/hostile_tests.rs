@@ -76,7 +76,7 @@ pub(crate) fn deflate_bomb() -> Vec<u8> {
     use flate2::{Compress, Compression, FlushCompress};
     let mib = vec![0u8; 1 << 20];
     let mut z = Compress::new(Compression::best(), false);
-    let mut chunk = |z: &mut Compress, flush| {
+    let chunk = |z: &mut Compress, flush| {
         let mut out = Vec::with_capacity(64 * 1024);
         z.compress_vec(&mib, &mut out, flush).expect("compress");
         out
