@@ -158,6 +158,7 @@ pub fn read_header(bytes: &[u8]) -> Result<Header<'_>, DecodeError> {
     let json = schema_json.ok_or_else(|| not_avro("the header has no avro.schema"))?;
     let value: serde_json::Value = serde_json::from_slice(json)
         .map_err(|e| not_avro(&format!("avro.schema is not JSON: {e}")))?;
+    super::walk::check_schema_json(&value).map_err(DecodeError::Refused)?;
     let schema = Schema::parse(&value).map_err(|e| not_avro(&format!("avro.schema: {e}")))?;
     super::walk::check_schema(&schema).map_err(DecodeError::Refused)?;
     let rest = *cur.0;

@@ -363,3 +363,38 @@ fn real_alerts_decode_as_before_and_fit_the_limits() {
         "{candidate_values}"
     );
 }
+
+/// Schemas `apache_avro` panics on instead of refusing (the first found by
+/// the `avro_packet` fuzz target: a record named `ztf&alert`).
+#[test]
+fn schemas_the_avro_crate_would_panic_on_are_refused() {
+    for (schema, needle) in [
+        (
+            r#"{"type":"record","name":"ztf&alert","fields":[]}"#,
+            "a name \"ztf&alert\"",
+        ),
+        (
+            r#"{"type":"record","name":"a","namespace":"x&y","aliases":["b"],"fields":[]}"#,
+            "a namespace \"x&y\"",
+        ),
+        (
+            r#"{"type":"record","name":"a","aliases":["b c"],"fields":[]}"#,
+            "\"b c\" that is not an Avro name",
+        ),
+        (
+            r#"{"type":"record","name":"a","fields":[{"name":"f","type":"lo-ng"}]}"#,
+            "a type name \"lo-ng\"",
+        ),
+        (
+            r#"{"type":"record","name":"a","fields":[{"name":"f","type":"long","size":"x"}]}"#,
+            "a field carrying \"size\"",
+        ),
+        (
+            r#"{"type":"record","name":"a","items":5,"fields":[]}"#,
+            "holds 5 where a type belongs",
+        ),
+    ] {
+        let err = refusal(&container(schema, "null", &[]));
+        assert!(err.contains(needle), "{schema}: {err}");
+    }
+}

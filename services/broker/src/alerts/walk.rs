@@ -251,3 +251,125 @@ impl<'s, 'n> Walk<'s, 'n> {
         Ok(())
     }
 }
+
+/// Refuse a writer schema (as JSON) that `apache_avro` would panic on
+/// rather than refuse: its parser unwraps names, namespaces and aliases it
+/// has not validated, and its canonical form unwraps `size`, `precision` and
+/// `scale` and assumes every reserved key holds what the specification
+/// says. So before the crate parses it, every name must be a valid Avro
+/// name, and every reserved key the JSON type it must have.
+pub fn check_schema_json(schema: &serde_json::Value) -> Result<(), String> {
+    json_schema(schema)
+}
+
+/// `serde_json` nests at most 128 levels, so neither does this.
+fn json_schema(v: &serde_json::Value) -> Result<(), String> {
+    use serde_json::Value as J;
+    match v {
+        J::String(s) => full_name(s, "a type name"),
+        J::Array(branches) => branches.iter().try_for_each(|b| json_schema(b)),
+        J::Object(map) => {
+            match map.get("type") {
+                Some(t @ (J::String(_) | J::Array(_) | J::Object(_))) => json_schema(t)?,
+                _ => return Err("the writer schema has an object without a type".to_owned()),
+            }
+            for (key, value) in map {
+                match key.as_str() {
+                    "name" => json_str(value, key).and_then(|s| full_name(s, "a name"))?,
+                    "namespace" => {
+                        let ns = json_str(value, key)?;
+                        if !ns.is_empty() {
+                            full_name(ns, "a namespace")?;
+                        }
+                    }
+                    "aliases" => json_names(value, key)?,
+                    "symbols" => {
+                        json_names(value, key)?;
+                    }
+                    "items" | "values" => json_schema(value)?,
+                    "size" | "precision" | "scale" if value.as_u64().is_none() => {
+                        return Err(format!("the writer schema's {key:?} is not a whole number"));
+                    }
+                    "order" => {
+                        json_str(value, key)?;
+                    }
+                    "fields" => {
+                        let J::Array(fields) = value else {
+                            return Err("the writer schema's \"fields\" is not a list".to_owned());
+                        };
+                        for f in fields {
+                            json_field(f)?;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            Ok(())
+        }
+        _ => Err(format!("the writer schema holds {v} where a type belongs")),
+    }
+}
+
+/// A record's field: a name, a type, and none of a type's own keys (the
+/// canonical form would read them as the field's).
+fn json_field(f: &serde_json::Value) -> Result<(), String> {
+    let serde_json::Value::Object(map) = f else {
+        return Err("the writer schema has a field that is not an object".to_owned());
+    };
+    let name = map
+        .get("name")
+        .ok_or("the writer schema has a field without a name")?;
+    full_name(json_str(name, "name")?, "a field name")?;
+    json_schema(
+        map.get("type")
+            .ok_or("the writer schema has a field without a type")?,
+    )?;
+    for (key, value) in map {
+        match key.as_str() {
+            "aliases" => json_names(value, key)?,
+            "order" => {
+                json_str(value, key)?;
+            }
+            "fields" | "symbols" | "items" | "values" | "size" | "precision" | "scale"
+            | "namespace" => {
+                return Err(format!("the writer schema has a field carrying {key:?}"));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn json_str<'v>(v: &'v serde_json::Value, key: &str) -> Result<&'v str, String> {
+    v.as_str()
+        .ok_or_else(|| format!("the writer schema's {key:?} is not a string"))
+}
+
+fn json_names(v: &serde_json::Value, key: &str) -> Result<(), String> {
+    let serde_json::Value::Array(items) = v else {
+        return Err(format!("the writer schema's {key:?} is not a list"));
+    };
+    for item in items {
+        full_name(json_str(item, key)?, key)?;
+    }
+    Ok(())
+}
+
+/// An Avro full name: dot-separated parts, each a letter or `_` then letters,
+/// digits or `_` (a leading dot, an empty namespace, is allowed).
+fn full_name(s: &str, what: &str) -> Result<(), String> {
+    let ident = |p: &str| {
+        let mut c = p.chars();
+        c.next()
+            .is_some_and(|f| f.is_ascii_alphabetic() || f == '_')
+            && c.all(|ch| ch.is_ascii_alphanumeric() || ch == '_')
+    };
+    if s.strip_prefix('.').unwrap_or(s).split('.').all(ident) {
+        Ok(())
+    } else {
+        Err(format!(
+            "the writer schema has {what} {:?} that is not an Avro name",
+            s.chars().take(64).collect::<String>()
+        ))
+    }
+}
