@@ -267,7 +267,7 @@ fn json_schema(v: &serde_json::Value) -> Result<(), String> {
     use serde_json::Value as J;
     match v {
         J::String(s) => full_name(s, "a type name"),
-        J::Array(branches) => branches.iter().try_for_each(|b| json_schema(b)),
+        J::Array(branches) => branches.iter().try_for_each(json_schema),
         J::Object(map) => {
             match map.get("type") {
                 Some(t @ (J::String(_) | J::Array(_) | J::Object(_))) => json_schema(t)?,
