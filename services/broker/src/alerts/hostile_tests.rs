@@ -364,8 +364,8 @@ fn real_alerts_decode_as_before_and_fit_the_limits() {
     );
 }
 
-/// Schemas `apache_avro` panics on instead of refusing (the first found by
-/// the `avro_packet` fuzz target: a record named `ztf&alert`).
+/// Schemas `apache_avro` panics on instead of refusing (the first two found
+/// by the `avro_packet` fuzz target: records named `ztf&alert` and `.tf.alert`).
 #[test]
 fn schemas_the_avro_crate_would_panic_on_are_refused() {
     for (schema, needle) in [
@@ -373,9 +373,18 @@ fn schemas_the_avro_crate_would_panic_on_are_refused() {
             r#"{"type":"record","name":"ztf&alert","fields":[]}"#,
             "a name \"ztf&alert\"",
         ),
+        // The second finding: an empty namespace before a dotted name.
+        (
+            r#"{"type":"record","name":".tf.alert","fields":[]}"#,
+            "a name \".tf.alert\"",
+        ),
         (
             r#"{"type":"record","name":"a","namespace":"x&y","aliases":["b"],"fields":[]}"#,
             "a namespace \"x&y\"",
+        ),
+        (
+            r#"{"type":"record","name":"a","namespace":".x","aliases":["b"],"fields":[]}"#,
+            "a namespace \".x\"",
         ),
         (
             r#"{"type":"record","name":"a","aliases":["b c"],"fields":[]}"#,

@@ -278,8 +278,12 @@ fn json_schema(v: &serde_json::Value) -> Result<(), String> {
                     "name" => json_str(value, key).and_then(|s| full_name(s, "a name"))?,
                     "namespace" => {
                         let ns = json_str(value, key)?;
-                        if !ns.is_empty() {
-                            full_name(ns, "a namespace")?;
+                        // Prefixed to aliases as `{ns}.{alias}`: no leading dot.
+                        if !ns.is_empty() && (ns.starts_with('.') || full_name(ns, "").is_err()) {
+                            return Err(format!(
+                                "the writer schema has a namespace {:?} that is not an Avro name",
+                                ns.chars().take(64).collect::<String>()
+                            ));
                         }
                     }
                     "aliases" => json_names(value, key)?,
@@ -356,7 +360,8 @@ fn json_names(v: &serde_json::Value, key: &str) -> Result<(), String> {
 }
 
 /// An Avro full name: dot-separated parts, each a letter or `_` then letters,
-/// digits or `_` (a leading dot, an empty namespace, is allowed).
+/// digits or `_`; a leading dot (an empty namespace) may only precede a
+/// single part.
 fn full_name(s: &str, what: &str) -> Result<(), String> {
     let ident = |p: &str| {
         let mut c = p.chars();
@@ -364,7 +369,12 @@ fn full_name(s: &str, what: &str) -> Result<(), String> {
             .is_some_and(|f| f.is_ascii_alphabetic() || f == '_')
             && c.all(|ch| ch.is_ascii_alphanumeric() || ch == '_')
     };
-    if s.strip_prefix('.').unwrap_or(s).split('.').all(ident) {
+    let valid = match s.strip_prefix('.') {
+        // An empty namespace: one name after the dot, no more.
+        Some(name) => ident(name),
+        None => s.split('.').all(ident),
+    };
+    if valid {
         Ok(())
     } else {
         Err(format!(
