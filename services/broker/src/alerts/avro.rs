@@ -1,9 +1,17 @@
 //! Reading alert packets with the Apache Avro crate: an object-container
 //! file decoded with the writer schema it carries (one or many alerts), a
 //! stored packet decoded again with its schema, and Avro values as JSON.
+//!
+//! A file is other people's bytes: its framing, schema and every datum pass
+//! [`super::container`]'s limits before the crate decodes anything, and it
+//! is decoded on a thread of its own whose stack is sized for the deepest
+//! schema accepted ([`decode_file_on_thread`]).
 
+use super::container::{self, WalkError};
+use super::walk;
+use apache_avro::Schema;
+use apache_avro::schema::ResolvedSchema;
 use apache_avro::types::Value;
-use apache_avro::{Reader, Schema};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Map, Value as Json};
@@ -56,25 +64,71 @@ pub enum DecodeError {
     NotAnAlert { index: usize, reason: String },
     #[error("the file holds no alerts")]
     Empty,
+    /// The file declares more than an alert packet needs (see
+    /// [`super::container`]'s limits); nothing of it was decoded.
+    #[error("refused: {0}")]
+    Refused(String),
+    /// No thread could decode the file: the broker's trouble, not the file's.
+    #[error("the decoding thread failed: {0}")]
+    Thread(String),
+}
+
+/// [`decode_file`] on a thread of its own with a
+/// [`container::DECODE_STACK_BYTES`] stack: the decoder recurses once per
+/// nesting level, and a pool thread's stack is whatever the runtime chose.
+pub async fn decode_file_on_thread(bytes: Vec<u8>) -> Result<DecodedFile, DecodeError> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("avro-decode".to_owned())
+        .stack_size(container::DECODE_STACK_BYTES)
+        .spawn(move || {
+            // The receiver is gone only when the caller gave up; nothing to tell.
+            let _ = tx.send(decode_file(&bytes));
+        })
+        .map_err(|e| DecodeError::Thread(e.to_string()))?;
+    rx.await
+        .map_err(|_| DecodeError::Thread("it stopped before answering".to_owned()))?
 }
 
 /// Decode every alert of a container file with its writer schema.
 pub fn decode_file(bytes: &[u8]) -> Result<DecodedFile, DecodeError> {
-    let reader = Reader::new(bytes).map_err(|e| DecodeError::NotAvro(e.to_string()))?;
-    let schema = reader.writer_schema().clone();
+    container::limit_allocations();
+    let header = container::read_header(bytes)?;
+    let schema = header.schema.clone();
+    let resolved =
+        ResolvedSchema::try_from(&schema).map_err(|e| DecodeError::NotAvro(e.to_string()))?;
+    let mut walk = walk::Walk::new(resolved.get_names());
+    let mut candidate_left = container::MAX_FILE_CANDIDATE_VALUES;
     let mut alerts = Vec::new();
     let mut version = String::new();
-    for (index, record) in reader.enumerate() {
-        let value = record.map_err(|e| DecodeError::Record {
-            index,
-            reason: e.to_string(),
-        })?;
-        let (alert, label) =
-            extract(&schema, value).map_err(|reason| DecodeError::NotAnAlert { index, reason })?;
-        if version.is_empty() {
-            version = label;
+    for block in header.blocks() {
+        let block = block?;
+        let mut data: &[u8] = &block.data;
+        for _ in 0..block.records {
+            let index = alerts.len();
+            let value = decode_datum(&schema, &mut walk, &mut data, index)?;
+            // The candidate is what an alert keeps decoded (as JSON).
+            let kept = candidate_values(&value);
+            if kept > candidate_left {
+                return Err(DecodeError::Refused(format!(
+                    "alert {index}: the file's candidate records hold more than the limit of {} values",
+                    container::MAX_FILE_CANDIDATE_VALUES
+                )));
+            }
+            candidate_left -= kept;
+            let (alert, label) = extract(&schema, value)
+                .map_err(|reason| DecodeError::NotAnAlert { index, reason })?;
+            if version.is_empty() {
+                version = label;
+            }
+            alerts.push(alert);
         }
-        alerts.push(alert);
+        if !data.is_empty() {
+            return Err(DecodeError::Record {
+                index: alerts.len(),
+                reason: format!("{} bytes follow the last record of a block", data.len()),
+            });
+        }
     }
     if alerts.is_empty() {
         return Err(DecodeError::Empty);
@@ -90,6 +144,57 @@ pub fn decode_file(bytes: &[u8]) -> Result<DecodedFile, DecodeError> {
         version,
         alerts,
     })
+}
+
+/// Walk the datum at the start of `data` within the limits, then decode
+/// exactly the bytes the walk spanned.
+fn decode_datum(
+    schema: &Schema,
+    walk: &mut walk::Walk<'_, '_>,
+    data: &mut &[u8],
+    index: usize,
+) -> Result<Value, DecodeError> {
+    let start = *data;
+    walk.datum(schema, data).map_err(|e| match e {
+        WalkError::Limit(reason) => DecodeError::Refused(format!("alert {index}: {reason}")),
+        WalkError::Corrupt(reason) => DecodeError::Record { index, reason },
+    })?;
+    let mut datum = &start[..start.len() - data.len()];
+    let spanned = datum.len();
+    let value = apache_avro::from_avro_datum(schema, &mut datum, None).map_err(|e| {
+        DecodeError::Record {
+            index,
+            reason: e.to_string(),
+        }
+    })?;
+    if !datum.is_empty() {
+        // The walk reads as the decoder does; a difference is a bug here.
+        return Err(DecodeError::Record {
+            index,
+            reason: format!(
+                "the decoder and the limits walk disagree: {} of {spanned} bytes read",
+                spanned - datum.len()
+            ),
+        });
+    }
+    Ok(value)
+}
+
+/// How many values the alert's `candidate` record holds, itself included.
+fn candidate_values(alert: &Value) -> usize {
+    fn count(v: &Value) -> usize {
+        1 + match v {
+            Value::Union(_, inner) => count(inner),
+            Value::Array(items) => items.iter().map(count).sum(),
+            Value::Map(m) => m.values().map(count).sum(),
+            Value::Record(fields) => fields.iter().map(|(_, v)| count(v)).sum(),
+            _ => 0,
+        }
+    }
+    match alert {
+        Value::Record(fields) => field(fields, "candidate").map_or(0, count),
+        _ => 0,
+    }
 }
 
 /// Decode a stored packet with its writer schema, as JSON (bytes as base64).

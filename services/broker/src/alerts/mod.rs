@@ -4,16 +4,24 @@
 //! alert schema as dotted paths.
 //!
 //! - [`avro`]: decoding containers and stored packets.
+//! - [`container`]: the container framing read by hand, with the limits a
+//!   file must keep before anything decodes it; [`walk`]: the schema and
+//!   datum checks against those limits.
 //! - [`schema`]: the flattening of an Avro schema to dotted paths.
 //! - [`store`]: the `brokers`, `alert_schemas`, `alert_files` and `alerts` tables.
 //! - [`lightcurve`] and [`plot`]: light-curve points and their SVG.
 //! - [`service`]: the domain: checks, limits, errors that name the field.
 
 pub mod avro;
+pub mod container;
 pub mod lightcurve;
 pub mod plot;
 pub mod schema;
 pub mod service;
 pub mod store;
+pub mod walk;
+
+#[cfg(test)]
+mod hostile_tests;
 
 pub use service::{AlertService, AlertsConfig};

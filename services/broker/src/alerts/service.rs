@@ -201,6 +201,9 @@ pub struct SchemaAnswer {
 
 impl AlertService {
     pub fn new(store: AlertStore, vault: Vault, config: AlertsConfig) -> Self {
+        // Before any packet is decoded: apache_avro fixes its allocation
+        // limit the first time it decodes anything.
+        super::container::limit_allocations();
         AlertService {
             store,
             vault,
@@ -406,13 +409,17 @@ impl AlertService {
         }
         .to_owned();
         let checksum = hex::encode(Sha256::digest(&bytes));
-        // Decoding is CPU work; keep it off the async workers.
-        let decoded = tokio::task::spawn_blocking(move || avro::decode_file(&bytes))
-            .await
-            .map_err(|e| ServiceError::internal(&e))?
-            .map_err(|e| {
-                ServiceError::invalid(format!("{source}: {e}")).with_domain("BAD_ALERT_FILE")
-            })?;
+        // Decoding is CPU work; keep it off the async workers, on a thread
+        // whose stack fits the deepest schema the limits accept.
+        let decoded = match avro::decode_file_on_thread(bytes).await {
+            Ok(decoded) => decoded,
+            Err(e @ avro::DecodeError::Thread(_)) => return Err(ServiceError::internal(&e)),
+            Err(e) => {
+                return Err(
+                    ServiceError::invalid(format!("{source}: {e}")).with_domain("BAD_ALERT_FILE")
+                );
+            }
+        };
         let candids: Vec<i64> = decoded.alerts.iter().map(|a| a.candid).collect();
         let object_ids: Vec<String> = decoded.alerts.iter().map(|a| a.object_id.clone()).collect();
         let count = decoded.alerts.len() as i64;

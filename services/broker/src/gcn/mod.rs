@@ -5,7 +5,8 @@
 //!
 //! - [`model`]: the canonical `dateobs`, event kinds, names, localisations.
 //! - [`parse`]: circulars (JSON), VOEvent 2.0 notices (XML) and GCN JSON
-//!   notices.
+//!   notices; [`limits`]: the size and attribute counts a notice may have,
+//!   checked before it is parsed.
 //! - [`identify`]: which event a circular is about, and when it happened.
 //! - [`extract`]: the built-in parser (`ithaca-circular-parser`).
 //! - [`ingest`]: one file per transaction, written once for both databases.
@@ -22,6 +23,7 @@ pub mod extract;
 pub mod grpc;
 pub mod identify;
 pub mod ingest;
+pub mod limits;
 pub mod model;
 pub mod parse;
 pub mod service;

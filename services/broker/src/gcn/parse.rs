@@ -2,7 +2,9 @@
 //! record, as GCN's archive serves them), VOEvent 2.0 notices (XML, read
 //! with `roxmltree`, which refuses DTDs and so entity expansion), and GCN's
 //! JSON notices (the gcn.nasa.gov unified schema). Every error says where.
+//! A notice beyond [`super::limits`] is refused before it is parsed.
 
+use super::limits;
 use super::model::{DateObs, EventKind, Name, check_circle};
 use serde_json::Value as Json;
 use sha2::{Digest, Sha256};
@@ -90,7 +92,10 @@ pub fn parse(bytes: &[u8]) -> Result<ParsedFile, String> {
     let text = text.trim_start_matches('\u{feff}');
     match text.trim_start().as_bytes().first() {
         None => Err("the file is empty".to_owned()),
-        Some(b'<') => voevent(text).map(|n| ParsedFile::Notice(Box::new(n))),
+        Some(b'<') => {
+            limits::check_voevent(text)?;
+            voevent(text).map(|n| ParsedFile::Notice(Box::new(n)))
+        }
         Some(b'{' | b'[') => json_file(text),
         Some(_) => Err(
             "neither XML (a VOEvent notice) nor JSON (circulars or a GCN JSON notice)".to_owned(),
@@ -109,6 +114,7 @@ fn json_file(text: &str) -> Result<ParsedFile, String> {
             if value.get("circularId").is_some() {
                 return circular_list(std::iter::once((None, value)));
             }
+            limits::check_json_notice(text)?;
             json_notice(&value, text).map(|n| ParsedFile::Notice(Box::new(n)))
         }
         Ok(_) => Err("JSON of neither circulars nor a notice".to_owned()),
