@@ -51,6 +51,24 @@ async fn stack() -> Stack {
 }
 
 async fn stack_on(store: Store) -> Stack {
+    stack_with_sec(store, &apple_companyfacts()).await
+}
+
+/// Apple's companyfacts JSON as EDGAR publishes it (the SEC fundamentals
+/// every stack holds, for the fundamentals skills).
+fn apple_companyfacts() -> Vec<u8> {
+    std::fs::read(
+        common::astro::data()
+            .join("fundamentals")
+            .join("companyfacts/CIK0000320193.json"),
+    )
+    .expect("Apple's companyfacts")
+}
+
+/// A stack whose broker holds the demo bars, the ZTF alerts, Apple's and
+/// Microsoft's filing indexes and the SEC companyfacts document
+/// `companyfacts`.
+async fn stack_with_sec(store: Store, companyfacts: &[u8]) -> Stack {
     let dir = tempfile::tempdir().expect("tempdir");
     let (broker_url, broker_schema) = store.url(&dir, "broker");
     let (session_url, session_schema) = store.url(&dir, "session");
@@ -67,6 +85,27 @@ async fn stack_on(store: Store) -> Stack {
     // The real ZTF alerts, for the astronomy skill.
     let (alerts, _) = common::astro::services(broker_db.clone());
     common::astro::ingest_alerts(&alerts).await;
+    // Tickers map to CIKs from the filing indexes (companyfacts names none).
+    let sec = ithaca_broker::fundamentals_service(broker_db.clone());
+    for index in ["CIK0000320193-2013-2023.json", "CIK0000789019-recent.json"] {
+        let path = common::astro::data()
+            .join("fundamentals/submissions")
+            .join(index);
+        sec.ingest_file(
+            &Principal::system(""),
+            index,
+            std::fs::read(path).expect("index"),
+        )
+        .await
+        .expect("ingest submissions");
+    }
+    sec.ingest_file(
+        &Principal::system(""),
+        "CIK0000320193.json",
+        companyfacts.to_vec(),
+    )
+    .await
+    .expect("ingest companyfacts");
     let broker = serve(ithaca_broker::serve_options(broker_db, common::key())).await;
     let session = common::start_session(&session_url, &session_schema).await;
     let skills_db = ithaca_skills::open_db(&skills_url, &skills_schema)
@@ -1311,4 +1350,356 @@ async fn an_interactive_run_stops_when_its_caller_goes_away() {
         "a second after the MCP caller left: {after:.2} cores (before: {busy:.2})"
     );
     assert_eq!(status, "cancelled", "{error}");
+}
+
+/// A value of Apple's companyfacts: concept, unit, accession and period.
+fn apple_fact(doc: &Value, concept: &str, unit: &str, accn: &str, start: &str, end: &str) -> f64 {
+    doc["facts"]["us-gaap"][concept]["units"][unit]
+        .as_array()
+        .expect("values")
+        .iter()
+        .find(|v| v["accn"] == accn && v["start"] == start && v["end"] == end)
+        .and_then(|v| v["val"].as_f64())
+        .unwrap_or_else(|| panic!("{concept} {accn} {start}..{end} in companyfacts"))
+}
+
+/// A client of the broker's fundamentals service, as `principal`.
+fn fundamentals_client(
+    url: &str,
+    principal: Principal,
+) -> ithaca_proto::broker::v1::fundamentals_service_client::FundamentalsServiceClient<
+    InterceptedService<Channel, Outbound>,
+> {
+    ithaca_proto::broker::v1::fundamentals_service_client::FundamentalsServiceClient::with_interceptor(
+        ithaca_kit::client::channel(url).expect("url"),
+        Outbound::new(common::key(), principal),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fundamentals_skills_read_the_filings_point_in_time() {
+    fundamentals_skills(stack().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fundamentals_skills_read_the_filings_point_in_time_postgres() {
+    let Some(pg) = common::postgres("fundamentals_skills_read_the_filings_point_in_time_postgres")
+    else {
+        return;
+    };
+    let prefix = common::unique_schema("skfund");
+    fundamentals_skills(stack_on(Store::Postgres(pg.clone(), prefix.clone())).await).await;
+    for service in ["broker", "session", "skills"] {
+        common::drop_schema(&pg, &format!("{prefix}_{service}")).await;
+    }
+}
+
+/// `fundamentals.ratios` and `peers.screen`: found by search_skills,
+/// Apple's FY2019 Q1 ratios from the line items of its 10-Q (checked
+/// against companyfacts read here), hidden by an `as_of` before the 10-Q
+/// was filed, a chart artifact; the screen exactly the broker's.
+async fn fundamentals_skills(s: Stack) {
+    let agent = common::agent("tenant-a", "agent-a");
+    let mut c = client(&s.skills_url, agent.clone());
+    let found = c
+        .search_skills(pb::SearchSkillsRequest {
+            query: Some("fundamentals".into()),
+            ..Default::default()
+        })
+        .await
+        .expect("search")
+        .into_inner();
+    let ids: Vec<&str> = found.skills.iter().map(|k| k.skill_id.as_str()).collect();
+    assert!(
+        ids.contains(&"fundamentals.ratios") && ids.contains(&"peers.screen"),
+        "{ids:?}"
+    );
+
+    // Apple's 10-Q for the quarter ended 2018-12-29, filed 2019-01-30.
+    let facts: Value = serde_json::from_slice(&apple_companyfacts()).expect("json");
+    let (accn, start, end) = ("0000320193-19-000010", "2018-09-30", "2018-12-29");
+    let revenue = apple_fact(
+        &facts,
+        "RevenueFromContractWithCustomerExcludingAssessedTax",
+        "USD",
+        accn,
+        start,
+        end,
+    );
+    let net_income = apple_fact(&facts, "NetIncomeLoss", "USD", accn, start, end);
+    let operating = apple_fact(&facts, "OperatingIncomeLoss", "USD", accn, start, end);
+    assert_eq!((revenue, net_income), (84_310_000_000.0, 19_965_000_000.0));
+    let r = run(
+        &mut c,
+        "fundamentals.ratios",
+        json!({"symbol": "aapl", "as_of": "2019-02-01", "limit": 4}),
+    )
+    .await
+    .expect("ratios");
+    assert_eq!(r.status, "succeeded", "{}", r.error);
+    let out = outputs(&r);
+    assert_eq!(out["cik"], "0000320193", "{out}");
+    let periods = out["periods"].as_array().expect("periods");
+    assert_eq!(periods.len(), 4, "{out}");
+    let q1 = periods.last().expect("newest last");
+    assert_eq!(q1["period_end"], end, "{q1}");
+    assert_eq!(
+        q1["net_margin"].as_f64(),
+        Some(net_income / revenue),
+        "{q1}"
+    );
+    assert_eq!(
+        q1["operating_margin"].as_f64(),
+        Some(operating / revenue),
+        "{q1}"
+    );
+    assert_eq!(q1["eps_diluted"].as_f64(), Some(4.18), "{q1}");
+    assert!(
+        q1["accessions"]
+            .as_array()
+            .expect("accessions")
+            .contains(&json!(accn)),
+        "{q1}"
+    );
+    assert!(q1["filed"].as_str().expect("filed") <= "2019-02-01", "{q1}");
+    let mut names: Vec<&str> = r.artifacts.iter().map(|a| a.name.as_str()).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["ratios.csv", "ratios.json", "ratios.svg"]);
+    let svg = r
+        .artifacts
+        .iter()
+        .find(|a| a.name == "ratios.svg")
+        .expect("chart");
+    assert!(
+        svg.mime_type == "image/svg+xml" && svg.size > 1000,
+        "{svg:?}"
+    );
+    // Before the 10-Q was filed, its quarter is not known.
+    let before = run(
+        &mut c,
+        "fundamentals.ratios",
+        json!({"symbol": "AAPL", "as_of": "2019-01-29", "limit": 4}),
+    )
+    .await
+    .expect("ratios before");
+    let before = outputs(&before);
+    let ends: Vec<&str> = before["periods"]
+        .as_array()
+        .expect("periods")
+        .iter()
+        .filter_map(|p| p["period_end"].as_str())
+        .collect();
+    assert!(
+        !ends.contains(&end) && ends.contains(&"2018-09-29"),
+        "{ends:?}"
+    );
+    // Before any filing: a clear error naming the date.
+    let none = run(
+        &mut c,
+        "fundamentals.ratios",
+        json!({"symbol": "AAPL", "as_of": "1990-01-01"}),
+    )
+    .await;
+    match none {
+        Ok(r) => assert!(
+            r.status == "failed" && r.error.contains("1990-01-01"),
+            "{} {}",
+            r.status,
+            r.error
+        ),
+        Err(e) => assert!(e.message().contains("1990-01-01"), "{e:?}"),
+    }
+
+    // The screen is the broker's, row for row.
+    let symbols = ["AAPL", "MSFT", "IBM", "GOOG"];
+    let screen = run(
+        &mut c,
+        "peers.screen",
+        json!({"symbol": "AAPL", "peers": ["MSFT", "IBM", "GOOG"], "date": "2010-06-30"}),
+    )
+    .await
+    .expect("screen");
+    assert_eq!(screen.status, "succeeded", "{}", screen.error);
+    let out = outputs(&screen);
+    let direct = fundamentals_client(&s.broker_url, agent)
+        .screen_peers(ithaca_proto::broker::v1::ScreenPeersRequest {
+            symbols: symbols.iter().map(|s| (*s).to_owned()).collect(),
+            date: "2010-06-30".into(),
+            metrics: vec![],
+            rank_by: None,
+        })
+        .await
+        .expect("broker screen")
+        .into_inner();
+    let rows = out["rows"].as_array().expect("rows");
+    assert_eq!(rows.len(), direct.rows.len(), "{out}");
+    for (row, want) in rows.iter().zip(&direct.rows) {
+        assert_eq!(row["symbol"], want.symbol.as_str(), "{out}");
+        assert_eq!(row["rank"], want.rank, "{out}");
+        for m in &want.metrics {
+            let got = &row["metrics"][&m.metric];
+            assert_eq!(
+                got["value"].as_f64(),
+                m.value,
+                "{} {}: {got}",
+                want.symbol,
+                m.metric
+            );
+            assert_eq!(got["missing"].as_str(), m.missing.as_deref(), "{got}");
+        }
+    }
+    // AAPL has TTM EPS from companyfacts, so a P/E; the others say why not.
+    let aapl = rows
+        .iter()
+        .find(|r| r["symbol"] == "AAPL")
+        .expect("AAPL row");
+    assert!(
+        aapl["metrics"]["pe"]["value"]
+            .as_f64()
+            .is_some_and(|pe| pe > 0.0),
+        "{aapl}"
+    );
+    let msft = rows
+        .iter()
+        .find(|r| r["symbol"] == "MSFT")
+        .expect("MSFT row");
+    assert!(msft["metrics"]["pe"]["missing"].is_string(), "{msft}");
+}
+
+/// Apple's companyfacts as it stood on `date`: every value filed after it
+/// dropped, as if those filings had not happened yet.
+fn companyfacts_filed_by(date: &str) -> Vec<u8> {
+    let mut doc: Value = serde_json::from_slice(&apple_companyfacts()).expect("json");
+    for taxonomy in doc["facts"].as_object_mut().expect("facts").values_mut() {
+        for concept in taxonomy.as_object_mut().expect("taxonomy").values_mut() {
+            for values in concept["units"]
+                .as_object_mut()
+                .expect("units")
+                .values_mut()
+            {
+                values
+                    .as_array_mut()
+                    .expect("values")
+                    .retain(|v| v["filed"].as_str().is_some_and(|f| f <= date));
+            }
+        }
+    }
+    serde_json::to_vec(&doc).expect("json")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn momentum_eps_filter_cannot_see_the_future() {
+    eps_filter(Store::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn momentum_eps_filter_cannot_see_the_future_postgres() {
+    let Some(pg) = common::postgres("momentum_eps_filter_cannot_see_the_future_postgres") else {
+        return;
+    };
+    let prefix = common::unique_schema("skeps");
+    eps_filter(Store::Postgres(pg.clone(), prefix.clone())).await;
+    for p in [format!("{prefix}a"), format!("{prefix}b")] {
+        for service in ["broker", "session", "skills"] {
+            common::drop_schema(&pg, &format!("{p}_{service}")).await;
+        }
+    }
+}
+
+/// `backtest.momentum` with `fundamental_filter: ttm_eps_growth` on AAPL,
+/// 2008–2013, on two brokers: one with all of Apple's companyfacts, one
+/// with only what was filed by 2011-06-30. Every rebalance up to that day
+/// is the same on both (what was filed later does not change it); later
+/// ones differ (the filter does read the filings); the filter keeps the
+/// backtest flat before Apple's first filing in the data, and it changes
+/// the backtest against the unfiltered one.
+async fn eps_filter(store: Store) {
+    let cutoff = "2011-06-30";
+    let (full, past) = match &store {
+        Store::Sqlite => (Store::Sqlite, Store::Sqlite),
+        Store::Postgres(url, prefix) => (
+            Store::Postgres(url.clone(), format!("{prefix}a")),
+            Store::Postgres(url.clone(), format!("{prefix}b")),
+        ),
+    };
+    let inputs = json!({"symbol": "AAPL", "start": "2008-01-01", "end": "2013-12-31",
+        "lookback": 126, "holding": 21, "fundamental_filter": "ttm_eps_growth"});
+    let agent = common::agent("tenant-a", "agent-a");
+    let full = stack_with_sec(full, &apple_companyfacts()).await;
+    let mut c = client(&full.skills_url, agent.clone());
+    let with_all = run(&mut c, "backtest.momentum", inputs.clone())
+        .await
+        .expect("run");
+    assert_eq!(with_all.status, "succeeded", "{}", with_all.error);
+    let plain = run(
+        &mut c,
+        "backtest.momentum",
+        json!({"symbol": "AAPL", "start": "2008-01-01", "end": "2013-12-31", "lookback": 126, "holding": 21}),
+    )
+    .await
+    .expect("plain");
+    let bad = run(
+        &mut c,
+        "backtest.momentum",
+        json!({"symbol": "AAPL", "fundamental_filter": "pe_below_10"}),
+    )
+    .await;
+    match bad {
+        Ok(r) => assert!(
+            r.status == "failed" && r.error.starts_with("inputs.fundamental_filter"),
+            "{}",
+            r.error
+        ),
+        Err(e) => assert!(
+            e.message().starts_with("inputs.fundamental_filter"),
+            "{e:?}"
+        ),
+    }
+    drop(full);
+    let past = stack_with_sec(past, &companyfacts_filed_by(cutoff)).await;
+    let mut c = client(&past.skills_url, agent);
+    let with_past = run(&mut c, "backtest.momentum", inputs).await.expect("run");
+    assert_eq!(with_past.status, "succeeded", "{}", with_past.error);
+
+    let (a, b, plain) = (outputs(&with_all), outputs(&with_past), outputs(&plain));
+    let (ra, rb) = (
+        a["rebalances"].as_array().expect("rebalances"),
+        b["rebalances"].as_array().expect("rebalances"),
+    );
+    assert_eq!(ra.len(), rb.len());
+    let mut before = 0;
+    let mut differ_after = 0;
+    for (x, y) in ra.iter().zip(rb) {
+        let date = x["date"].as_str().expect("date");
+        assert_eq!(x["date"], y["date"]);
+        // What a rebalance read was known on its day.
+        if let Some(end) = x["ttm_period_end"].as_str() {
+            assert!(end < date, "{x}");
+        }
+        if date <= cutoff {
+            assert_eq!(x, y, "the rebalance of {date} saw a filing made after it");
+            before += 1;
+        } else if x != y {
+            differ_after += 1;
+        }
+    }
+    assert!(before >= 30, "{before} rebalances before {cutoff}");
+    assert!(
+        differ_after > 0,
+        "no later filing changed a later rebalance: {ra:?}"
+    );
+    // Before Apple's first filing in companyfacts nothing is known: flat.
+    let first = &ra[0];
+    assert_eq!(first["held"], false, "{first}");
+    let held = ra.iter().filter(|r| r["held"] == true).count();
+    assert!(held > 0, "{ra:?}");
+    assert!(a["filtered_out"].as_u64().expect("filtered_out") > 0, "{a}");
+    assert_ne!(a["total_return"], plain["total_return"], "{a} {plain}");
+    println!(
+        "eps filter: {} rebalances, {held} held, {} long signals filtered out; total return {} (unfiltered {}); {before} rebalances by {cutoff} identical, {differ_after} later ones changed by later filings",
+        ra.len(),
+        a["filtered_out"],
+        a["total_return"],
+        plain["total_return"]
+    );
 }

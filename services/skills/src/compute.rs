@@ -119,6 +119,34 @@ pub fn momentum_backtest(
     holding: usize,
     cost_bps: f64,
 ) -> Option<Backtest> {
+    momentum_backtest_gated(prices, lookback, holding, cost_bps, |_| true)
+}
+
+/// The days on which [`momentum_backtest`] rebalances: every `holding`
+/// days from day `lookback`, deciding on that day's close.
+pub fn rebalance_days(len: usize, lookback: usize, holding: usize) -> Vec<usize> {
+    if lookback == 0 || holding == 0 || len < lookback + 2 {
+        return Vec::new();
+    }
+    (lookback..len - 1).step_by(holding).collect()
+}
+
+/// Whether the momentum signal is long on day `t` (trailing `lookback`-day
+/// return above zero).
+pub fn momentum_long(prices: &[f64], t: usize, lookback: usize) -> bool {
+    t >= lookback && prices[t] / prices[t - lookback] - 1.0 > 0.0
+}
+
+/// [`momentum_backtest`] where a long signal on rebalance day `t` is taken
+/// only when `allow(t)` (a filter such as fundamentals known on that day);
+/// otherwise the position is flat until the next rebalance.
+pub fn momentum_backtest_gated(
+    prices: &[f64],
+    lookback: usize,
+    holding: usize,
+    cost_bps: f64,
+    allow: impl Fn(usize) -> bool,
+) -> Option<Backtest> {
     if lookback == 0 || holding == 0 || prices.len() < lookback + 2 {
         return None;
     }
@@ -130,7 +158,7 @@ pub fn momentum_backtest(
     let mut value = 1.0;
     for t in lookback..prices.len() - 1 {
         if (t - lookback).is_multiple_of(holding) {
-            let signal = u8::from(prices[t] / prices[t - lookback] - 1.0 > 0.0);
+            let signal = u8::from(momentum_long(prices, t, lookback) && allow(t));
             if signal != position {
                 value *= 1.0 - cost;
                 trades += 1;

@@ -1,5 +1,6 @@
 //! What the skills service asks of other services, over gRPC and on behalf
-//! of the caller: prices and symbols from the broker, trace events to and
+//! of the caller: prices, symbols, fundamentals and the peer screen from
+//! the broker, trace events to and
 //! from the session service.
 
 use crate::service::SkillsService;
@@ -9,6 +10,7 @@ use ithaca_kit::json;
 use ithaca_kit::principal::Principal;
 use ithaca_proto::broker::v1 as bpb;
 use ithaca_proto::broker::v1::broker_service_client::BrokerServiceClient;
+use ithaca_proto::broker::v1::fundamentals_service_client::FundamentalsServiceClient;
 use ithaca_proto::session::v1 as spb;
 use ithaca_proto::session::v1::session_service_client::SessionServiceClient;
 use serde_json::{Value, json};
@@ -150,6 +152,47 @@ impl SkillsService {
                     ],
                 )
             })
+            .map(tonic::Response::into_inner)
+    }
+}
+
+impl SkillsService {
+    /// The broker's fundamentals service (served by the broker process, on
+    /// the same channel).
+    fn fundamentals_client(&self) -> Result<FundamentalsServiceClient<Channel>, ServiceError> {
+        let channel = self.broker.clone().ok_or_else(|| {
+            ServiceError::new(Code::Unavailable, "no broker service is configured")
+        })?;
+        Ok(FundamentalsServiceClient::new(channel))
+    }
+
+    /// A company's line items as known on `as_of`, through the broker.
+    pub(crate) async fn fundamentals(
+        &self,
+        caller: &Principal,
+        request: bpb::GetFundamentalsRequest,
+    ) -> Result<bpb::Fundamentals, ServiceError> {
+        let mut request = tonic::Request::new(request);
+        self.key.sign(&mut request, caller);
+        self.fundamentals_client()?
+            .get_fundamentals(request)
+            .await
+            .map_err(from_status)
+            .map(tonic::Response::into_inner)
+    }
+
+    /// The broker's peer screen at a date.
+    pub(crate) async fn screen_peers(
+        &self,
+        caller: &Principal,
+        request: bpb::ScreenPeersRequest,
+    ) -> Result<bpb::PeerScreen, ServiceError> {
+        let mut request = tonic::Request::new(request);
+        self.key.sign(&mut request, caller);
+        self.fundamentals_client()?
+            .screen_peers(request)
+            .await
+            .map_err(from_status)
             .map(tonic::Response::into_inner)
     }
 }

@@ -1,14 +1,24 @@
 //! `backtest.momentum`: long/flat time-series momentum on one symbol, or on
 //! each symbol of a proposed strategy's universe (equal weights, stopped at
 //! the strategy's drawdown limit). A batch skill.
+//!
+//! With `fundamental_filter: "ttm_eps_growth"` a long signal is taken only
+//! when the symbol's TTM diluted EPS grew, point-in-time: on each rebalance
+//! day the broker is asked for the TTM EPS as known on that day (filings
+//! filed on or before it) and as known a year before it, and the position
+//! is long only when the first is above the second. A filing dated after a
+//! rebalance day cannot change that rebalance.
 
 use super::{Artifact, Context, Inputs, Output, Skill, date_schema, too_long};
 use crate::catalog::Manifest;
 use crate::model::Profile;
 use crate::{compute, plot};
+use ithaca_kit::error::Code;
 use ithaca_kit::error::ServiceError;
+use ithaca_proto::broker::v1 as bpb;
+use serde_json::Value;
 use serde_json::json;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 const DEFAULT_LOOKBACK: usize = 126;
 const DEFAULT_HOLDING: usize = 21;
@@ -30,9 +40,12 @@ impl Skill for BacktestMomentum {
                 "lookback": {"type": "integer", "minimum": 1, "maximum": 756, "default": DEFAULT_LOOKBACK, "description": "Trailing days for the momentum signal."},
                 "holding": {"type": "integer", "minimum": 1, "maximum": 252, "default": DEFAULT_HOLDING, "description": "Days between rebalances."},
                 "cost_bps": {"type": "number", "minimum": 0, "maximum": 500, "default": DEFAULT_COST_BPS, "description": "Cost per position change, basis points."},
+                "fundamental_filter": {"type": "string", "maxLength": 20, "description": "ttm_eps_growth: hold a symbol only while its TTM diluted EPS known on the rebalance day (filings filed on or before it) is above the TTM EPS known a year before; point-in-time, so no rebalance sees a later filing. Omit for no filter."},
                 "start": date_schema("Start"), "end": date_schema("End")}}),
             output_schema: json!({"type": "object", "properties": {
                 "symbol": {"type": "string"}, "total_return": {"type": "number"}, "cagr": {"type": "number"},
+                "fundamental_filter": {"type": "string"}, "filtered_out": {"type": "integer"},
+                "rebalances": {"type": "array", "description": "With a fundamental filter: each rebalance day, its momentum signal, the TTM EPS known then and a year before, and whether the symbol was held.", "items": {"type": "object"}},
                 "volatility": {"type": "number"}, "sharpe": {"type": "number"}, "max_drawdown": {"type": "number"},
                 "trades": {"type": "integer"}, "buy_and_hold_return": {"type": "number"}}}),
             profile: Profile::Batch,
@@ -44,6 +57,14 @@ impl Skill for BacktestMomentum {
     }
 
     async fn run(&self, ctx: &Context<'_>, inputs: &Inputs) -> Result<Output, ServiceError> {
+        let filter = inputs.text("fundamental_filter");
+        if let Some(f) = filter
+            && f != EPS_GROWTH
+        {
+            return Err(ServiceError::invalid(format!(
+                "inputs.fundamental_filter: the only filter is {EPS_GROWTH}"
+            )));
+        }
         if let Some(strategy_id) = inputs.text("strategy_id") {
             return backtest_strategy(ctx, inputs, strategy_id).await;
         }
@@ -66,8 +87,14 @@ impl Skill for BacktestMomentum {
         // An absent cost is free, as before a default existed; the manifest's
         // default fills it in for every run that goes through validation.
         let cost = inputs.number("cost_bps").unwrap_or(0.0);
-        let bt = compute::momentum_backtest(prices, lookback, holding, cost)
-            .ok_or_else(|| too_long("inputs.lookback", lookback + 1, &symbol, prices.len()))?;
+        let gate = match filter {
+            Some(_) => Some(eps_gate(ctx, &symbol, dates, prices, lookback, holding).await?),
+            None => None,
+        };
+        let bt = compute::momentum_backtest_gated(prices, lookback, holding, cost, |t| {
+            gate.as_ref().is_none_or(|g| g.allowed.contains(&t))
+        })
+        .ok_or_else(|| too_long("inputs.lookback", lookback + 1, &symbol, prices.len()))?;
         ctx.progress(
             2,
             3,
@@ -94,6 +121,12 @@ impl Skill for BacktestMomentum {
             "start": dates.first(), "end": dates.last(), "total_return": bt.total_return, "cagr": bt.cagr,
             "volatility": bt.volatility, "sharpe": bt.sharpe, "max_drawdown": bt.max_drawdown, "trades": bt.trades,
             "buy_and_hold_return": buy_hold});
+        let mut outputs = outputs;
+        if let Some(g) = gate {
+            outputs["fundamental_filter"] = json!(EPS_GROWTH);
+            outputs["filtered_out"] = json!(g.filtered_out);
+            outputs["rebalances"] = Value::Array(g.log);
+        }
         ctx.progress(3, 3, "wrote the statistics, the equity curve and its chart");
         Ok(Output {
             artifacts: vec![
@@ -148,11 +181,21 @@ async fn backtest_strategy(
         .collect();
     let mut curves = Vec::new();
     let mut holds = Vec::new();
+    let mut filtered_out = 0;
     for (symbol, s) in spec.universe.iter().zip(&series) {
         ctx.check()?;
         let prices: Vec<f64> = dates.iter().filter_map(|d| s.get(d).copied()).collect();
-        let bt = compute::momentum_backtest(&prices, lookback, holding, spec.cost_bps)
-            .ok_or_else(|| too_long("lookback", lookback + 1, symbol, prices.len()))?;
+        let gate = match inputs.text("fundamental_filter") {
+            Some(_) => Some(eps_gate(ctx, symbol, &dates, &prices, lookback, holding).await?),
+            None => None,
+        };
+        let bt = compute::momentum_backtest_gated(&prices, lookback, holding, spec.cost_bps, |t| {
+            gate.as_ref().is_none_or(|g| g.allowed.contains(&t))
+        })
+        .ok_or_else(|| too_long("lookback", lookback + 1, symbol, prices.len()))?;
+        if let Some(g) = gate {
+            filtered_out += g.filtered_out;
+        }
         curves.push(bt.equity);
         holds.push(plot::buy_and_hold(&prices, lookback));
         done += 1;
@@ -191,6 +234,11 @@ async fn backtest_strategy(
         "volatility": summary.as_ref().map(|s| s.volatility), "sharpe": summary.as_ref().map(|s| s.sharpe),
         "max_drawdown": compute::max_drawdown(&equity),
         "stopped_on": stopped_on.map(|i| dates[i].clone())});
+    let mut outputs = outputs;
+    if inputs.text("fundamental_filter").is_some() {
+        outputs["fundamental_filter"] = json!(EPS_GROWTH);
+        outputs["filtered_out"] = json!(filtered_out);
+    }
     ctx.progress(
         steps,
         steps,
@@ -222,4 +270,112 @@ fn stop_at_drawdown(equity: &mut [f64], limit: f64) -> Option<usize> {
         }
     }
     stopped_on
+}
+
+/// The one fundamental filter: TTM diluted EPS grew.
+const EPS_GROWTH: &str = "ttm_eps_growth";
+
+/// The rebalance days on which the filter lets a long signal through, how
+/// many long signals it stopped, and a record of each rebalance.
+struct Gate {
+    allowed: BTreeSet<usize>,
+    filtered_out: usize,
+    log: Vec<Value>,
+}
+
+/// Decide the TTM EPS filter on every rebalance day of a backtest of
+/// `symbol`, asking the broker only for what was filed on or before the
+/// day. Days with a flat momentum signal need no fundamentals.
+async fn eps_gate(
+    ctx: &Context<'_>,
+    symbol: &str,
+    dates: &[String],
+    prices: &[f64],
+    lookback: usize,
+    holding: usize,
+) -> Result<Gate, ServiceError> {
+    // A symbol with no fundamentals at all is an input error, not a
+    // backtest that is flat throughout.
+    ctx.fundamentals(ttm_request(symbol, None))
+        .await
+        .map_err(|e| {
+            ServiceError::new(e.code, format!("inputs.fundamental_filter: {}", e.message))
+        })?;
+    let mut cache: HashMap<String, Option<(f64, String)>> = HashMap::new();
+    let mut gate = Gate {
+        allowed: BTreeSet::new(),
+        filtered_out: 0,
+        log: Vec::new(),
+    };
+    for t in compute::rebalance_days(prices.len(), lookback, holding) {
+        ctx.check()?;
+        let date = &dates[t];
+        if !compute::momentum_long(prices, t, lookback) {
+            gate.log
+                .push(json!({"date": date, "momentum": "flat", "held": false}));
+            continue;
+        }
+        let before = year_before(date)?;
+        let now = ttm_eps(ctx, symbol, date, &mut cache).await?;
+        let then = ttm_eps(ctx, symbol, &before, &mut cache).await?;
+        let grew = matches!((&now, &then), (Some((a, _)), Some((b, _))) if a > b);
+        if grew {
+            gate.allowed.insert(t);
+        } else {
+            gate.filtered_out += 1;
+        }
+        gate.log.push(json!({"date": date, "momentum": "long",
+            "ttm_eps": now.as_ref().map(|n| n.0), "ttm_period_end": now.as_ref().map(|n| n.1.clone()),
+            "ttm_eps_year_before": then.as_ref().map(|n| n.0), "year_before": before,
+            "held": grew}));
+    }
+    Ok(gate)
+}
+
+fn ttm_request(symbol: &str, as_of: Option<&str>) -> bpb::GetFundamentalsRequest {
+    bpb::GetFundamentalsRequest {
+        symbol: symbol.to_owned(),
+        as_of: as_of.map(str::to_owned),
+        period: Some("quarter".to_owned()),
+        limit: Some(1),
+    }
+}
+
+/// The TTM diluted EPS of `symbol` and the day its twelve months end, as
+/// known on `as_of`; `None` when nothing was filed by then.
+async fn ttm_eps(
+    ctx: &Context<'_>,
+    symbol: &str,
+    as_of: &str,
+    cache: &mut HashMap<String, Option<(f64, String)>>,
+) -> Result<Option<(f64, String)>, ServiceError> {
+    if let Some(known) = cache.get(as_of) {
+        return Ok(known.clone());
+    }
+    let known = match ctx.fundamentals(ttm_request(symbol, Some(as_of))).await {
+        Ok(f) => f
+            .ttm
+            .iter()
+            .find(|v| v.item == "eps_diluted")
+            .map(|v| (v.value, v.period_end.clone())),
+        // Before the company's first filing nothing is known.
+        Err(e) if e.code == Code::NotFound => None,
+        Err(e) => return Err(e),
+    };
+    cache.insert(as_of.to_owned(), known.clone());
+    Ok(known)
+}
+
+/// The same day a year earlier (28 February for 29 February).
+fn year_before(date: &str) -> Result<String, ServiceError> {
+    let bad = || {
+        ServiceError::invalid(format!(
+            "a bar's date is not YYYY-MM-DD ({} characters)",
+            date.len()
+        ))
+    };
+    let year: i32 = date.get(..4).and_then(|y| y.parse().ok()).ok_or_else(bad)?;
+    let rest = date.get(4..).ok_or_else(bad)?;
+    let rest = if rest == "-02-29" { "-02-28" } else { rest };
+    Ok(format!("{:04}{rest}", year - 1))
 }

@@ -13,7 +13,9 @@
 
 mod backtest_momentum;
 mod corr_peers;
+mod fundamentals_ratios;
 mod lightcurve_features;
+mod peers_screen;
 mod returns_summary;
 mod vol_realized;
 mod vol_term_structure;
@@ -35,6 +37,8 @@ pub static BUILTIN: &[&dyn Skill] = &[
     &corr_peers::CorrPeers,
     &backtest_momentum::BacktestMomentum,
     &lightcurve_features::LightCurveFeatures,
+    &fundamentals_ratios::FundamentalsRatios,
+    &peers_screen::PeersScreen,
 ];
 
 /// One analysis agents can run.
@@ -253,6 +257,25 @@ impl Context<'_> {
         self.service
             .light_curve(self.caller, broker_id, object_id)
             .await
+    }
+
+    /// A company's line items and TTM values as known on `as_of`
+    /// (point-in-time), through the broker's fundamentals service.
+    pub async fn fundamentals(
+        &self,
+        request: ithaca_proto::broker::v1::GetFundamentalsRequest,
+    ) -> Result<ithaca_proto::broker::v1::Fundamentals, ServiceError> {
+        self.check()?;
+        self.service.fundamentals(self.caller, request).await
+    }
+
+    /// The broker's peer screen: symbols ranked by metrics at a date.
+    pub async fn screen_peers(
+        &self,
+        request: ithaca_proto::broker::v1::ScreenPeersRequest,
+    ) -> Result<ithaca_proto::broker::v1::PeerScreen, ServiceError> {
+        self.check()?;
+        self.service.screen_peers(self.caller, request).await
     }
 
     /// One of the caller's strategies.
