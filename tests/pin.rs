@@ -229,6 +229,22 @@ async fn every_session_scoped_tool_acts_on_the_pinned_session() {
             Plain,
             None,
         ),
+        // broker: fundamentals (nothing ingested here: an unknown company
+        // still leaves its call in the pinned trace)
+        row("get_fundamentals", json!({"symbol": "MSFT"}), Plain, None),
+        row("get_filings", json!({"symbol": "MSFT"}), Plain, None),
+        row(
+            "get_insider_activity",
+            json!({"symbol": "MSFT"}),
+            Plain,
+            None,
+        ),
+        row(
+            "screen_peers",
+            json!({"symbols": ["MSFT", "IBM"], "date": "2013-06-28"}),
+            Plain,
+            None,
+        ),
         // broker: astronomy
         row("list_brokers", json!({}), Plain, None),
         row(

@@ -172,6 +172,20 @@ for mode in 2026-07-28 legacy; do
 done
 run "the filter story (python mcp 1.x latest)" "$tools/bin/python-mcp1" "$here/story.py" --filters "$url" "$key" "$human"
 
+# Seed 002's story on the SEC EDGAR files: every file of the folder whose
+# filing index is there (Facebook's, Google's and Microsoft's instances have
+# none, and ingest sec names them and fails).
+sec="$data/fundamentals"
+"$bin/ithaca" ingest sec "$sec/submissions" "$sec/companyfacts" "$sec/fsds" "$sec/xbrl"/aapl-* "$sec/form4" \
+  --data-dir "$work/stack" >"$work/ingest-sec.log" 2>&1 \
+  || { echo "e2e: ithaca ingest sec failed"; cat "$work/ingest-sec.log"; exit 1; }
+for mode in 2026-07-28 legacy; do
+  run "seed 002's research story on SEC filings (python mcp 2.3, $mode)" "$tools/bin/python" "$here/story.py" \
+    --fundamentals --mode "$mode" "$url" "$key" "$human"
+done
+run "seed 002's research story on SEC filings (python mcp 1.x latest)" "$tools/bin/python-mcp1" "$here/story.py" \
+  --fundamentals "$url" "$key" "$human"
+
 if [[ -n "${3:-}" ]]; then
   # The same story on PostgreSQL, in a scratch database dropped afterwards.
   pg="$3"

@@ -364,6 +364,93 @@ async def astro(args: argparse.Namespace) -> None:
     check("no response carries a broker credential or connection detail", not leaked, leaked=len(leaked))
 
 
+SEED_002 = ("Research AAPL — pull price history, screen peers, check fundamentals and insider activity, "
+            "propose a momentum strategy, and backtest it")
+
+
+async def fundamentals(args: argparse.Namespace) -> None:
+    """Seed 002's research story (issue 25) against a stack loaded with the SEC EDGAR files of
+    ../shared/data/fundamentals: prices, a peer screen, point-in-time fundamentals, insider
+    activity, a momentum strategy and its backtest held only while TTM EPS grows; every step is
+    answered from the real data and its tool call is in the session's trace, in the story's order."""
+    async with AsyncExitStack() as stack:
+        agent = await connect(stack, args, args.agent_key, "agent")
+        await opening(agent, args, {"session_context", "get_price_history", "screen_peers", "get_fundamentals",
+                                    "get_filings", "get_insider_activity", "propose_strategy", "run_skill"})
+        session = await call(agent, "session_context", {"prompt": SEED_002})
+        sid = session["session_id"]
+        history = await call(agent, "get_price_history", {"symbol": "AAPL", "start": "2009-07-01", "end": "2010-06-30"})
+        step("a year of AAPL's prices", type(history.get("count")) is int and history["count"] > 240, count=history.get("count"))
+        screen = await call(agent, "screen_peers", {"symbols": ["AAPL", "MSFT", "IBM", "GOOG"], "date": "2010-06-30"})
+        rows = {r.get("symbol"): r for r in (screen or {}).get("rows", [])}
+        step("the screen ranks all four", set(rows) == {"AAPL", "MSFT", "IBM", "GOOG"}, rows=sorted(rows))
+        pe = {m.get("metric"): m for m in rows["AAPL"].get("metrics", [])}.get("pe") or {}
+        check("AAPL's P/E at 2010-06-30 is a number from the bars and TTM EPS",
+              isinstance(pe.get("value"), (int, float)) and 5 < pe["value"] < 60, pe=pe)
+        facts = await call(agent, "get_fundamentals", {"symbol": "AAPL", "as_of": "2019-02-01"})
+        quarter = next((p for p in (facts or {}).get("periods", []) if p.get("period_end") == "2018-12-29"), {})
+        items = {i.get("item"): i for i in quarter.get("items", [])}
+        check("FY2019 Q1 revenue, net income and diluted EPS as filed",
+              [items.get(k, {}).get("value") for k in ("revenue", "net_income", "eps_diluted")]
+              == [84310000000, 19965000000, 4.18], items=sorted(items))
+        source = items.get("revenue", {}).get("source") or {}
+        check("each value names its filing", source.get("form") == "10-Q" and bool(source.get("accession")), source=source)
+        earlier = await call(agent, "get_fundamentals", {"symbol": "AAPL", "as_of": "2019-01-15"})
+        check("as_of before the 10-Q's filing hides it",
+              all(p.get("period_end") != "2018-12-29" for p in (earlier or {}).get("periods", [])))
+        try:
+            read = await agent.read_resource((facts or {}).get("uri", ""))
+            check("the fundamentals URI reads back", bool(read.get("contents")), uri=(facts or {}).get("uri"))
+        except Exception as e:
+            check("the fundamentals URI reads back", False, uri=(facts or {}).get("uri"), error=f"{type(e).__name__}: {e}")
+        filings = await call(agent, "get_filings", {"symbol": "AAPL", "form": "10-K", "limit": 3})
+        check("the filing index lists 10-Ks", bool((filings or {}).get("filings")), filings=str(filings)[:200])
+        insider = await call(agent, "get_insider_activity", {"symbol": "AAPL", "from": "2012-01-01", "to": "2012-12-31"})
+        months = (insider or {}).get("months", [])
+        step("Form 4 filings by month in 2012", type((insider or {}).get("form4_filings")) is int
+             and insider["form4_filings"] > 0 and sum(m.get("form4_filings", 0) for m in months) == insider["form4_filings"],
+             insider=str(insider)[:300])
+        await call(agent, "get_fundamentals", {"symbol": "ZZZZ"}, expect_error="NOT_FOUND", hard=False,
+                   label="a company with no CIK is a clear tool error")
+        strategy = await call(agent, "propose_strategy", {"name": "AAPL 6m momentum", "universe": ["AAPL"],
+                                                          "lookback": 126, "rebalance": 21})
+        backtest = await call(agent, "run_skill", {"skill_id": "backtest.momentum", "inputs": {
+            "strategy_id": strategy["strategy_id"], "fundamental_filter": "ttm_eps_growth",
+            "start": "2008-01-01", "end": "2013-12-31"}})
+        for _ in range(10):
+            if backtest["status"] not in ("queued", "running"):
+                break
+            backtest = await call(agent, "subscribe_run", {"run_id": backtest["run_id"], "status": backtest["status"],
+                                                           "wait_ms": 10000})
+        step("the backtest held AAPL only while its TTM EPS grew", backtest["status"] == "succeeded"
+             and type(backtest.get("outputs", {}).get("filtered_out")) is int, status=backtest["status"],
+             outputs=str(backtest.get("outputs"))[:300])
+        await call(agent, "session_close", {})
+
+    base = args.url.rsplit("/mcp", 1)[0]
+    events: list[dict[str, Any]] = []
+
+    async def read_trace() -> None:
+        async with httpx.AsyncClient(headers={"Authorization": f"Bearer {args.human_key}"}, timeout=30.0) as http:
+            async with http.stream("GET", f"{base}/api/sessions/{sid}/events/stream?after=0") as stream:
+                async for line in stream.aiter_lines():
+                    if line.startswith("data: "):
+                        events.append(json.loads(line[6:]))
+
+    try:
+        await asyncio.wait_for(read_trace(), timeout=10.0)
+    except asyncio.TimeoutError:
+        pass
+    seqs = [e["seq"] for e in events]
+    step("the trace is gap-free from seq 1", bool(seqs) and seqs == list(range(1, len(seqs) + 1)), events=len(seqs))
+    called = [e["payload"]["name"] for e in events if e["type"] == "tool_call" and e["payload"]["name"] != "subscribe_run"]
+    expected = ["session_context", "get_price_history", "screen_peers", "get_fundamentals", "get_fundamentals",
+                "get_filings", "get_insider_activity", "get_fundamentals", "propose_strategy", "run_skill", "session_close"]
+    step("every step of the story is in the trace, in order", called == expected, tools=called)
+    results = [e for e in events if e["type"] == "tool_result"]
+    check("every call's result is recorded", len(results) >= len(expected), results=len(results))
+
+
 def conn_label(args: argparse.Namespace) -> str:
     return args.mode if MCP_MAJOR >= 2 else (args.protocol_version or "latest")
 
@@ -555,6 +642,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--smoke", action="store_true", help="only the smoke path")
     p.add_argument("--astro", action="store_true", help="the astronomy story (a stack loaded with the ZTF alerts and catalogs)")
     p.add_argument("--filters", action="store_true", help="the filter story (a stack loaded with the ZTF alerts; needs HUMAN_KEY)")
+    p.add_argument("--fundamentals", action="store_true",
+                   help="seed 002's story (a stack loaded with ../shared/data/fundamentals; needs HUMAN_KEY for the trace)")
     p.add_argument("--stdio", action="store_true", help="the smoke path against the stdio server after --")
     p.add_argument("--timeout", type=float, default=300.0)
     a = p.parse_args(argv)
@@ -570,9 +659,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
         a.stdio = None
         if not (a.url and a.agent_key):
             p.error("URL and AGENT_KEY are required")
-        if a.filters and not a.human_key:
-            p.error("the filter story needs HUMAN_KEY")
-        if not a.smoke and not a.astro and not a.filters and not (a.human_key and rest):
+        if (a.filters or a.fundamentals) and not a.human_key:
+            p.error("the filter and fundamentals stories need HUMAN_KEY")
+        if not a.smoke and not a.astro and not a.filters and not a.fundamentals and not (a.human_key and rest):
             p.error("the full story needs HUMAN_KEY and -- POLICY_COMMAND")
     if a.protocol_version and MCP_MAJOR >= 2:
         p.error("--protocol-version is for mcp 1.x; mcp 2.x takes --mode")
@@ -588,7 +677,8 @@ def _leaves(e: BaseException) -> list[BaseException]:
 def main() -> None:
     args = parse(sys.argv[1:])
     try:
-        main_path = smoke if args.smoke else astro if args.astro else filters if args.filters else story
+        main_path = (smoke if args.smoke else astro if args.astro else filters if args.filters
+                     else fundamentals if args.fundamentals else story)
         asyncio.run(asyncio.wait_for(main_path(args), timeout=args.timeout))
     except SystemExit:
         raise
