@@ -34,6 +34,14 @@ pub struct McpArgs {
     /// services (see `ithaca up --database`).
     #[arg(long = "database", env = "DOOMBERG_DB", hide_env_values = true)]
     pub database: Option<String>,
+    /// With `--transport http`: the MCP edge's port (default 8080, seed
+    /// 000's `DOOMBERG_MCP_PORT`), as `ithaca up --mcp-port`.
+    #[arg(long, env = "DOOMBERG_MCP_PORT")]
+    pub mcp_port: Option<u16>,
+    /// With `--transport http`: the first port of the services, as `ithaca
+    /// up --port-base` (0: any free ports).
+    #[arg(long, env = "ITHACA_PORT_BASE", default_value_t = up::DEFAULT_PORT_BASE)]
+    pub port_base: u16,
     #[command(flatten)]
     pub edge: EdgeArgs,
 }
@@ -42,8 +50,8 @@ pub async fn run(common: &CommonArgs, args: McpArgs) -> anyhow::Result<()> {
     if args.transport == Transport::Http {
         let up_args = UpArgs {
             data_dir: args.data_dir,
-            port_base: up::DEFAULT_PORT_BASE,
-            mcp_port: None,
+            port_base: args.port_base,
+            mcp_port: args.mcp_port,
             public_url: None,
             database: args.database,
             backend_timeout_ms: args.edge.backend_timeout_ms,

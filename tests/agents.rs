@@ -295,6 +295,55 @@ async fn every_tool_result_validates_against_its_output_schema() {
         json!({"query": "volatility"}),
     )
     .await;
+    // Seed 000's own example finds the volatility skills (`market` is both
+    // market-data classes) and says nothing more.
+    let seed = pass
+        .ok(
+            &up,
+            &up.agent,
+            "search_skills",
+            json!({"query": "volatility", "asset_class": "market", "intent": "risk"}),
+        )
+        .await;
+    assert_eq!(seed["skills"][0]["skill_id"], "vol.realized", "{seed}");
+    assert!(seed.get("note").is_none(), "{seed}");
+    // Nothing matched, or an unknown filter value: the answer says why and
+    // what the catalog holds, instead of a bare zero.
+    let empty = pass
+        .ok(
+            &up,
+            &up.agent,
+            "search_skills",
+            json!({"query": "horoscope"}),
+        )
+        .await;
+    assert_eq!(empty["count"], 0, "{empty}");
+    assert!(
+        empty["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("horoscope")),
+        "{empty}"
+    );
+    for list in ["asset_classes", "intents"] {
+        assert!(
+            empty[list].as_array().is_some_and(|l| !l.is_empty()),
+            "{list}: {empty}"
+        );
+    }
+    let unknown = pass
+        .ok(
+            &up,
+            &up.agent,
+            "search_skills",
+            json!({"asset_class": "crypto"}),
+        )
+        .await;
+    assert!(
+        unknown["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("asset_class \"crypto\"") && n.contains("equity")),
+        "{unknown}"
+    );
     let described = pass
         .ok(
             &up,

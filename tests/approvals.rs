@@ -315,6 +315,11 @@ async fn promotion_needs_policy_and_a_person() {
         ithaca_kit::error::domain_code(&err),
         Some("TRADING_DISABLED")
     );
+    assert!(
+        err.message().contains("`ithaca policy set --trading on`"),
+        "the refusal names the command that changes it: {}",
+        err.message()
+    );
 
     // Only administrators change the policy.
     let err = a
@@ -360,6 +365,28 @@ async fn promotion_needs_policy_and_a_person() {
     let pending = filed.approval.expect("approval");
     assert_eq!(pending.status, "pending");
     assert_eq!(pending.service, ithaca_proto::service_names::SKILLS);
+    // The same call again while it waits returns that approval; nothing new
+    // is filed.
+    let again = a
+        .request_approval(promote(&strategy.strategy_id))
+        .await
+        .expect("pending again")
+        .into_inner()
+        .approval
+        .expect("approval");
+    assert_eq!(
+        again.approval_id, pending.approval_id,
+        "one approval per call"
+    );
+    let listed = a
+        .list_approvals(pb::ListApprovalsRequest {
+            status: Some("pending".into()),
+            ..Default::default()
+        })
+        .await
+        .expect("list")
+        .into_inner();
+    assert_eq!(listed.approvals.len(), 1, "{:?}", listed.approvals);
     let still_draft = skills(&skills_url, in_session.clone())
         .get_strategy(kpb::GetStrategyRequest {
             strategy_id: strategy.strategy_id.clone(),

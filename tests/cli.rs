@@ -249,23 +249,31 @@ fn an_unauthenticated_edge_refuses_non_loopback_addresses() {
 }
 
 /// An explicit edge port wins over `--port-base 0`, whether given as
-/// `DOOMBERG_MCP_PORT` or `--mcp-port` (it used to be ignored silently).
+/// `DOOMBERG_MCP_PORT` or `--mcp-port` (it used to be ignored silently),
+/// for `ithaca up` and for `ithaca mcp` over HTTP (seed 000's
+/// `DOOMBERG_MCP_TRANSPORT=http` with `DOOMBERG_MCP_PORT`, which listened on
+/// 8080 whatever the port said).
 #[test]
 fn an_explicit_mcp_port_wins_over_port_base_zero() {
-    let free = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let port = free.local_addr().expect("addr").port();
-    drop(free);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut cmd = common::ithaca();
-    cmd.env_remove("ITHACA_INTERNAL_KEY")
-        .env("DOOMBERG_MCP_PORT", port.to_string())
-        .args(["up", "--port-base", "0", "--data-dir"])
-        .arg(dir.path().join("stack"));
-    let mut stack = common::Process::spawn(cmd);
-    let lines = stack.wait_for("ithaca: ready", Duration::from_secs(60));
-    assert_eq!(
-        value_after(&lines, "mcp"),
-        format!("http://127.0.0.1:{port}/mcp")
-    );
-    assert!(stack.terminate().success());
+    for how in [&["up"][..], &["mcp"][..]] {
+        let free = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = free.local_addr().expect("addr").port();
+        drop(free);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut cmd = common::ithaca();
+        cmd.env_remove("ITHACA_INTERNAL_KEY")
+            .env("DOOMBERG_MCP_PORT", port.to_string())
+            .env("DOOMBERG_MCP_TRANSPORT", "http")
+            .args(how)
+            .args(["--port-base", "0", "--data-dir"])
+            .arg(dir.path().join("stack"));
+        let mut stack = common::Process::spawn(cmd);
+        let lines = stack.wait_for("ithaca: ready", Duration::from_secs(60));
+        assert_eq!(
+            value_after(&lines, "mcp"),
+            format!("http://127.0.0.1:{port}/mcp"),
+            "ithaca {how:?}"
+        );
+        assert!(stack.terminate().success());
+    }
 }

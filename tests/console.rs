@@ -461,6 +461,14 @@ async fn browser_live_trace_reload_and_close() {
         "return [...document.querySelectorAll('#trace li.is-error')].some(li => li.textContent.includes('describe_skill'))",
     )
     .await;
+    // A failed call's event is not the stream's own error: the page stays
+    // live (an event named `error` made EventSource report a broken
+    // connection, and the page said "reconnecting…" for good).
+    assert_eq!(
+        b.text("#live-state").await,
+        "live",
+        "the live indicator after a failed call"
+    );
     b.js(
         "document.querySelectorAll('#trace details.call').forEach(d => d.open = true); return true",
     )

@@ -65,7 +65,7 @@
   }
 
   var TYPES = ["session_open", "reasoning", "tool_call", "tool_result", "strategy_proposed",
-    "run_transition", "denial", "error", "approval", "session_closed"];
+    "run_transition", "denial", "call_error", "approval", "session_closed"];
 
   function liveTrace() {
     var list = document.getElementById("trace");
@@ -198,7 +198,10 @@
     TYPES.forEach(function (t) { source.addEventListener(t, onEvent); });
     source.onmessage = onEvent;
     source.onopen = function () { setState(ended ? "ended" : "live", ended ? "" : "on"); };
-    source.onerror = function () {
+    source.onerror = function (e) {
+      // An older edge names a failed call's event `error`, which reaches
+      // here as a message with data: show it, the connection is fine.
+      if (e && typeof e.data === "string") { onEvent(e); return; }
       if (ended) {
         source.close();
         setState("ended: the session is closed", "");

@@ -1370,7 +1370,7 @@ async fn trace_stream(
             Some(Ok::<_, std::convert::Infallible>(
                 Event::default()
                     .id(event.seq.to_string())
-                    .event(event.r#type)
+                    .event(sse_event_name(&event.r#type))
                     .data(data.to_string()),
             ))
         });
@@ -1384,6 +1384,15 @@ async fn trace_stream(
     Sse::new(events.take_until(revoked))
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
         .into_response()
+}
+
+/// The SSE `event:` name of a trace event of `kind`: its type, except
+/// `error` (a failed call), sent as `call_error`. A browser's `EventSource`
+/// takes an event named `error` for its own connection-error event, so a
+/// failed call made every open console page say "reconnecting…" for good.
+/// The JSON `type` in `data` stays `error`.
+pub(crate) fn sse_event_name(kind: &str) -> &str {
+    if kind == "error" { "call_error" } else { kind }
 }
 
 /// Resolves once the caller of a long-lived request (a trace stream, a
@@ -1410,6 +1419,19 @@ async fn still_allowed(edge: Arc<Edge>, signed_in: bool, headers: HeaderMap) {
         if !allowed {
             tracing::info!("a long-lived request ended: its caller no longer verifies");
             return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sse_event_name;
+
+    #[test]
+    fn a_failed_calls_event_is_not_named_error() {
+        assert_eq!(sse_event_name("error"), "call_error");
+        for kind in ["tool_call", "tool_result", "denial", "session_closed"] {
+            assert_eq!(sse_event_name(kind), kind);
         }
     }
 }

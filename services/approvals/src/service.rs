@@ -318,10 +318,12 @@ impl ApprovalsService {
         let live = call.arguments["mode"].as_str() == Some("live");
         let refusal = if call.destructive && call.open_world && !policy.trading_enabled {
             Some(
-                "trading is disabled by the tenant's policy (data and backtest only); an administrator can change it",
+                "trading is disabled by the tenant's policy (data and backtest only); an administrator can turn it on with `ithaca policy set --trading on`",
             )
         } else if live && !(policy.trading_enabled && policy.live_enabled) {
-            Some("live trading is disabled by the tenant's policy; an administrator can change it")
+            Some(
+                "live trading is disabled by the tenant's policy; an administrator can turn it on with `ithaca policy set --trading on --live on`",
+            )
         } else {
             None
         };
@@ -390,6 +392,13 @@ impl ApprovalsService {
             method: call.method.clone(),
             request: STANDARD.encode(&call.request),
         };
+        if caller.actor() == Actor::Agent
+            && let Some(pending) = self.store.pending_like(&approval, now).await?
+        {
+            // The same call again while it waits (an agent retrying after
+            // "pending"): the approval it already has, not a second one.
+            return Ok(Filed::Filed(Box::new(pending), None));
+        }
         self.store.insert(&approval).await?;
         self.trace(caller, spb::EventType::Approval, json!({"approval_id": approval.approval_id, "tool": approval.tool, "arguments": call.arguments, "status": ApprovalStatus::Pending.as_str()})).await;
         if caller.actor() == Actor::Agent {

@@ -168,6 +168,31 @@ impl Store {
         with_pool!(self.db, pool => sqlx::query_as::<_, ApprovalRow>(&sql).bind(tenant_id.as_str()).bind(status.map_or("", ApprovalStatus::as_str)).fetch_all(pool).await)
     }
 
+    /// A pending, unexpired approval of exactly this call: the same tenant,
+    /// requester and session, tool, owning method and encoded request.
+    pub async fn pending_like(
+        &self,
+        a: &ApprovalRow,
+        now_ms: i64,
+    ) -> Result<Option<ApprovalRow>, sqlx::Error> {
+        let sql = format!(
+            "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE tenant_id = $1 AND status = 'pending' \
+             AND requested_by = $2 AND session_id = $3 AND tool = $4 AND service = $5 AND method = $6 \
+             AND request = $7 AND expires_at_ms > $8 ORDER BY created_at_ms, approval_id LIMIT 1"
+        );
+        with_pool!(self.db, pool => sqlx::query_as::<_, ApprovalRow>(&sql)
+            .bind(a.tenant_id.as_str())
+            .bind(&a.requested_by)
+            .bind(&a.session_id)
+            .bind(&a.tool)
+            .bind(&a.service)
+            .bind(&a.method)
+            .bind(&a.request)
+            .bind(now_ms)
+            .fetch_optional(pool)
+            .await)
+    }
+
     /// Move an approval from `from` to `to`; false when it was not in `from`
     /// (someone else decided first).
     pub async fn transition(

@@ -194,10 +194,23 @@ impl Rpc for Grpc {
             r.intent.as_deref(),
             r.limit,
         )?;
+        let note = self.service.search_note(
+            r.query.as_deref(),
+            r.asset_class.as_deref(),
+            r.intent.as_deref(),
+            count,
+        );
+        let (asset_classes, intents) = match note {
+            Some(_) => self.service.vocabulary(),
+            None => (Vec::new(), Vec::new()),
+        };
         Ok(Response::new(pb::SearchSkillsResponse {
             skills: hits.iter().map(summary).collect(),
             count: count as i32,
             truncated,
+            note,
+            asset_classes,
+            intents,
         }))
     }
 
@@ -218,10 +231,14 @@ impl Rpc for Grpc {
     ) -> Result<Response<pb::SearchSkillsResponse>, Status> {
         principal::of(&request)?;
         let (hits, count, _) = self.service.search(None, None, None, Some(50))?;
+        let (asset_classes, intents) = self.service.vocabulary();
         Ok(Response::new(pb::SearchSkillsResponse {
             skills: hits.iter().map(summary).collect(),
             count: count as i32,
             truncated: false,
+            note: None,
+            asset_classes,
+            intents,
         }))
     }
 

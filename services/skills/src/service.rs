@@ -129,6 +129,25 @@ impl SkillsService {
         Ok((hits, count, count > limit))
     }
 
+    /// Why a search found nothing or which filter value is unknown (see
+    /// [`catalog::search_note`]).
+    pub fn search_note(
+        &self,
+        query: Option<&str>,
+        asset_class: Option<&str>,
+        intent: Option<&str>,
+        found: usize,
+    ) -> Option<String> {
+        catalog::search_note(&self.skills, query, asset_class, intent, found)
+    }
+
+    /// The catalog's asset classes and intents.
+    pub fn vocabulary(&self) -> (Vec<String>, Vec<String>) {
+        let (classes, intents) = catalog::vocabulary(&self.skills);
+        let owned = |v: Vec<&str>| v.into_iter().map(str::to_owned).collect();
+        (owned(classes), owned(intents))
+    }
+
     pub fn describe(
         &self,
         skill_id: &str,
