@@ -270,6 +270,30 @@ async fn every_tool_result_validates_against_its_output_schema() {
         )
         .await;
     assert!(prices.to_string().contains("volume"), "{prices}");
+    // Without dates: the newest page, and a cursor to the older bars.
+    let newest = pass
+        .ok(
+            &up,
+            &up.agent,
+            "get_price_history",
+            json!({"symbol": "MSFT", "fields": ["close"], "limit": 5}),
+        )
+        .await;
+    assert_eq!(newest["bars"][4]["date"], "2013-03-01", "{newest}");
+    assert_eq!(newest["truncated"], true, "{newest}");
+    let cursor = newest["next_cursor"].as_str().expect("next_cursor");
+    let older = pass
+        .ok(
+            &up,
+            &up.agent,
+            "get_price_history",
+            json!({"symbol": "MSFT", "fields": ["close"], "limit": 5, "cursor": cursor}),
+        )
+        .await;
+    assert!(
+        older["bars"][4]["date"].as_str() < newest["bars"][0]["date"].as_str(),
+        "the page before: {older}"
+    );
     pass.err(
         &up,
         &up.agent,

@@ -1231,10 +1231,58 @@ mod broker {
             )
             .await
             .expect("bounded");
+        // Without a start, a long range gives its newest bars (oldest first
+        // within the page) and a cursor back.
         assert_eq!((h.bars.len(), h.truncated), (10, true));
-        assert_eq!(h.bars[0].date, "2000-03-01");
+        assert_eq!(h.bars[9].date, "2013-03-01");
+        assert!(h.bars.windows(2).all(|w| w[0].date < w[1].date));
+        assert_eq!(
+            h.next_cursor.as_deref(),
+            Some(format!("before:{}", h.bars[0].date).as_str())
+        );
         let h = svc.history(&agent, q("MSFT")).await.expect("default limit");
         assert_eq!((h.bars.len(), h.truncated), (1000, true));
+        assert_eq!(h.bars.last().expect("bar").date, "2013-03-01");
+
+        // Following the cursors reads every bar once, in both directions.
+        let msft = symbols.iter().find(|s| s.symbol == "MSFT").expect("MSFT");
+        for start in [None, Some("2000-01-01".to_owned())] {
+            let (mut seen, mut cursor) = (Vec::new(), None);
+            loop {
+                let page = svc
+                    .history(
+                        &agent,
+                        HistoryQuery {
+                            start: start.clone(),
+                            limit: Some(700),
+                            cursor: cursor.clone(),
+                            ..q("MSFT")
+                        },
+                    )
+                    .await
+                    .expect("page");
+                let dates: Vec<String> = page.bars.iter().map(|b| b.date.clone()).collect();
+                assert_eq!(page.truncated, page.next_cursor.is_some());
+                if start.is_none() {
+                    seen.splice(0..0, dates);
+                } else {
+                    seen.extend(dates);
+                }
+                match page.next_cursor {
+                    Some(next) => cursor = Some(next),
+                    None => break,
+                }
+            }
+            assert_eq!(seen.len() as i64, msft.bars, "from {start:?}");
+            assert!(
+                seen.windows(2).all(|w| w[0] < w[1]),
+                "in order, none twice, from {start:?}"
+            );
+            assert_eq!(
+                seen.first().map(String::as_str),
+                Some(msft.first_date.as_str())
+            );
+        }
     }
 
     async fn history_refusals_name_the_problem(db: Db) {
@@ -1299,6 +1347,20 @@ mod broker {
                 "limit",
             ),
             (q("AAPL; DROP TABLE bars"), "symbol"),
+            (
+                HistoryQuery {
+                    cursor: Some("page 2".into()),
+                    ..q("AAPL")
+                },
+                "cursor",
+            ),
+            (
+                HistoryQuery {
+                    cursor: Some("before:2013-02-30".into()),
+                    ..q("AAPL")
+                },
+                "cursor",
+            ),
         ] {
             let err = svc.history(&agent, query).await.expect_err("bad input");
             assert!(

@@ -131,6 +131,7 @@ impl Rpc for Grpc {
                     end: req.end,
                     fields: req.fields,
                     limit: req.limit,
+                    cursor: req.cursor,
                 },
             )
             .await?;
@@ -158,6 +159,7 @@ impl Rpc for Grpc {
             symbol: history.symbol,
             bars,
             truncated: history.truncated,
+            next_cursor: history.next_cursor,
             dataset_id,
         }))
     }

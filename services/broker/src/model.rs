@@ -41,6 +41,36 @@ pub fn parse_date(field: &str, raw: &str) -> Result<String, ServiceError> {
         })
 }
 
+/// Where a price history's next page starts: strictly before or after a
+/// date, given as the inclusive bound of the range.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Cursor {
+    /// Bars up to the day before this date (`before:DATE`).
+    Before(String),
+    /// Bars from the day after this date (`after:DATE`).
+    After(String),
+}
+
+/// A `cursor` as a page's `next_cursor` gave it.
+pub fn parse_cursor(raw: &str) -> Result<Cursor, ServiceError> {
+    let bad = || {
+        ServiceError::invalid(format!(
+            "cursor: {} is not a next_cursor (before:YYYY-MM-DD or after:YYYY-MM-DD)",
+            quote(raw)
+        ))
+    };
+    let (side, date) = raw.trim().split_once(':').ok_or_else(bad)?;
+    let format = format_description!("[year]-[month]-[day]");
+    let day = Date::parse(date, format).map_err(|_| bad())?;
+    let (bound, make): (Option<Date>, fn(String) -> Cursor) = match side {
+        "before" => (day.previous_day(), Cursor::Before),
+        "after" => (day.next_day(), Cursor::After),
+        _ => return Err(bad()),
+    };
+    let bound = bound.ok_or_else(bad)?;
+    Ok(make(bound.format(format).unwrap_or_default()))
+}
+
 /// Which bar fields to return; all when none are named.
 pub fn parse_fields(raw: &[String]) -> Result<Vec<&'static str>, ServiceError> {
     if raw.is_empty() {

@@ -54,6 +54,8 @@ pub struct HistoryQuery {
     pub end: Option<String>,
     pub fields: Vec<String>,
     pub limit: Option<i32>,
+    /// A page's `next_cursor` (`before:DATE` or `after:DATE`).
+    pub cursor: Option<String>,
 }
 
 /// A price history.
@@ -63,6 +65,8 @@ pub struct History {
     pub bars: Vec<BarRow>,
     pub fields: Vec<&'static str>,
     pub truncated: bool,
+    /// When truncated, where the next page starts.
+    pub next_cursor: Option<String>,
 }
 
 /// Market data and provider accounts.
@@ -373,7 +377,18 @@ impl BrokerService {
                 "start: {start} is after end {end}"
             )));
         }
-        let mut bars = self.store.bars(&symbol, &start, &end, limit + 1).await?;
+        // A range longer than `limit` is read from `start` when one was
+        // given (or a cursor pages forward), else from its newest bar back.
+        let (start, end, newest) = match query.cursor.as_deref().map(model::parse_cursor) {
+            None => (start, end, query.start.is_none()),
+            Some(Err(e)) => return Err(e),
+            Some(Ok(model::Cursor::Before(d))) => (start, end.min(d), true),
+            Some(Ok(model::Cursor::After(d))) => (start.max(d), end, false),
+        };
+        let mut bars = self
+            .store
+            .bars(&symbol, &start, &end, limit + 1, newest)
+            .await?;
         if bars.is_empty() {
             return Err(ServiceError::precondition(format!(
                 "no bars for {symbol} between {start} and {end}; it has bars from {} to {}",
@@ -383,11 +398,21 @@ impl BrokerService {
         }
         let truncated = bars.len() as i64 > limit;
         bars.truncate(limit as usize);
+        if newest {
+            bars.reverse();
+        }
+        let next_cursor = truncated
+            .then(|| match newest {
+                true => bars.first().map(|b| format!("before:{}", b.date)),
+                false => bars.last().map(|b| format!("after:{}", b.date)),
+            })
+            .flatten();
         Ok(History {
             symbol,
             bars,
             fields,
             truncated,
+            next_cursor,
         })
     }
 }

@@ -151,15 +151,23 @@ impl Store {
     }
 
     /// Bars of `symbol` in [start, end], oldest first, at most `limit`.
+    /// Up to `limit` bars of `symbol` in `start..=end`: the first ones,
+    /// oldest first, or with `newest` the last ones, newest first.
     pub async fn bars(
         &self,
         symbol: &str,
         start: &str,
         end: &str,
         limit: i64,
+        newest: bool,
     ) -> Result<Vec<BarRow>, sqlx::Error> {
-        let sql = "SELECT symbol, date, open, high, low, close, volume, adj_close, dataset_id FROM bars \
-                   WHERE symbol = $1 AND date >= $2 AND date <= $3 ORDER BY date LIMIT $4";
+        let sql = if newest {
+            "SELECT symbol, date, open, high, low, close, volume, adj_close, dataset_id FROM bars \
+             WHERE symbol = $1 AND date >= $2 AND date <= $3 ORDER BY date DESC LIMIT $4"
+        } else {
+            "SELECT symbol, date, open, high, low, close, volume, adj_close, dataset_id FROM bars \
+             WHERE symbol = $1 AND date >= $2 AND date <= $3 ORDER BY date LIMIT $4"
+        };
         with_pool!(self.db, pool => sqlx::query_as::<_, BarRow>(sql)
             .bind(symbol)
             .bind(start)

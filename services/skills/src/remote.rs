@@ -107,6 +107,7 @@ impl SkillsService {
             end: end.map(str::to_owned),
             fields: vec!["adj_close".to_owned()],
             limit: Some(5000),
+            cursor: None,
         });
         self.key.sign(&mut request, caller);
         let history = self

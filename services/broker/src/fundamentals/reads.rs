@@ -259,7 +259,7 @@ impl FundamentalsService {
         let start = format_date(d.replace_year(d.year() - 2).unwrap_or(d));
         let bars = self
             .market
-            .bars(&symbol.to_ascii_uppercase(), &start, date, 2_000)
+            .bars(&symbol.to_ascii_uppercase(), &start, date, 2_000, false)
             .await?;
         let close = bars.last().map(|b| (b.close, b.date.clone()));
         let mut out = Vec::new();
