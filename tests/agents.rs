@@ -138,6 +138,12 @@ impl SchemaPass {
         let structured = result.get("structuredContent").unwrap_or_else(|| {
             panic!("{tool}: has an output schema but no structuredContent: {result}")
         });
+        let mut camel = Vec::new();
+        camel_case_keys("", structured, &mut camel);
+        assert!(
+            camel.is_empty(),
+            "{tool}: keys in camelCase beside snake_case elsewhere: {camel:?}"
+        );
         let problems: Vec<String> = validator
             .iter_errors(structured)
             .map(|e| format!("{} at {}", e, e.instance_path()))
@@ -160,6 +166,45 @@ impl SchemaPass {
     async fn err(&mut self, up: &Up, token: &str, tool: &str, args: Value) -> Value {
         let result = self.call(up, token, tool, args).await;
         common::tool_error(&result)
+    }
+}
+
+/// Keys an agent reads that are not snake_case (`activeVersion` beside
+/// `active_version`), with their paths. Data keeps its producer's names:
+/// what lies under an alert's or a schema's own fields is not ours.
+fn camel_case_keys(path: &str, value: &Value, out: &mut Vec<String>) {
+    const DATA: &[&str] = &[
+        "candidate",
+        "prv_candidates",
+        "fp_hists",
+        "alert",
+        "document",
+        "fields",
+        "input_schema",
+        "output_schema",
+    ];
+    match value {
+        Value::Object(map) => {
+            for (key, inner) in map {
+                let here = format!("{path}/{key}");
+                let camel = key
+                    .as_bytes()
+                    .windows(2)
+                    .any(|w| w[0].is_ascii_lowercase() && w[1].is_ascii_uppercase());
+                if camel && key != "objectId" {
+                    out.push(here.clone());
+                }
+                if !DATA.contains(&key.as_str()) {
+                    camel_case_keys(&here, inner, out);
+                }
+            }
+        }
+        Value::Array(items) => {
+            for (i, inner) in items.iter().enumerate() {
+                camel_case_keys(&format!("{path}/{i}"), inner, out);
+            }
+        }
+        _ => {}
     }
 }
 
@@ -1656,6 +1701,10 @@ async fn the_filter_story_through_the_edge() {
         )
         .await);
         assert_eq!(decided["status"], "executed", "{decided}");
+        // The executed call's result is named as every tool result is.
+        let mut camel = Vec::new();
+        camel_case_keys("", &decided, &mut camel);
+        assert!(camel.is_empty(), "camelCase in {decided}: {camel:?}");
         let active = ok(&call(
             agent.clone(),
             era,

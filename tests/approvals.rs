@@ -433,6 +433,12 @@ async fn promotion_needs_policy_and_a_person() {
     assert_eq!(decided.status, "executed", "the approved call ran");
     let result = json::from_struct(decided.result.clone().expect("result"));
     assert_eq!(result["status"], "paper", "{result}");
+    // Named as every tool result is (proto field names), not camelCase.
+    assert_eq!(result["strategy_id"], strategy.strategy_id, "{result}");
+    assert!(
+        result.get("cost_bps").is_some() && result.get("costBps").is_none(),
+        "{result}"
+    );
     let err = h.decide_approval(decide("deny")).await.expect_err("twice");
     assert_eq!(
         ithaca_kit::error::domain_code(&err),

@@ -780,7 +780,14 @@ fn response_json(service: &str, method: &str, bytes: &[u8]) -> Value {
         .and_then(|s| s.methods().find(|m| m.name() == method))
         .map(|m| m.output());
     let decoded = output.and_then(|o| prost_reflect::DynamicMessage::decode(o, bytes).ok());
-    match decoded.map(|m| serde_json::to_value(&m)) {
+    // As the edge renders every tool result: proto field names (snake_case,
+    // not the JSON mapping's camelCase), defaults present, 64-bit integers
+    // as numbers.
+    let options = prost_reflect::SerializeOptions::new()
+        .use_proto_field_name(true)
+        .skip_default_fields(false)
+        .stringify_64_bit_integers(false);
+    match decoded.map(|m| m.serialize_with_options(serde_json::value::Serializer, &options)) {
         Some(Ok(Value::Object(map))) => Value::Object(map),
         _ => json!({"bytes": bytes.len()}),
     }
