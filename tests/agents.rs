@@ -1634,6 +1634,36 @@ async fn the_filter_story_through_the_edge() {
             json!({"prompt": "joining", "session_id": sid}),
         )
         .await);
+        // Seed 003's four rules stand in the descriptions of the tools they
+        // govern, for a client that never reads the instructions.
+        let described: BTreeMap<String, String> = tools_of(&up, &agent)
+            .await
+            .iter()
+            .map(|t| {
+                let name = t["name"].as_str().unwrap_or_default().to_owned();
+                (
+                    name,
+                    t["description"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect();
+        for (tool, rule) in [
+            ("run_broker_filter", "passes nothing"),
+            ("run_broker_filter", "get_alert_schema"),
+            ("run_broker_filter", "get_counterpart_search_defaults"),
+            ("post_broker_filter_version", "get_alert_schema"),
+            ("post_broker_filter_version", "passes nothing"),
+            ("activate_broker_filter_version", "passing verdict"),
+            (
+                "activate_broker_filter_version",
+                "preview of this exact pipeline",
+            ),
+            ("activate_broker_filter_version", "approval"),
+            ("get_counterpart_search_defaults", "Ascending"),
+        ] {
+            let text = described.get(tool).map(String::as_str).unwrap_or_default();
+            assert!(text.contains(rule), "{tool} does not say {rule:?}: {text}");
+        }
         let defaults = ok(&call(
             agent.clone(),
             era,
