@@ -184,7 +184,7 @@ impl Stack {
     async fn open_session(&self, who: &Principal) -> Principal {
         let sid = common::session_client(&self.session.url, who.clone())
             .session_context(spb::SessionContextRequest {
-                prompt: "promote".into(),
+                prompt: Some("promote".into()),
                 ..Default::default()
             })
             .await

@@ -19,7 +19,7 @@ async fn hammer(urls: &[String]) {
     let mut first = common::session_client(&urls[0], principal.clone());
     let session = first
         .session_context(pb::SessionContextRequest {
-            prompt: "concurrency".into(),
+            prompt: Some("concurrency".into()),
             ..Default::default()
         })
         .await
@@ -130,7 +130,7 @@ async fn crash_mid_batch(name: &str, nodes: &mut [common::stack::Node]) {
     let mut first = common::session_client(&urls[0], principal.clone());
     let session = first
         .session_context(pb::SessionContextRequest {
-            prompt: "crash".into(),
+            prompt: Some("crash".into()),
             ..Default::default()
         })
         .await

@@ -336,7 +336,7 @@ async fn browser_sign_in_csrf_tenants_revocation_and_sign_out() {
     };
     let foreign = common::session_client(&session_url, common::agent(&other, "other-agent"))
         .session_context(ithaca_proto::session::v1::SessionContextRequest {
-            prompt: "another tenant's secret research".into(),
+            prompt: Some("another tenant's secret research".into()),
             ..Default::default()
         })
         .await

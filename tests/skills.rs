@@ -391,7 +391,7 @@ async fn in_new_session(s: &Stack, prompt: &str) -> (Client, String) {
     let mut sessions = common::session_client(&s.session_url, agent.clone());
     let sid = sessions
         .session_context(spb::SessionContextRequest {
-            prompt: prompt.into(),
+            prompt: Some(prompt.into()),
             ..Default::default()
         })
         .await

@@ -677,6 +677,31 @@ mod session {
             .collect();
         assert_eq!(texts, vec![(1, PROMPT), (2, "Now compare with AMD.")]);
 
+        // Resuming without a prompt joins the session and adds nothing to
+        // its prompts or its trace; opening a new one still needs a prompt.
+        let third = common::agent("tenant-a", "agent-c");
+        let joined = svc
+            .session_context(&third, "", None, Some(&s.session_id))
+            .await
+            .expect("resume without a prompt");
+        assert_eq!(joined.prompt_count, 2);
+        assert_eq!(
+            svc.current(&third).await.expect("joined").session_id,
+            s.session_id
+        );
+        assert_eq!(
+            svc.prompts(&alice(), &s.session_id)
+                .await
+                .expect("prompts")
+                .len(),
+            2
+        );
+        let err = svc
+            .session_context(&third, " ", None, None)
+            .await
+            .expect_err("a new session needs a prompt");
+        assert!(err.message.starts_with("prompt"), "{}", err.message);
+
         let e = svc
             .append(
                 &alice(),

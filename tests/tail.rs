@@ -19,7 +19,7 @@ async fn tail_mid_stream(append_url: &str, tail_url: &str) {
     let mut writer = common::session_client(append_url, principal.clone());
     let session = writer
         .session_context(pb::SessionContextRequest {
-            prompt: "tail".into(),
+            prompt: Some("tail".into()),
             ..Default::default()
         })
         .await
@@ -141,7 +141,7 @@ async fn shutdown_ends_live_tails_so_the_server_can_drain() {
     let mut client = common::session_client(&svc.url, common::agent("t", "a"));
     let s = client
         .session_context(pb::SessionContextRequest {
-            prompt: "x".into(),
+            prompt: Some("x".into()),
             ..Default::default()
         })
         .await

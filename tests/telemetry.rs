@@ -36,7 +36,7 @@ async fn one_trace_id_on_both_sides_of_a_grpc_call() {
         let trace_id = current_context().span().span_context().trace_id();
         let session = client
             .session_context(pb::SessionContextRequest {
-                prompt: "trace me".into(),
+                prompt: Some("trace me".into()),
                 ..Default::default()
             })
             .await

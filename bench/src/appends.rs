@@ -77,7 +77,7 @@ pub async fn run(setup: Setup<'_>) -> anyhow::Result<AppendOutcome> {
         SessionServiceClient::with_interceptor(channel, Outbound::new(key, principal));
     let opened = session
         .session_context(spb::SessionContextRequest {
-            prompt: "ithaca-bench trace appends".to_owned(),
+            prompt: Some("ithaca-bench trace appends".to_owned()),
             ..Default::default()
         })
         .await

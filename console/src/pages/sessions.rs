@@ -188,7 +188,7 @@ pub async fn start(
         &person.principal,
         console.backends.timeout,
         pb::SessionContextRequest {
-            prompt: form.prompt,
+            prompt: Some(form.prompt),
             title: (!title.is_empty()).then(|| title.to_owned()),
             session_id: None,
             subject_kind: non_empty(&form.subject_kind),

@@ -62,7 +62,7 @@ impl Rpc for Grpc {
             .open_noting_takeover(
                 &caller,
                 &crate::service::OpenRequest {
-                    prompt: &req.prompt,
+                    prompt: req.prompt.as_deref().unwrap_or_default(),
                     title: req.title.as_deref(),
                     session_id: req.session_id.as_deref(),
                     subject_kind: req.subject_kind.as_deref(),

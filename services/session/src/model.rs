@@ -125,7 +125,7 @@ pub fn resolve_title(title: Option<&str>, prompt: &str) -> Result<String, Servic
 pub fn check_prompt(prompt: &str) -> Result<(), ServiceError> {
     if prompt.trim().is_empty() {
         return Err(ServiceError::invalid(
-            "prompt: required and must not be blank",
+            "prompt: required to open a session, and must not be blank (a resume with session_id may leave it out)",
         ));
     }
     if prompt.len() > MAX_PROMPT_BYTES {

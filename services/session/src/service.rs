@@ -275,7 +275,12 @@ impl SessionService {
         } = *request;
         let tenant_id = TenantId::of(caller)?;
         let agent_id = agent(caller)?;
-        model::check_prompt(prompt)?;
+        let resuming = session_id.is_some_and(|s| !s.trim().is_empty());
+        // Resuming without a prompt adds nothing to the session's prompts.
+        let prompt = (!resuming || !prompt.trim().is_empty()).then_some(prompt);
+        if let Some(prompt) = prompt {
+            model::check_prompt(prompt)?;
+        }
         let subject = model::check_subject(subject_kind, subject_id)?;
         if subject.is_some() && caller.actor() == Actor::Agent {
             return Err(ServiceError::denied(
@@ -305,9 +310,13 @@ impl SessionService {
                 now_ms: now,
                 closed_since_ms: None,
             };
+            let reasoning = match prompt {
+                Some(_) => std::slice::from_ref(&reasoning),
+                None => &[],
+            };
             let events = self
                 .store
-                .resume(&scope, agent_id, prompt, std::slice::from_ref(&reasoning))
+                .resume(&scope, agent_id, prompt, reasoning)
                 .await?
                 .map_err(|r| refusal(r, &session_id))?;
             self.publish(&events);
@@ -315,6 +324,7 @@ impl SessionService {
             return self.get(caller, &session_id).await;
         }
 
+        let prompt = prompt.unwrap_or_default();
         let subject = match subject {
             Some((kind, id)) => Some(self.checked_subject(caller, &kind, &id).await?),
             None => None,

@@ -286,33 +286,38 @@ impl Store {
         &self,
         scope: &AppendScope<'_>,
         agent_id: &str,
-        prompt: &str,
+        prompt: Option<&str>,
         events: &[NewEvent],
     ) -> Result<Result<Vec<EventRow>, Refusal>, sqlx::Error> {
+        // Without a prompt the session's prompts stay as they are.
+        let added = i64::from(prompt.is_some());
         let outcome = {
             let _gate = self.db.write_gate().await;
             with_pool!(self.db, pool => {
                 let mut tx = pool.begin().await?;
                 let position: Option<i64> = sqlx::query_scalar(
-                    "UPDATE sessions SET prompt_count = prompt_count + 1, updated_at_ms = $3 \
+                    "UPDATE sessions SET prompt_count = prompt_count + $5, updated_at_ms = $3 \
                      WHERE session_id = $1 AND tenant_id = $2 AND status = $4 RETURNING prompt_count",
                 )
                 .bind(scope.session_id.as_str())
                 .bind(scope.tenant_id.as_str())
                 .bind(scope.now_ms)
                 .bind(Status::Open.as_str())
+                .bind(added)
                 .fetch_optional(&mut *tx)
                 .await?;
                 match position {
                     None => None,
                     Some(position) => {
-                        sqlx::query("INSERT INTO prompts (session_id, position, text, created_at_ms) VALUES ($1, $2, $3, $4)")
-                            .bind(scope.session_id.as_str())
-                            .bind(position)
-                            .bind(prompt)
-                            .bind(scope.now_ms)
-                            .execute(&mut *tx)
-                            .await?;
+                        if let Some(prompt) = prompt {
+                            sqlx::query("INSERT INTO prompts (session_id, position, text, created_at_ms) VALUES ($1, $2, $3, $4)")
+                                .bind(scope.session_id.as_str())
+                                .bind(position)
+                                .bind(prompt)
+                                .bind(scope.now_ms)
+                                .execute(&mut *tx)
+                                .await?;
+                        }
                         set_current_in_tx!(tx, scope.tenant_id.as_str(), agent_id, scope.session_id.as_str(), scope.now_ms)?;
                         let mut seqs = Vec::with_capacity(events.len());
                         for event in events {
