@@ -1459,7 +1459,7 @@ async fn the_session_lifecycle_through_the_edge() {
         }
     };
     let r1 = record(s1.clone()).await;
-    let names1: Vec<&str> = r1["calls"]
+    let names1: Vec<&str> = r1["tool_calls"]
         .as_array()
         .expect("calls")
         .iter()
@@ -1467,7 +1467,7 @@ async fn the_session_lifecycle_through_the_edge() {
         .collect();
     assert_eq!(names1, vec!["session_context", "record_reasoning"], "{r1}");
     let r2 = record(s2.clone()).await;
-    let calls2 = r2["calls"].as_array().expect("calls");
+    let calls2 = r2["tool_calls"].as_array().expect("calls");
     let failed = calls2
         .iter()
         .find(|c| c["name"] == "get_strategy")
@@ -1527,7 +1527,7 @@ async fn the_session_lifecycle_through_the_edge() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("archived"));
     // Archived: the trace left the hot table and is still readable.
     let r1_again = record(s1).await;
-    assert_eq!(r1_again["calls"], r1["calls"]);
+    assert_eq!(r1_again["tool_calls"], r1["tool_calls"]);
 }
 
 /// The filter story of seed 003 through the edge, in both protocol eras:
@@ -1754,7 +1754,7 @@ async fn the_filter_story_through_the_edge() {
                 .expect("record"),
         )
         .expect("json");
-        let names: Vec<&str> = record["calls"]
+        let names: Vec<&str> = record["tool_calls"]
             .as_array()
             .expect("calls")
             .iter()

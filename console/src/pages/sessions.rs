@@ -404,7 +404,7 @@ pub async fn on_subject(
             status: d.status,
             created_at: d.created_at,
             calls: record
-                .calls
+                .tool_calls
                 .into_iter()
                 .map(|c| RecordedCall {
                     seq: c.seq,

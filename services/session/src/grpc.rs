@@ -169,7 +169,7 @@ impl Rpc for Grpc {
         };
         Ok(Response::new(pb::SessionRecord {
             session_id: row.session_id.into(),
-            calls: record
+            tool_calls: record
                 .calls
                 .into_iter()
                 .map(|c| pb::RecordedCall {
