@@ -506,6 +506,21 @@ async fn every_tool_result_validates_against_its_output_schema() {
         )
         .await;
     assert_eq!(refused["error"], "TRADING_DISABLED", "{refused}");
+    // One refusal, one denial in the trace (the approvals service records
+    // it; the edge used to add a second).
+    let trace = common::ithaca()
+        .args(["sessions", "show"])
+        .arg(opened["session_id"].as_str().expect("session id"))
+        .arg("--data-dir")
+        .arg(up.dir.path().join("stack"))
+        .output()
+        .expect("ithaca sessions show");
+    let trace = String::from_utf8_lossy(&trace.stdout);
+    let denials = trace
+        .lines()
+        .filter(|l| l.contains(" denial ") && l.contains("TRADING_DISABLED"))
+        .count();
+    assert_eq!(denials, 1, "{trace}");
     pass.ok(&up, &up.agent, "list_approvals", json!({})).await;
     pass.err(
         &up,

@@ -47,6 +47,11 @@ const DENIAL_CODES: [&str; 5] = [
     "SUBJECT_REQUIRED",
 ];
 
+/// Refusals the approvals service records in the trace itself (a policy
+/// denial, a person declining to confirm): the edge adds no second event
+/// for them, only the call's `tool_result`.
+const TRACED_BY_APPROVALS: [&str; 2] = ["TRADING_DISABLED", "NOT_CONFIRMED"];
+
 /// How many lost results the edge remembers to report.
 const MAX_ORPHANS: usize = 1024;
 
@@ -502,7 +507,12 @@ impl Core {
                 .to_result(),
             ));
         }
-        if let Err(failure) = &outcome {
+        let traced_elsewhere = |f: &ToolFailure| {
+            tool.options.approval_required && TRACED_BY_APPROVALS.contains(&f.code.as_str())
+        };
+        if let Err(failure) = &outcome
+            && !traced_elsewhere(failure)
+        {
             let kind = if DENIAL_CODES.contains(&failure.code.as_str()) {
                 spb::EventType::Denial
             } else {
