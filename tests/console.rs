@@ -601,7 +601,7 @@ async fn browser_approval_decided_and_run_artifacts() {
     let run = call(
         &up,
         "run_skill",
-        json!({"skill_id": "backtest.momentum", "inputs": {"symbol": "AAPL", "lookback": 60, "holding": 20}}),
+        json!({"skill_id": "backtest.momentum", "inputs": {"symbol": "AAPL", "lookback": 60, "rebalance": 20}}),
     )
     .await;
     let run_id = run["structuredContent"]["run_id"]

@@ -321,7 +321,7 @@ async fn a_batch_run_reports_its_steps_then_the_run_in_both_eras() {
         Era::Modern,
         4,
         "run_skill",
-        json!({"skill_id": "backtest.momentum", "inputs": {"symbol": "AAPL", "lookback": 60, "holding": 20}}),
+        json!({"skill_id": "backtest.momentum", "inputs": {"symbol": "AAPL", "lookback": 60, "rebalance": 20}}),
         json!({"progressToken": 44}),
         json!({}),
         json!({}),

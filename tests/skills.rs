@@ -319,7 +319,7 @@ async fn computations(s: Stack) {
     let bt = run(
         &mut c,
         "backtest.momentum",
-        json!({"symbol": "MSFT", "lookback": 126, "holding": 21, "cost_bps": 5}),
+        json!({"symbol": "MSFT", "lookback": 126, "rebalance": 21, "cost_bps": 5}),
     )
     .await
     .expect("run");
@@ -708,6 +708,53 @@ async fn charts_render_to_png() {
             ),
         }
     }
+}
+
+/// A strategy's backtest says why it starts where it does (its universe's
+/// latest first bar: FB's IPO) and why it stopped (its drawdown limit), and
+/// sets its return beside buy and hold; every number's unit is in the
+/// skill's output schema.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_strategy_backtest_explains_its_start_and_its_stop() {
+    let s = stack().await;
+    let mut c = client(&s.skills_url, common::agent("tenant-a", "agent-a"));
+    let strategy = c
+        .propose_strategy(pb::ProposeStrategyRequest {
+            name: "with FB".into(),
+            universe: vec!["AAPL".into(), "FB".into()],
+            lookback: 21,
+            rebalance: 5,
+            risk: Some(pb::RiskLimits {
+                max_weight: None,
+                max_drawdown: Some(0.02),
+            }),
+            cost_bps: None,
+        })
+        .await
+        .expect("propose")
+        .into_inner();
+    let r = run(
+        &mut c,
+        "backtest.momentum",
+        json!({"strategy_id": strategy.strategy_id}),
+    )
+    .await
+    .expect("run");
+    assert_eq!(r.status, "succeeded", "{}", r.error);
+    let o = outputs(&r);
+    assert_eq!(o["start"], "2012-05-18", "FB's first bar: {o}");
+    let why = o["start_reason"].as_str().expect("start_reason");
+    assert!(why.contains("FB") && why.contains("2012-05-18"), "{why}");
+    let stopped = o["stopped_on"].as_str().expect("a 2% limit stops it");
+    let reason = o["stopped_reason"].as_str().expect("stopped_reason");
+    assert!(reason.contains(stopped) && reason.contains("0.02"), "{reason}");
+    let (total, hold, excess) = (
+        o["total_return"].as_f64().expect("total"),
+        o["buy_and_hold_return"].as_f64().expect("buy and hold"),
+        o["excess_return"].as_f64().expect("excess"),
+    );
+    assert!((total - hold - excess).abs() < 1e-12, "{o}");
+    assert_eq!(o["rebalance"], 5, "the strategy's own word: {o}");
 }
 
 /// An independent long/flat momentum simulation, period by period.
@@ -1623,7 +1670,7 @@ async fn eps_filter(store: Store) {
         ),
     };
     let inputs = json!({"symbol": "AAPL", "start": "2008-01-01", "end": "2013-12-31",
-        "lookback": 126, "holding": 21, "fundamental_filter": "ttm_eps_growth"});
+        "lookback": 126, "rebalance": 21, "fundamental_filter": "ttm_eps_growth"});
     let agent = common::agent("tenant-a", "agent-a");
     let full = stack_with_sec(full, &apple_companyfacts()).await;
     let mut c = client(&full.skills_url, agent.clone());
@@ -1634,7 +1681,7 @@ async fn eps_filter(store: Store) {
     let plain = run(
         &mut c,
         "backtest.momentum",
-        json!({"symbol": "AAPL", "start": "2008-01-01", "end": "2013-12-31", "lookback": 126, "holding": 21}),
+        json!({"symbol": "AAPL", "start": "2008-01-01", "end": "2013-12-31", "lookback": 126, "rebalance": 21}),
     )
     .await
     .expect("plain");

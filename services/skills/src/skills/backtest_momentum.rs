@@ -33,21 +33,34 @@ impl Skill for BacktestMomentum {
             skill_id: "backtest.momentum",
             version: "1.0",
             name: "Momentum Backtest",
-            description: "Long/flat time-series momentum on one symbol: every `holding` days go long if the trailing `lookback`-day return is positive, else flat; transaction costs per change. Equity curve (CSV and SVG, with buy and hold and the drawdown) and statistics.",
+            description: "Long/flat time-series momentum on one symbol: every `rebalance` days go long if the trailing `lookback`-day return is positive, else flat; transaction costs per change. Equity curve (CSV and SVG, with buy and hold and the drawdown) and statistics.",
             input_schema: json!({"type": "object", "additionalProperties": false, "properties": {
                 "symbol": {"type": "string", "maxLength": super::MAX_SYMBOL_LEN, "description": "Ticker to backtest (or give strategy_id)."},
                 "strategy_id": {"type": "string", "maxLength": 64, "description": "A proposed strategy to backtest instead: its universe (equal weights), lookback, rebalance, costs and risk limits."},
                 "lookback": {"type": "integer", "minimum": 1, "maximum": 756, "default": DEFAULT_LOOKBACK, "description": "Trailing days for the momentum signal."},
-                "holding": {"type": "integer", "minimum": 1, "maximum": 252, "default": DEFAULT_HOLDING, "description": "Days between rebalances."},
+                "rebalance": {"type": "integer", "minimum": 1, "maximum": 252, "default": DEFAULT_HOLDING, "description": "Trading days between rebalances (as a strategy's rebalance)."},
                 "cost_bps": {"type": "number", "minimum": 0, "maximum": 500, "default": DEFAULT_COST_BPS, "description": "Cost per position change, basis points."},
                 "fundamental_filter": {"type": "string", "maxLength": 20, "description": "ttm_eps_growth: hold a symbol only while its TTM diluted EPS known on the rebalance day (filings filed on or before it) is above the TTM EPS known a year before; point-in-time, so no rebalance sees a later filing. Omit for no filter."},
                 "start": date_schema("Start"), "end": date_schema("End")}}),
-            output_schema: json!({"type": "object", "properties": {
-                "symbol": {"type": "string"}, "total_return": {"type": "number"}, "cagr": {"type": "number"},
-                "fundamental_filter": {"type": "string"}, "filtered_out": {"type": "integer"},
-                "rebalances": {"type": "array", "description": "With a fundamental filter: each rebalance day, its momentum signal, the TTM EPS known then and a year before, and whether the symbol was held.", "items": {"type": "object"}},
-                "volatility": {"type": "number"}, "sharpe": {"type": "number"}, "max_drawdown": {"type": "number"},
-                "trades": {"type": "integer"}, "buy_and_hold_return": {"type": "number"}}}),
+            output_schema: {
+                let mut properties = super::series_statistics();
+                properties.extend([
+                    ("symbol".to_owned(), json!({"type": "string"})),
+                    ("fundamental_filter".to_owned(), json!({"type": "string"})),
+                    ("filtered_out".to_owned(), super::count("Rebalance days the fundamental filter kept the position flat although the momentum signal was long.")),
+                    ("rebalances".to_owned(), json!({"type": "array", "description": "With a fundamental filter: each rebalance day, its momentum signal, the TTM EPS known then and a year before, and whether the symbol was held.", "items": {"type": "object"}})),
+                    ("trades".to_owned(), super::count("Position changes (each entry or exit pays cost_bps).")),
+                    ("buy_and_hold_return".to_owned(), super::number(&format!("Return of holding the symbol (or the universe, equal weights) over the same days, {}.", super::FRACTION))),
+                    ("lookback".to_owned(), super::count("Trading days of the momentum signal.")),
+                    ("rebalance".to_owned(), super::count("Trading days between rebalances.")),
+                    ("cost_bps".to_owned(), super::number("Cost per position change, basis points (1 bp = 0.01%).")),
+                    ("excess_return".to_owned(), super::number(&format!("A strategy's total_return less buy_and_hold_return, {}.", super::FRACTION))),
+                    ("start_reason".to_owned(), json!({"type": "string", "description": "Why a strategy's backtest starts on `start` (its universe's first common day)."})),
+                    ("stopped_on".to_owned(), json!({"type": ["string", "null"], "description": "The day the strategy's risk.max_drawdown closed its positions, if it did."})),
+                    ("stopped_reason".to_owned(), json!({"type": ["string", "null"], "description": "Why it stopped on stopped_on."})),
+                ]);
+                json!({"type": "object", "properties": properties})
+            },
             profile: Profile::Batch,
             asset_class: "equity",
             source_classes: &["computed"],
@@ -83,7 +96,7 @@ impl Skill for BacktestMomentum {
         );
         let (dates, prices) = (&series.dates, &series.prices);
         let lookback = inputs.count("lookback").unwrap_or(DEFAULT_LOOKBACK);
-        let holding = inputs.count("holding").unwrap_or(DEFAULT_HOLDING);
+        let holding = inputs.count("rebalance").unwrap_or(DEFAULT_HOLDING);
         // An absent cost is free, as before a default existed; the manifest's
         // default fills it in for every run that goes through validation.
         let cost = inputs.number("cost_bps").unwrap_or(0.0);
@@ -117,7 +130,7 @@ impl Skill for BacktestMomentum {
             &bt.equity,
             &benchmark,
         );
-        let outputs = json!({"symbol": symbol, "lookback": lookback, "holding": holding, "cost_bps": cost,
+        let outputs = json!({"symbol": symbol, "lookback": lookback, "rebalance": holding, "cost_bps": cost,
             "start": dates.first(), "end": dates.last(), "total_return": bt.total_return, "cagr": bt.cagr,
             "volatility": bt.volatility, "sharpe": bt.sharpe, "max_drawdown": bt.max_drawdown, "trades": bt.trades,
             "buy_and_hold_return": buy_hold});
@@ -228,12 +241,45 @@ async fn backtest_strategy(
         &equity,
         &benchmark,
     );
+    // Why the backtest starts where it does: the universe's common days
+    // begin at the latest first bar among its symbols.
+    let latest_listed = spec
+        .universe
+        .iter()
+        .zip(&series)
+        .filter_map(|(symbol, s)| s.keys().next().map(|d| (d.clone(), symbol.clone())))
+        .max();
+    let start_reason = match (dates.first(), latest_listed) {
+        (Some(start), Some((first_bar, symbol)))
+            if spec.universe.len() > 1 && &first_bar == start =>
+        {
+            format!(
+                "the first day every symbol of the universe has a bar: {symbol}'s first bar is {first_bar}; \
+             the signal needs {lookback} days more, so positions start later"
+            )
+        }
+        (Some(start), _) => format!(
+            "{start} is the first common bar in the range asked (`start`, or the data's first bar); \
+             the signal needs {lookback} days, so positions start later"
+        ),
+        (None, _) => String::new(),
+    };
+    let total_return = equity.last().map(|e| e - 1.0);
+    let buy_and_hold_return = benchmark.last().map(|b| b - 1.0);
     let outputs = json!({"strategy_id": strategy.strategy_id, "name": strategy.name, "universe": spec.universe,
-        "start": dates.first(), "end": dates.last(),
-        "total_return": equity.last().map(|e| e - 1.0), "cagr": summary.as_ref().map(|s| s.cagr),
-        "volatility": summary.as_ref().map(|s| s.volatility), "sharpe": summary.as_ref().map(|s| s.sharpe),
-        "max_drawdown": compute::max_drawdown(&equity),
-        "stopped_on": stopped_on.map(|i| dates[i].clone())});
+    "start": dates.first(), "end": dates.last(), "start_reason": start_reason,
+    "total_return": total_return, "cagr": summary.as_ref().map(|s| s.cagr),
+    "volatility": summary.as_ref().map(|s| s.volatility), "sharpe": summary.as_ref().map(|s| s.sharpe),
+    "max_drawdown": compute::max_drawdown(&equity),
+    "buy_and_hold_return": buy_and_hold_return,
+    "excess_return": total_return.zip(buy_and_hold_return).map(|(t, b)| t - b),
+    "lookback": lookback, "rebalance": holding, "cost_bps": spec.cost_bps,
+    "stopped_on": stopped_on.map(|i| dates[i].clone()),
+    "stopped_reason": stopped_on.zip(spec.risk.max_drawdown).map(|(i, limit)| format!(
+        "on {} the equity fell more than {limit} (the strategy's risk.max_drawdown, {}) below its peak; \
+         the positions were closed and it stayed flat to the end",
+        dates[i], super::FRACTION
+    ))});
     let mut outputs = outputs;
     if inputs.text("fundamental_filter").is_some() {
         outputs["fundamental_filter"] = json!(EPS_GROWTH);

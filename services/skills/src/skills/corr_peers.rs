@@ -35,7 +35,9 @@ impl Skill for CorrPeers {
                 "start": date_schema("Start"), "end": date_schema("End")}}),
             output_schema: json!({"type": "object", "properties": {
                 "symbol": {"type": "string"},
-                "peers": {"type": "array", "items": {"type": "object", "properties": {"symbol": {"type": "string"}, "correlation": {"type": "number"}, "observations": {"type": "integer"}}}}}}),
+                "peers": {"type": "array", "items": {"type": "object", "properties": {"symbol": {"type": "string"},
+                    "correlation": super::number("Pearson correlation of daily log returns on the common dates, from -1 to 1."),
+                    "observations": super::count("Common daily returns used.")}}}}}),
             profile: Profile::Interactive,
             asset_class: "equity",
             source_classes: &["computed"],

@@ -31,10 +31,10 @@ impl Skill for LightCurveFeatures {
                 "broker_id": {"type": "string", "maxLength": 64, "description": "The broker holding its alerts (default ztf-archive; see list_brokers)."}}}),
             output_schema: json!({"type": "object", "properties": {
                 "objectId": {"type": "string"}, "broker_id": {"type": "string"},
-                "detections": {"type": "integer"},
+                "detections": super::count("Detections used (upper limits and forced photometry are not)."),
                 "peak": {"type": ["object", "null"]},
                 "bands": {"type": "object"},
-                "g_minus_r_near_peak": {"type": ["number", "null"]}}}),
+                "g_minus_r_near_peak": super::maybe_number("g − r colour near the peak (detections within 3 days of it), magnitudes of difference photometry.")}}),
             profile: Profile::Interactive,
             asset_class: "astronomy",
             source_classes: &["broker"],

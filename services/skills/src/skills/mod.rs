@@ -340,3 +340,95 @@ fn required_symbol(inputs: &Inputs) -> Result<String, ServiceError> {
         .symbol()
         .ok_or_else(|| ServiceError::invalid("inputs.symbol: required input is missing"))
 }
+
+/// A number in an output schema, with what it measures and in which unit.
+fn number(what: &str) -> Value {
+    json!({"type": "number", "description": what})
+}
+
+/// A number that may be absent (`null`), with what it measures and its unit.
+fn maybe_number(what: &str) -> Value {
+    json!({"type": ["number", "null"], "description": what})
+}
+
+/// A count in an output schema, with what it counts.
+fn count(what: &str) -> Value {
+    json!({"type": "integer", "description": what})
+}
+
+/// Fractions are what the skills compute with: `0.12` is 12 %.
+const FRACTION: &str = "a fraction: 0.12 is 12%";
+
+/// The statistics of a price or equity series, as returns.summary and the
+/// backtest report them.
+fn series_statistics() -> Map<String, Value> {
+    let fields = [
+        (
+            "total_return",
+            format!("Return over the whole period, {FRACTION}."),
+        ),
+        (
+            "cagr",
+            format!("Compound annual growth rate, {FRACTION} a year."),
+        ),
+        (
+            "volatility",
+            format!("Annualized volatility of daily log returns (×√252), {FRACTION}."),
+        ),
+        (
+            "sharpe",
+            "Annualized Sharpe ratio of daily log returns, risk-free rate 0 (a ratio, no unit)."
+                .to_owned(),
+        ),
+        (
+            "max_drawdown",
+            format!("Largest fall from a peak to a later trough, {FRACTION} of the peak."),
+        ),
+    ];
+    fields
+        .into_iter()
+        .map(|(name, what)| (name.to_owned(), number(&what)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every number a skill answers says what it measures and its unit
+    /// (`total_return: 23.63` read as a percentage when it is a fraction).
+    #[test]
+    fn every_numeric_output_field_says_its_unit() {
+        fn walk(skill: &str, path: &str, schema: &Value, bare: &mut Vec<String>) {
+            let Some(map) = schema.as_object() else {
+                return;
+            };
+            let numeric = |t: &Value| t == "number" || t == "integer";
+            let typed = map.get("type").is_some_and(|t| match t {
+                Value::Array(ts) => ts.iter().any(numeric),
+                t => numeric(t),
+            });
+            let described = map
+                .get("description")
+                .and_then(Value::as_str)
+                .is_some_and(|d| !d.trim().is_empty());
+            if typed && !described {
+                bare.push(format!("{skill}: {path}"));
+            }
+            if let Some(props) = map.get("properties").and_then(Value::as_object) {
+                for (name, inner) in props {
+                    walk(skill, &format!("{path}.{name}"), inner, bare);
+                }
+            }
+            if let Some(items) = map.get("items") {
+                walk(skill, &format!("{path}[]"), items, bare);
+            }
+        }
+        let mut bare = Vec::new();
+        for skill in BUILTIN {
+            let m = skill.manifest();
+            walk(m.skill_id, "outputs", &m.output_schema, &mut bare);
+        }
+        assert!(bare.is_empty(), "numbers without a unit: {bare:#?}");
+    }
+}

@@ -46,7 +46,7 @@ impl Skill for PeersScreen {
                 "symbol": {"type": "string"}, "date": {"type": "string"}, "rank_by": {"type": "string"},
                 "metrics": {"type": "array", "items": {"type": "string"}},
                 "rows": {"type": "array", "items": {"type": "object", "properties": {
-                    "symbol": {"type": "string"}, "rank": {"type": "integer"},
+                    "symbol": {"type": "string"}, "rank": super::count("Place by rank_by, 1 first."),
                     "metrics": {"type": "object"}}}}}}),
             profile: Profile::Interactive,
             asset_class: "equity",

@@ -22,9 +22,11 @@ impl Skill for ReturnsSummary {
             description: "CAGR, annualized volatility, Sharpe ratio (zero risk-free rate) and maximum drawdown of one symbol over a date range.",
             input_schema: json!({"type": "object", "additionalProperties": false, "required": ["symbol"], "properties": {
                 "symbol": symbol_schema(), "start": date_schema("Start"), "end": date_schema("End")}}),
-            output_schema: json!({"type": "object", "properties": {
-                "symbol": {"type": "string"}, "cagr": {"type": "number"}, "volatility": {"type": "number"},
-                "sharpe": {"type": "number"}, "max_drawdown": {"type": "number"}, "total_return": {"type": "number"}}}),
+            output_schema: {
+                let mut properties = super::series_statistics();
+                properties.insert("symbol".to_owned(), json!({"type": "string"}));
+                json!({"type": "object", "properties": properties})
+            },
             profile: Profile::Interactive,
             asset_class: "equity",
             source_classes: &["computed"],

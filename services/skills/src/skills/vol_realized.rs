@@ -28,8 +28,9 @@ impl Skill for VolRealized {
                 "window": {"type": "integer", "minimum": 2, "maximum": 2520, "default": DEFAULT_WINDOW, "description": "Trading days of returns."},
                 "end": date_schema("End")}}),
             output_schema: json!({"type": "object", "properties": {
-                "symbol": {"type": "string"}, "window": {"type": "integer"}, "volatility": {"type": "number"},
-                "as_of": {"type": "string"}, "observations": {"type": "integer"}}}),
+                "symbol": {"type": "string"}, "window": super::count("Trading days of returns."),
+                "volatility": super::number(&format!("Annualized realized volatility of daily log returns over the window (×√252), {}.", super::FRACTION)),
+                "as_of": {"type": "string"}, "observations": super::count("Daily returns used.")}}),
             profile: Profile::Interactive,
             asset_class: "vol",
             source_classes: &["computed"],

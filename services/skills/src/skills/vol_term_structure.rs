@@ -31,7 +31,9 @@ impl Skill for VolTermStructure {
                 "end": date_schema("End")}}),
             output_schema: json!({"type": "object", "properties": {
                 "symbol": {"type": "string"}, "as_of": {"type": "string"},
-                "points": {"type": "array", "items": {"type": "object", "properties": {"window": {"type": "integer"}, "volatility": {"type": "number"}}}}}}),
+                "points": {"type": "array", "items": {"type": "object", "properties": {
+                    "window": super::count("Trading days of returns."),
+                    "volatility": super::number(&format!("Annualized realized volatility over that window (×√252), {}.", super::FRACTION))}}}}}),
             profile: Profile::Interactive,
             asset_class: "vol",
             source_classes: &["computed"],
