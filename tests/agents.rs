@@ -1737,6 +1737,31 @@ async fn the_filter_story_through_the_edge() {
             "not yet active: {still}"
         );
 
+        // The person sees what they approve, in the filter's terms.
+        let asked = ok(&call(
+            person.clone(),
+            era,
+            "get_approval",
+            json!({"approval_id": approval_id}),
+        )
+        .await);
+        let summary = &asked["summary"];
+        assert_eq!(summary["filter"]["filter_id"], filter_id, "{asked}");
+        assert_eq!(summary["version"], version, "{asked}");
+        assert_eq!(summary["verdict"]["passed"], true, "{asked}");
+        assert!(
+            summary["pipeline"]
+                .as_str()
+                .is_some_and(|p| p.contains("candidate.magpsf")),
+            "the pipeline it would run: {asked}"
+        );
+        assert!(
+            summary["what"]
+                .as_str()
+                .is_some_and(|w| w.contains("every new alert")),
+            "{asked}"
+        );
+
         // The person approves; the call runs as the agent, in its session.
         let decided = ok(&call(
             person.clone(),

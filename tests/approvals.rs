@@ -365,6 +365,18 @@ async fn promotion_needs_policy_and_a_person() {
     let pending = filed.approval.expect("approval");
     assert_eq!(pending.status, "pending");
     assert_eq!(pending.service, ithaca_proto::service_names::SKILLS);
+    // It shows what it would do, in the skills service's terms: the
+    // strategy's spec and its latest backtest (none yet).
+    let summary = json::from_struct(pending.summary.clone().expect("a summary"));
+    assert!(
+        summary["what"]
+            .as_str()
+            .is_some_and(|w| w.contains("promote strategy \"m\" to paper")),
+        "{summary}"
+    );
+    assert_eq!(summary["strategy"]["universe"], serde_json::json!(["MSFT"]));
+    assert_eq!(summary["strategy"]["lookback"], 126, "{summary}");
+    assert!(summary["latest_backtest"]["none"].is_string(), "{summary}");
     // The same call again while it waits returns that approval; nothing new
     // is filed.
     let again = a
@@ -587,6 +599,7 @@ async fn an_expired_request_never_runs() {
         service: ithaca_proto::service_names::SKILLS.into(),
         method: "PromoteStrategy".into(),
         request: String::new(),
+        summary: String::new(),
     };
     ithaca_approvals::store::Store::new(db.clone())
         .insert(&expired)

@@ -551,6 +551,16 @@ async fn browser_approval_decided_and_run_artifacts() {
         .as_str()
         .unwrap_or_else(|| panic!("strategy: {strategy}"))
         .to_owned();
+    let backtest = call(
+        &up,
+        "run_skill",
+        json!({"skill_id": "backtest.momentum", "inputs": {"strategy_id": strategy_id}}),
+    )
+    .await;
+    assert_eq!(
+        backtest["structuredContent"]["status"], "succeeded",
+        "{backtest}"
+    );
     let mut policy = common::ithaca();
     policy
         .args(["policy", "set", "--trading", "on", "--data-dir"])
@@ -578,6 +588,10 @@ async fn browser_approval_decided_and_run_artifacts() {
         text.contains("paper trading enabled"),
         "policy shown: {text}"
     );
+    assert!(
+        text.contains("promote strategy \"tech momentum\" to paper trading"),
+        "what it would do: {text}"
+    );
     b.screenshot("approvals-inbox").await;
     b.fill(&format!("{card} input[name=note]"), "backtest looks sane")
         .await;
@@ -586,6 +600,11 @@ async fn browser_approval_decided_and_run_artifacts() {
     assert_eq!(b.text("#approval-status").await, "executed");
     assert_eq!(b.text("#approval-note").await, "backtest looks sane");
     assert!(b.text("#approval-result").await.contains("paper"));
+    // What was approved: the strategy's spec and its backtest's figures.
+    let what = b.text("#approval-summary").await;
+    for shown in ["AAPL", "MSFT", "total_return", "sharpe", "max_drawdown"] {
+        assert!(what.contains(shown), "{shown} on the approval page: {what}");
+    }
     b.screenshot("approval-decided").await;
 
     // The session's trace holds the request, the decision and the execution.

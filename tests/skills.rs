@@ -747,7 +747,10 @@ async fn a_strategy_backtest_explains_its_start_and_its_stop() {
     assert!(why.contains("FB") && why.contains("2012-05-18"), "{why}");
     let stopped = o["stopped_on"].as_str().expect("a 2% limit stops it");
     let reason = o["stopped_reason"].as_str().expect("stopped_reason");
-    assert!(reason.contains(stopped) && reason.contains("0.02"), "{reason}");
+    assert!(
+        reason.contains(stopped) && reason.contains("0.02"),
+        "{reason}"
+    );
     let (total, hold, excess) = (
         o["total_return"].as_f64().expect("total"),
         o["buy_and_hold_return"].as_f64().expect("buy and hold"),

@@ -26,6 +26,43 @@ pub fn is_check<T>(request: &Request<T>) -> bool {
     request.metadata().get(CHECK_KEY).is_some()
 }
 
+/// Response metadata in which an owning service's check says what the call
+/// would do, in its own terms (a filter version's pipeline and what it
+/// replaces, a strategy's spec and backtest): JSON, shown to the person
+/// who decides. Binary metadata, so any text travels.
+pub const SUMMARY_KEY: &str = "x-ithaca-approval-summary-bin";
+
+/// The largest summary a check may attach (JSON bytes): it travels in a
+/// header, and HTTP/2 peers refuse header lists past 16 KiB.
+pub const MAX_SUMMARY_BYTES: usize = 6 * 1024;
+
+/// Attach `summary` to a check's response ([`SUMMARY_KEY`]). One that does
+/// not fit [`MAX_SUMMARY_BYTES`] is replaced by a note saying so.
+pub fn attach_summary<T>(response: &mut tonic::Response<T>, summary: &serde_json::Value) {
+    let mut text = summary.to_string();
+    if text.len() > MAX_SUMMARY_BYTES {
+        text = serde_json::json!({
+            "note": format!(
+                "the summary of this call ({} bytes) is larger than {MAX_SUMMARY_BYTES} bytes; read the object itself",
+                text.len()
+            )
+        })
+        .to_string();
+    }
+    response.metadata_mut().insert_bin(
+        SUMMARY_KEY,
+        tonic::metadata::MetadataValue::from_bytes(text.as_bytes()),
+    );
+}
+
+/// What an encoded call answered: the encoded response and, from a check,
+/// the owner's summary of what the call would do.
+#[derive(Clone, Debug, Default)]
+pub struct Answer {
+    pub body: Vec<u8>,
+    pub summary: Option<serde_json::Value>,
+}
+
 /// A call of an RPC whose types the caller does not know.
 #[derive(Clone, Copy, Debug)]
 pub struct EncodedCall<'a> {
@@ -39,14 +76,15 @@ pub struct EncodedCall<'a> {
 }
 
 /// One unary call of `/{service}/{method}` with an already encoded request,
-/// for `principal`, within `timeout`; returns the encoded response.
+/// for `principal`, within `timeout`; returns the encoded response (and a
+/// check's summary, when the owner attached one).
 pub async fn call_encoded(
     channel: Channel,
     call: EncodedCall<'_>,
     principal: &Principal,
     key: &InternalKey,
     timeout: Duration,
-) -> Result<Vec<u8>, Status> {
+) -> Result<Answer, Status> {
     let EncodedCall {
         service,
         method,
@@ -83,7 +121,18 @@ pub async fn call_encoded(
         grpc.unary(request, path, EncodedCodec).await
     };
     match tokio::time::timeout(timeout, call).await {
-        Ok(result) => result.map(tonic::Response::into_inner),
+        Ok(result) => result.map(|response| {
+            let summary = response
+                .metadata()
+                .get_bin(SUMMARY_KEY)
+                .and_then(|v| v.to_bytes().ok())
+                .filter(|b| b.len() <= MAX_SUMMARY_BYTES)
+                .and_then(|b| serde_json::from_slice(&b).ok());
+            Answer {
+                body: response.into_inner(),
+                summary,
+            }
+        }),
         Err(_) => Err(Status::deadline_exceeded(format!(
             "{service} did not answer within {} ms",
             timeout.as_millis()

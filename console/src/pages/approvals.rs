@@ -31,11 +31,42 @@ pub struct View {
     pub created_at: String,
     pub decided_at: String,
     pub expires_at: String,
+    /// What the call would do, in the owning service's words (its check's
+    /// summary): one sentence, the rest as JSON, and a filter version's
+    /// diff from the active one.
+    pub what: String,
+    pub summary: String,
+    pub diff: String,
+    /// The filter the call is about, for a link to its page.
+    pub filter_id: String,
 }
 
 impl From<pb::Approval> for View {
     fn from(a: pb::Approval) -> View {
+        let mut summary = a
+            .summary
+            .map(ithaca_kit::json::from_struct)
+            .unwrap_or_default();
+        let mut take = |key: &str| match summary.as_object_mut().and_then(|m| m.remove(key)) {
+            Some(serde_json::Value::String(s)) => s,
+            _ => String::new(),
+        };
+        let (what, diff) = (take("what"), take("diff_from_active"));
+        let filter_id = summary["filter"]["filter_id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let summary = match &summary {
+            serde_json::Value::Object(m) if !m.is_empty() => {
+                serde_json::to_string_pretty(&summary).unwrap_or_default()
+            }
+            _ => String::new(),
+        };
         View {
+            what,
+            summary,
+            diff,
+            filter_id,
             arguments: pretty(a.arguments),
             result: pretty(a.result),
             approval_id: a.approval_id,
@@ -197,13 +228,18 @@ pub async fn show(
         Ok(r) => r.into_inner(),
         Err(s) => return failed(s.into()),
     };
-    let policy = policy(&console, &person, &mut client).await;
+    // The trading policy applies to promotions; other approval-required
+    // calls wait for a person whatever it says.
+    let policy = match approval.tool.as_str() {
+        "promote_strategy" => policy_text(policy(&console, &person, &mut client).await.as_ref()),
+        _ => String::new(),
+    };
     html(
         StatusCode::OK,
         &ApprovalPage {
             nav: person.nav("approvals"),
             a: approval.into(),
-            policy: policy_text(policy.as_ref()),
+            policy,
             can_decide: person.has_scope(APPROVALS_DECIDE),
         },
     )

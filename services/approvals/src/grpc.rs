@@ -63,6 +63,7 @@ fn approval(a: ApprovalRow) -> pb::Approval {
         expires_at: clock::rfc3339(a.expires_at_ms),
         service: a.service,
         method: a.method,
+        summary: (!a.summary.is_empty()).then(|| parse(&a.summary)).flatten(),
     }
 }
 

@@ -344,9 +344,18 @@ impl ApprovalsService {
             body: &call.request,
             check: true,
         };
-        ithaca_kit::approval::call_encoded(owner.clone(), check, caller, &self.key, OWNER_TIMEOUT)
-            .await
-            .map_err(Refused::Owner)?;
+        let checked = ithaca_kit::approval::call_encoded(
+            owner.clone(),
+            check,
+            caller,
+            &self.key,
+            OWNER_TIMEOUT,
+        )
+        .await
+        .map_err(Refused::Owner)?;
+        // What the call would do, in the owner's terms, for the person who
+        // decides (absent when the owner says nothing).
+        let summary = checked.summary.map(|s| s.to_string()).unwrap_or_default();
 
         let context = call.context.clone().unwrap_or_default();
         let elicits = context.client.as_ref().is_some_and(|c| c.elicitation);
@@ -391,6 +400,7 @@ impl ApprovalsService {
             service: call.service.clone(),
             method: call.method.clone(),
             request: STANDARD.encode(&call.request),
+            summary,
         };
         if caller.actor() == Actor::Agent
             && let Some(pending) = self.store.pending_like(&approval, now).await?
@@ -656,6 +666,7 @@ impl ApprovalsService {
                 OWNER_TIMEOUT,
             )
             .await
+            .map(|answer| answer.body)
             .map_err(|status| {
                 let code = ithaca_kit::error::domain_code(&status)
                     .map_or_else(|| format!("{:?}", status.code()), str::to_owned);

@@ -65,10 +65,13 @@ pub struct ApprovalRow {
     pub method: String,
     /// The encoded request message, base64.
     pub request: String,
+    /// What the call would do, as the owner's check described it (JSON;
+    /// empty when it said nothing).
+    pub summary: String,
 }
 
 const APPROVAL_COLUMNS: &str = "approval_id, tenant_id, tool, arguments, status, requested_by, requester, session_id, \
-     decided_by, note, result, created_at_ms, decided_at_ms, expires_at_ms, service, method, request";
+     decided_by, note, result, created_at_ms, decided_at_ms, expires_at_ms, service, method, request, summary";
 
 /// What a transition also records.
 #[derive(Clone, Copy, Debug, Default)]
@@ -119,7 +122,7 @@ impl Store {
     pub async fn insert(&self, a: &ApprovalRow) -> Result<(), sqlx::Error> {
         let _gate = self.db.write_gate().await;
         let sql = format!(
-            "INSERT INTO approvals ({APPROVAL_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)"
+            "INSERT INTO approvals ({APPROVAL_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)"
         );
         with_pool!(self.db, pool => sqlx::query(&sql)
             .bind(&a.approval_id)
@@ -139,6 +142,7 @@ impl Store {
             .bind(&a.service)
             .bind(&a.method)
             .bind(&a.request)
+            .bind(&a.summary)
             .execute(pool)
             .await
             .map(|r| r.rows_affected()))?;

@@ -163,11 +163,19 @@ impl Rpc for Grpc {
         let caller = principal::of(&request)?;
         let check = ithaca_kit::approval::is_check(&request);
         let r = request.get_ref();
-        Ok(Response::new(strategy(
-            self.service
-                .promote_strategy(&caller, &r.strategy_id, &r.mode, check)
-                .await?,
-        )))
+        let row = self
+            .service
+            .promote_strategy(&caller, &r.strategy_id, &r.mode, check)
+            .await?;
+        let summary = match check {
+            true => Some(self.service.promotion_summary(&row, &r.mode).await?),
+            false => None,
+        };
+        let mut response = Response::new(strategy(row));
+        if let Some(summary) = &summary {
+            ithaca_kit::approval::attach_summary(&mut response, summary);
+        }
+        Ok(response)
     }
 
     async fn get_strategy(

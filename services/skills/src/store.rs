@@ -195,6 +195,22 @@ impl Store {
         with_pool!(self.db, pool => sqlx::query_as::<_, RunRow>(&sql).bind(run_id.as_str()).bind(tenant_id.as_str()).fetch_optional(pool).await)
     }
 
+    /// The latest successful backtest of a strategy.
+    pub async fn latest_backtest(
+        &self,
+        tenant_id: &TenantId,
+        strategy_id: &str,
+    ) -> Result<Option<RunRow>, sqlx::Error> {
+        let sql = format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE tenant_id = $1 AND skill_id = 'backtest.momentum' \
+             AND status = 'succeeded' AND inputs LIKE $2 ORDER BY updated_at_ms DESC, run_id LIMIT 1"
+        );
+        // Inputs are stored as compact JSON; a strategy id is a UUID, so
+        // it holds no LIKE wildcard.
+        let pattern = format!("%\"strategy_id\":\"{strategy_id}\"%");
+        with_pool!(self.db, pool => sqlx::query_as::<_, RunRow>(&sql).bind(tenant_id.as_str()).bind(pattern).fetch_optional(pool).await)
+    }
+
     pub async fn insert_artifact(&self, artifact: &ArtifactRow) -> Result<(), sqlx::Error> {
         let _gate = self.db.write_gate().await;
         let sql = format!(

@@ -89,4 +89,56 @@ impl SkillsService {
             .await?;
         self.strategy(caller, &strategy.strategy_id).await
     }
+
+    /// What promoting `strategy` to `mode` would do, for the person who
+    /// approves it: the strategy's spec and its latest successful backtest.
+    pub async fn promotion_summary(
+        &self,
+        strategy: &StrategyRow,
+        mode: &str,
+    ) -> Result<serde_json::Value, ServiceError> {
+        let mut spec = strategy.spec.to_json();
+        spec["name"] = json!(strategy.name);
+        spec["strategy_id"] = json!(strategy.strategy_id);
+        spec["status"] = json!(strategy.status.as_str());
+        let backtest = self
+            .store
+            .latest_backtest(&strategy.tenant_id, &strategy.strategy_id)
+            .await?;
+        let backtest = match backtest {
+            Some(run) => {
+                let outputs: serde_json::Value = run
+                    .outputs
+                    .as_deref()
+                    .and_then(|o| serde_json::from_str(o).ok())
+                    .unwrap_or_default();
+                let mut kept = json!({"run_id": run.run_id.as_str(), "uri": format!("doomberg://runs/{}", run.run_id.as_str())});
+                for key in [
+                    "start",
+                    "end",
+                    "total_return",
+                    "cagr",
+                    "volatility",
+                    "sharpe",
+                    "max_drawdown",
+                    "buy_and_hold_return",
+                    "excess_return",
+                    "stopped_on",
+                ] {
+                    if let Some(v) = outputs.get(key) {
+                        kept[key] = v.clone();
+                    }
+                }
+                kept
+            }
+            None => {
+                json!({"none": "no backtest of this strategy has succeeded; ask for one (run_skill backtest.momentum with its strategy_id)"})
+            }
+        };
+        Ok(json!({
+            "what": format!("promote strategy {:?} to {mode} trading", strategy.name),
+            "strategy": spec,
+            "latest_backtest": backtest,
+        }))
+    }
 }

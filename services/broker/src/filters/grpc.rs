@@ -291,12 +291,16 @@ impl Rpc for Grpc {
             .service
             .activate(&caller, &r.filter_id, r.version, check)
             .await?;
-        Ok(Response::new(pb::FilterActivation {
+        let mut response = Response::new(pb::FilterActivation {
             uri: filter_uri(&a.filter_id),
             filter_id: a.filter_id,
             active_version: n(a.version),
             previous_version: a.previous.map(n),
-        }))
+        });
+        if let Some(summary) = &a.summary {
+            ithaca_kit::approval::attach_summary(&mut response, summary);
+        }
+        Ok(response)
     }
 
     async fn get_broker_filter(

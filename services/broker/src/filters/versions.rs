@@ -13,7 +13,7 @@
 use super::model::{self, FilterId, Finding, codes};
 use super::pipeline::{self, Checked, StreamBounds};
 use super::service::{FilterService, require_subject, require_write_scope, tenant_of};
-use super::store::{StreamRow, Verdict};
+use super::store::{FilterRow, StreamRow, Verdict, VersionRow};
 use crate::alerts::schema::FlatField;
 use ithaca_kit::clock;
 use ithaca_kit::error::ServiceError;
@@ -40,6 +40,9 @@ pub struct Activation {
     pub filter_id: String,
     pub version: i64,
     pub previous: Option<i64>,
+    /// From a check: what the activation would do, for the person who
+    /// approves it (`ithaca_kit::approval::SUMMARY_KEY`).
+    pub summary: Option<serde_json::Value>,
 }
 
 /// A pipeline compiled for a stream: the compiled form with its warnings,
@@ -275,10 +278,14 @@ impl FilterService {
             .with_domain(codes::NOT_PREVIEWED));
         }
         if check {
+            let summary = self
+                .activation_summary(caller, &filter, &stored, &pipeline)
+                .await;
             return Ok(Activation {
                 filter_id: filter.filter_id,
                 version,
                 previous: filter.active_version,
+                summary: Some(summary),
             });
         }
         let previous = self
@@ -291,6 +298,63 @@ impl FilterService {
             filter_id: filter.filter_id,
             version,
             previous,
+            summary: None,
         })
     }
+
+    /// What activating `stored` would do, in the filter's terms: the filter,
+    /// the version's pipeline and verdict, and the active version it
+    /// replaces with the diff between them. Long parts are cut so the
+    /// summary fits the approval gate's bound.
+    async fn activation_summary(
+        &self,
+        caller: &Principal,
+        filter: &FilterRow,
+        stored: &VersionRow,
+        pipeline: &Json,
+    ) -> Json {
+        let warnings: Json = serde_json::from_str(&stored.warnings).unwrap_or(Json::Null);
+        let mut summary = serde_json::json!({
+            "what": format!(
+                "make version {} of filter {:?} the one the broker runs on every new alert of stream {}",
+                stored.version, filter.name, filter.stream_id
+            ),
+            "filter": {
+                "filter_id": filter.filter_id,
+                "name": filter.name,
+                "stream_id": filter.stream_id,
+                "uri": super::grpc::filter_uri(&filter.filter_id),
+            },
+            "version": stored.version,
+            "pipeline": cut(&model::pretty_text(pipeline), 2_000),
+            "verdict": {"passed": stored.passed, "warnings": warnings},
+            "previewed_in_session": true,
+            "replaces_version": filter.active_version,
+        });
+        if let Some(active) = filter.active_version.filter(|a| *a != stored.version)
+            && let Ok(diff) = self
+                .diff(
+                    caller,
+                    &filter.filter_id,
+                    i32::try_from(active).unwrap_or(0),
+                    i32::try_from(stored.version).unwrap_or(0),
+                )
+                .await
+        {
+            summary["diff_from_active"] = Json::String(cut(&diff.diff, 2_000));
+        }
+        summary
+    }
+}
+
+/// `text` cut to at most `max` bytes (at a character boundary), saying so.
+fn cut(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes in all)", &text[..end], text.len())
 }
