@@ -97,9 +97,9 @@ enum Command {
     /// Speak MCP over stdio for an agent that launches Ithaca (services run
     /// in-process unless their URLs are given).
     Mcp(mcp::McpArgs),
-    /// Connect a local agent (claude-desktop, claude-code, cursor, vscode,
-    /// codex, gemini, windsurf): merge the MCP server entry into its own
-    /// file, after showing the diff.
+    /// Connect a local agent: write Ithaca's MCP server into its config
+    /// file (Claude Desktop, Claude Code, Cursor, VS Code, Codex, Gemini
+    /// CLI, Windsurf), after showing the diff.
     ///
     /// The stdio form (default) has the agent launch `ithaca mcp`; the HTTP
     /// form (`--url`, or the running stack's URL, and a key from

@@ -253,8 +253,10 @@ pub async fn run(common: &CommonArgs, args: UpArgs) -> anyhow::Result<()> {
         .map_or("<AGENT_KEY>", |(agent, _)| agent.as_str());
     println!("  client config:");
     println!(
-        "    {{\"mcpServers\": {{\"ithaca\": {{\"type\": \"http\", \"url\": \"{mcp_url}\", \"headers\": {{\"Authorization\": \"Bearer {token}\"}}}}}}}}"
+        "    {{\"mcpServers\": {{\"{}\": {{\"type\": \"http\", \"url\": \"{mcp_url}\", \"headers\": {{\"Authorization\": \"Bearer {token}\"}}}}}}}}",
+        crate::connect::DEFAULT_NAME
     );
+    println!("  or let `ithaca connect <agent>` write it into the agent's own file");
     println!("ithaca: ready; press ctrl-c to stop");
 
     shutdown.cancelled().await;

@@ -173,18 +173,24 @@ impl Home {
 
     fn command(&self, args: &[&str]) -> std::process::Command {
         let mut cmd = common::ithaca();
-        cmd.env_remove("ITHACA_INTERNAL_KEY")
-            .env_remove("ITHACA_INTERNAL_KEY_FILE")
-            .env_remove("ITHACA_DATA_DIR")
-            .env_remove("XDG_CONFIG_HOME")
-            .env_remove("APPDATA")
-            .env_remove("CODEX_HOME")
-            .env("HOME", self.home())
-            .arg("connect")
+        self.environment(&mut cmd);
+        cmd.arg("connect")
             .args(args)
             .arg("--data-dir")
             .arg(self.data());
         cmd
+    }
+
+    /// Only this home decides where files go.
+    fn environment(&self, cmd: &mut std::process::Command) {
+        cmd.env_remove("ITHACA_INTERNAL_KEY")
+            .env_remove("ITHACA_INTERNAL_KEY_FILE")
+            .env_remove("ITHACA_DATA_DIR")
+            .env_remove("DOOMBERG_DB")
+            .env_remove("XDG_CONFIG_HOME")
+            .env_remove("APPDATA")
+            .env_remove("CODEX_HOME")
+            .env("HOME", self.home());
     }
 }
 
@@ -566,6 +572,56 @@ fn without_a_terminal_nothing_is_written_without_yes() {
         assert!(!out.status.success());
         assert_eq!(std::fs::read_to_string(&path).expect("read"), "");
     }
+}
+
+/// On a terminal the person is asked: "n" writes nothing, "y" writes. The
+/// terminal is util-linux `script`'s (Debian's bsdutils, always installed).
+#[test]
+fn a_terminal_is_asked_before_writing() {
+    let Some(script) = ["/usr/bin/script", "/bin/script"]
+        .iter()
+        .map(Path::new)
+        .find(|p| p.exists())
+    else {
+        eprintln!("NOT RUN: a_terminal_is_asked_before_writing needs util-linux `script`");
+        return;
+    };
+    let home = Home::new();
+    let case = &CASES[6];
+    let line = format!(
+        "{} connect windsurf --data-dir {}",
+        env!("CARGO_BIN_EXE_ithaca"),
+        home.data().display()
+    );
+    let answer = |reply: &str| -> String {
+        let mut cmd = std::process::Command::new(script);
+        home.environment(&mut cmd);
+        let mut child = cmd
+            .args(["-qec", &line, "/dev/null"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn script");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(reply.as_bytes())
+            .expect("answer");
+        let out = child.wait_with_output().expect("wait");
+        succeeded(&out, "connect on a terminal");
+        text(&out.stdout)
+    };
+    let said = answer("n\n");
+    assert!(said.contains("write "), "{said}");
+    assert!(said.contains("[y/N]"), "{said}");
+    assert!(said.contains("nothing written"), "{said}");
+    assert!(!home.file(case).exists());
+    let said = answer("y\n");
+    assert!(said.contains("wrote "), "{said}");
+    let file = read(case, &home.file(case));
+    assert_eq!(entry(case, &file, "doomberg")["args"], json!(["mcp"]));
 }
 
 #[test]
