@@ -73,7 +73,12 @@ fn describe(text: &str, err: &toml_edit::TomlError) -> anyhow::Error {
     let message = err.message().trim();
     match err.span() {
         Some(span) => {
-            let before = &text[..span.start.min(text.len())];
+            // A byte offset; never slice inside a character.
+            let mut at = span.start.min(text.len());
+            while !text.is_char_boundary(at) {
+                at -= 1;
+            }
+            let before = &text[..at];
             let line = before.matches('\n').count() + 1;
             let column = before.chars().rev().take_while(|c| *c != '\n').count() + 1;
             anyhow::anyhow!("not valid TOML at line {line}, column {column}: {message}")
@@ -298,6 +303,35 @@ mod tests {
             merge(sub, "doomberg", &stdio()).expect("merge"),
             Outcome::Unchanged
         ));
+    }
+
+    /// Every prefix of a file, and the file with a character inserted
+    /// anywhere, is refused or merged into a file that parses and holds our
+    /// entry.
+    #[test]
+    fn any_damage_is_refused_or_merged_into_valid_toml() {
+        let sample = "# c\nmodel = \"o3\"\n[mcp_servers.doomberg]\nurl = \"u\" # ours\nx = [1, {a = 'b'}]\n[mcp_servers.o]\ncommand = \"\"\"m\nl\"\"\"\n";
+        let mut inputs: Vec<String> = (0..=sample.len()).map(|i| sample[..i].to_owned()).collect();
+        for i in 0..=sample.len() {
+            for c in ['[', ']', '=', '"', '\'', '#', '{', '}', '.', '\n', 'é'] {
+                let mut damaged = sample.to_owned();
+                damaged.insert(i, c);
+                inputs.push(damaged);
+            }
+        }
+        let mut merged = 0;
+        for input in &inputs {
+            if let Ok(Outcome::Changed(text)) = merge(input, "doomberg", &stdio()) {
+                merged += 1;
+                let doc = parse(&text);
+                assert_eq!(
+                    doc["mcp_servers"]["doomberg"]["command"].as_str(),
+                    Some("/bin/ithaca"),
+                    "{text}"
+                );
+            }
+        }
+        assert!(merged > 50, "only {merged} inputs merged");
     }
 
     #[test]

@@ -518,6 +518,50 @@ mod tests {
         assert!(bom.starts_with('\u{feff}'));
     }
 
+    /// Every prefix of a file, and the file with a structural character
+    /// inserted anywhere, is either refused or merged into a file that
+    /// parses and holds our entry: never a panic, never a broken file.
+    #[test]
+    fn any_damage_is_refused_or_merged_into_valid_json() {
+        let sample = "{\n  // c\n  \"a\": [1, {\"b\": \"x\\\"y\"}],\n  \"mcpServers\": {\n    \"doomberg\": {\"url\": \"u\", \"t\": 1},\n    \"o\": {} /* d */,\n  },\n}\n";
+        let mut inputs: Vec<String> = (0..=sample.len())
+            .filter(|i| sample.is_char_boundary(*i))
+            .map(|i| sample[..i].to_owned())
+            .collect();
+        for i in (0..=sample.len()).filter(|i| sample.is_char_boundary(*i)) {
+            for c in ['{', '}', '[', ']', ',', ':', '"', '/', '*', '\\', 'é', '\n'] {
+                let mut damaged = sample.to_owned();
+                damaged.insert(i, c);
+                inputs.push(damaged);
+            }
+        }
+        let mut merged_count = 0;
+        for input in &inputs {
+            for comments in [false, true] {
+                let Ok(outcome) = merge(input, "mcpServers", "doomberg", &entry(), comments) else {
+                    continue;
+                };
+                let text = match outcome {
+                    Outcome::Changed(text) => text,
+                    Outcome::Unchanged => continue,
+                };
+                merged_count += 1;
+                let plain = if comments {
+                    blank_comments(&text).expect("our output blanks")
+                } else {
+                    text.clone()
+                };
+                let v: Value = serde_json::from_str(&plain)
+                    .unwrap_or_else(|e| panic!("broken output ({e}) from {input:?}:\n{text}"));
+                assert_eq!(
+                    v["mcpServers"]["doomberg"]["command"], "/bin/ithaca",
+                    "{text}"
+                );
+            }
+        }
+        assert!(merged_count > 100, "only {merged_count} inputs merged");
+    }
+
     #[test]
     fn quoting_escapes_what_json_needs() {
         let odd = "a\"b\\c\nd\u{1}é";
