@@ -5,6 +5,8 @@
 //! - `ithaca serve <service>` runs one service, as a Kubernetes pod does.
 //! - `ithaca keys …` / `ithaca tenants …` administer a running auth service
 //!   over gRPC, so they work against a laptop and a cluster alike.
+//! - `ithaca connect <agent>` writes an agent's MCP configuration (stdio
+//!   or HTTP) into that agent's own file.
 //!
 //! Layout: [`services`] names the services, [`stack`] the data directory and
 //! the stack file, [`up`] and [`serve`] run services, [`admin`] is the
@@ -16,6 +18,7 @@ mod accounts;
 mod admin;
 mod approvals;
 mod brokers;
+mod connect;
 mod edge;
 mod ingest;
 mod ingest_astro;
@@ -94,6 +97,18 @@ enum Command {
     /// Speak MCP over stdio for an agent that launches Ithaca (services run
     /// in-process unless their URLs are given).
     Mcp(mcp::McpArgs),
+    /// Connect a local agent: write Ithaca's MCP server into its config
+    /// file (Claude Desktop, Claude Code, Cursor, VS Code, Codex, Gemini
+    /// CLI, Windsurf), after showing the diff.
+    ///
+    /// The stdio form (default) has the agent launch `ithaca mcp`; the HTTP
+    /// form (`--url`, or the running stack's URL, and a key from
+    /// `--key-env VAR` or `--key-stdin`) has it call `ithaca up`. `--print`
+    /// writes nothing; keys are masked unless `--print --show-secret`.
+    #[command(
+        after_help = "Examples:\n  ithaca connect claude-code\n  ithaca connect cursor --key-env ITHACA_AGENT_KEY\n  ithaca connect codex --print"
+    )]
+    Connect(connect::ConnectArgs),
 }
 
 fn main() -> ExitCode {
@@ -125,6 +140,7 @@ fn main() -> ExitCode {
             Command::Approvals(cmd) => approvals::approvals(&cli.common, cmd).await,
             Command::Sessions(cmd) => sessions::run(&cli.common, cmd).await,
             Command::Mcp(args) => mcp::run(&cli.common, args).await,
+            Command::Connect(args) => connect::run(&cli.common, args),
         }
     });
     match result {

@@ -53,6 +53,8 @@ pub struct StackInfo {
     pub broker_url: Option<String>,
     pub approvals_url: Option<String>,
     pub tenant_id: Option<String>,
+    /// The edge's MCP URL (`{public_url}/mcp`), for `ithaca connect`.
+    pub mcp_url: Option<String>,
 }
 
 impl StackInfo {
@@ -70,6 +72,7 @@ impl StackInfo {
             broker_url: field("broker_url"),
             approvals_url: field("approvals_url"),
             tenant_id: field("tenant_id"),
+            mcp_url: field("mcp_url"),
         }
     }
 
@@ -80,6 +83,7 @@ impl StackInfo {
             "broker_url": self.broker_url,
             "approvals_url": self.approvals_url,
             "tenant_id": self.tenant_id,
+            "mcp_url": self.mcp_url,
             "pid": std::process::id(),
         });
         let path = stack_file(data_dir);

@@ -212,16 +212,17 @@ pub async fn run(common: &CommonArgs, args: UpArgs) -> anyhow::Result<()> {
     stack.tasks.push(edge_task);
     stack.urls.push((Service::Edge, edge_url.clone()));
 
+    let mcp_url = format!("{public_url}/mcp");
     StackInfo {
         auth_url: stack.url(Service::Auth),
         session_url: stack.url(Service::Session),
         broker_url: stack.url(Service::Broker),
         approvals_url: stack.url(Service::Approvals),
         tenant_id: Some(stack.tenant_id.clone()),
+        mcp_url: Some(mcp_url.clone()),
     }
     .write(&args.data_dir)?;
 
-    let mcp_url = format!("{public_url}/mcp");
     match &stack.new_keys {
         Some((agent, human)) => {
             println!("ithaca: first start; data in {}", args.data_dir.display());
@@ -252,8 +253,10 @@ pub async fn run(common: &CommonArgs, args: UpArgs) -> anyhow::Result<()> {
         .map_or("<AGENT_KEY>", |(agent, _)| agent.as_str());
     println!("  client config:");
     println!(
-        "    {{\"mcpServers\": {{\"ithaca\": {{\"type\": \"http\", \"url\": \"{mcp_url}\", \"headers\": {{\"Authorization\": \"Bearer {token}\"}}}}}}}}"
+        "    {{\"mcpServers\": {{\"{}\": {{\"type\": \"http\", \"url\": \"{mcp_url}\", \"headers\": {{\"Authorization\": \"Bearer {token}\"}}}}}}}}",
+        crate::connect::DEFAULT_NAME
     );
+    println!("  or let `ithaca connect <agent>` write it into the agent's own file");
     println!("ithaca: ready; press ctrl-c to stop");
 
     shutdown.cancelled().await;
