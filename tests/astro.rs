@@ -339,6 +339,47 @@ async fn archive_suite(db: Db) {
         .await
         .expect("by alert");
     assert!((by_alert.epoch_jd - jd).abs() < 1e-9);
+    // A star our catalogs do not hold: ZTF's own alert puts a Pan-STARRS1
+    // source 0.48″ away with star/galaxy score 1. The answer says what the
+    // catalogs hold and echoes the survey's crossmatch, not a bare zero.
+    let on_a_star = catalogs
+        .crossmatch(
+            &reader(),
+            CrossmatchQuery {
+                broker_id: "ztf-archive".into(),
+                object_id: Some("ZTF17aadcuwj".into()),
+                radius_arcsec: Some(3600.0),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("ZTF17aadcuwj");
+    assert!(on_a_star.matches.is_empty(), "{:?}", on_a_star.matches);
+    let survey = on_a_star.survey.as_ref().expect("the survey's crossmatch");
+    assert_eq!(survey["sgscore1"].as_f64(), Some(1.0), "{survey}");
+    let d = survey["distpsnr1"].as_f64().expect("distpsnr1");
+    assert!((d - 0.48).abs() < 0.01, "{survey}");
+    let note = on_a_star.note.as_deref().expect("a note, not a bare zero");
+    assert!(
+        note.contains("does not mean nothing is there") && note.contains("0.48"),
+        "{note}"
+    );
+    let held: Vec<(&str, i64)> = on_a_star
+        .coverage
+        .iter()
+        .map(|c| (c.catalog, c.sources))
+        .collect();
+    assert_eq!(held, [("hipparcos2", 4559), ("openngc", 2588)]);
+    assert!(
+        on_a_star.coverage[0].holds.contains("Hp 6.0"),
+        "{:?}",
+        on_a_star.coverage
+    );
+    assert!(
+        on_a_star.coverage[1].holds.contains("0.01"),
+        "{:?}",
+        on_a_star.coverage
+    );
 
     bad_input(&alerts, &catalogs).await;
 }

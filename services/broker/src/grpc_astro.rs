@@ -226,6 +226,18 @@ pub fn crossmatch(a: CrossmatchAnswer) -> pb::Crossmatch {
         count: n(matches.len() as i64),
         matches,
         truncated: a.truncated,
+        coverage: a
+            .coverage
+            .into_iter()
+            .map(|c| pb::CatalogCoverage {
+                catalog: c.catalog.to_owned(),
+                sources: c.sources,
+                holds: c.holds,
+                sky: c.sky.to_owned(),
+            })
+            .collect(),
+        survey_crossmatch: a.survey.map(ithaca_kit::json::to_struct),
+        note: a.note,
     }
 }
 

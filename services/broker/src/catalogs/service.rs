@@ -76,6 +76,71 @@ pub struct CrossmatchAnswer {
     pub catalogs: Vec<&'static str>,
     pub matches: Vec<Match>,
     pub truncated: bool,
+    /// What each catalog searched holds.
+    pub coverage: Vec<Coverage>,
+    /// The survey's own crossmatch fields of the named alert.
+    pub survey: Option<serde_json::Value>,
+    /// When nothing matched: what that means.
+    pub note: Option<String>,
+}
+
+/// What one reference catalog holds, from its rows.
+#[derive(Clone, Debug)]
+pub struct Coverage {
+    pub catalog: &'static str,
+    pub sources: i64,
+    pub holds: String,
+    pub sky: &'static str,
+}
+
+/// The fields of a ZTF candidate that are the survey's own crossmatch:
+/// the three nearest Pan-STARRS1 sources (id, distance, star/galaxy score,
+/// magnitudes), the nearest Gaia sources, the nearest reference-image
+/// source and the nearest known solar-system object.
+const SURVEY_FIELDS: &[&str] = &[
+    "objectidps1",
+    "distpsnr1",
+    "sgscore1",
+    "sgmag1",
+    "srmag1",
+    "simag1",
+    "szmag1",
+    "objectidps2",
+    "distpsnr2",
+    "sgscore2",
+    "srmag2",
+    "objectidps3",
+    "distpsnr3",
+    "sgscore3",
+    "srmag3",
+    "nmtchps",
+    "neargaia",
+    "maggaia",
+    "neargaiabright",
+    "maggaiabright",
+    "distnr",
+    "magnr",
+    "sigmagnr",
+    "chinr",
+    "sharpnr",
+    "ssdistnr",
+    "ssmagnr",
+    "ssnamenr",
+];
+
+/// The survey's crossmatch fields of a candidate record (JSON), those present.
+fn survey_crossmatch(candidate: &str) -> Option<serde_json::Value> {
+    let candidate: serde_json::Value = serde_json::from_str(candidate).ok()?;
+    let kept: serde_json::Map<String, serde_json::Value> = SURVEY_FIELDS
+        .iter()
+        .filter_map(|f| {
+            candidate
+                .get(*f)
+                .filter(|v| !v.is_null())
+                .map(|v| ((*f).to_owned(), v.clone()))
+        })
+        .collect();
+    (!kept.is_empty()).then_some(serde_json::Value::Object(kept))
 }
 
 /// Reference catalogs.
@@ -210,6 +275,7 @@ impl CatalogService {
         if catalogs.is_empty() {
             catalogs = Catalog::ALL.to_vec();
         }
+        let mut survey = None;
         let (ra, dec, alert_jd, position_from) = if named {
             let row = self
                 .alerts
@@ -221,6 +287,7 @@ impl CatalogService {
                 .await?
                 .ok_or_else(|| ServiceError::invalid("candid: required"))?;
             let from = format!("alert {} of {}", row.candid, row.object_id);
+            survey = survey_crossmatch(&row.candidate);
             (row.ra, row.dec, Some(row.jd), from)
         } else {
             let (Some(ra), Some(dec)) = (q.ra, q.dec) else {
@@ -277,6 +344,49 @@ impl CatalogService {
         matches.sort_by(|a, b| a.separation_arcsec.total_cmp(&b.separation_arcsec));
         let truncated = matches.len() > limit;
         matches.truncate(limit);
+        let coverage: Vec<Coverage> = self
+            .store
+            .coverage()
+            .await?
+            .into_iter()
+            .filter_map(|(name, sources, mag, band, z)| {
+                let catalog = catalogs.iter().find(|c| c.as_str() == name)?.as_str();
+                let holds = match (catalog, mag, z) {
+                    ("hipparcos2", Some(m), _) => format!(
+                        "{sources} stars, the faintest {} {m:.2}: only the brightest stars",
+                        band.as_deref().unwrap_or("mag")
+                    ),
+                    ("openngc", _, Some(z)) => format!(
+                        "{sources} galaxies, redshift at most {z:.4}: only the nearest galaxies"
+                    ),
+                    _ => format!("{sources} sources"),
+                };
+                Some(Coverage {
+                    catalog,
+                    sources,
+                    holds,
+                    sky: "the whole sky",
+                })
+            })
+            .collect();
+        let note = matches.is_empty().then(|| {
+            let held: Vec<String> = coverage.iter().map(|c| format!("{}: {}", c.catalog, c.holds)).collect();
+            let mut note = format!(
+                "no source of these catalogs within {radius} arcsec. That does not mean nothing is there: \
+                 they hold only {}",
+                if held.is_empty() { "nothing yet (ingest them with ithaca ingest catalog)".to_owned() } else { held.join("; ") }
+            );
+            if let Some(s) = &survey {
+                match (s.get("distpsnr1").and_then(serde_json::Value::as_f64), s.get("sgscore1").and_then(serde_json::Value::as_f64)) {
+                    (Some(d), Some(score)) if d >= 0.0 && score >= 0.0 => note.push_str(&format!(
+                        ". The survey's own crossmatch (survey_crossmatch) puts a Pan-STARRS1 source {d:.2} arcsec away, \
+                         star/galaxy score {score:.2} (1 is a star)"
+                    )),
+                    _ => note.push_str(". The survey's own crossmatch is in survey_crossmatch"),
+                }
+            }
+            note
+        });
         Ok(CrossmatchAnswer {
             broker_id: broker.broker_id,
             ra,
@@ -287,6 +397,9 @@ impl CatalogService {
             catalogs: names,
             matches,
             truncated,
+            coverage,
+            survey,
+            note,
         })
     }
 }

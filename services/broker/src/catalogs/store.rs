@@ -137,6 +137,16 @@ impl CatalogStore {
         with_pool!(self.db, pool => sqlx::query_as::<_, (String, i64)>(sql).fetch_all(pool).await)
     }
 
+    /// Per catalog: its sources, the faintest magnitude (and its band) and
+    /// the largest redshift among them.
+    pub async fn coverage(
+        &self,
+    ) -> Result<Vec<(String, i64, Option<f64>, Option<String>, Option<f64>)>, sqlx::Error> {
+        let sql = "SELECT catalog, COUNT(*), MAX(mag), MAX(mag_band), MAX(redshift) FROM catalog_sources \
+                   GROUP BY catalog ORDER BY catalog";
+        with_pool!(self.db, pool => sqlx::query_as(sql).fetch_all(pool).await)
+    }
+
     /// The largest proper motion in a catalog, mas/yr (bounds how far a
     /// source can have moved).
     pub async fn max_proper_motion(&self, catalog: &str) -> Result<Option<f64>, sqlx::Error> {
