@@ -227,6 +227,16 @@ async fn archive_suite(db: Db) {
             .iter()
             .all(|p| p.is_limit == (p.mag_err.is_none()))
     );
+    // The packet's 30 days are not the object's history: the survey first
+    // saw this position in 2017 (jdstarthist) and counts 894 detections.
+    let first = lc.first_detection_jd.expect("a first detection");
+    let survey = lc.survey_first_jd.expect("jdstarthist");
+    assert!(
+        ithaca_broker::astrotime::jd_to_iso(survey).starts_with("2017"),
+        "{survey}"
+    );
+    assert!(first - survey > 365.0, "{first} vs {survey}");
+    assert_eq!(lc.survey_detections, Some(894));
     let svg = alerts
         .light_curve_svg(&reader(), "ztf-archive", "ZTF17aadcuwj")
         .await

@@ -406,6 +406,19 @@ async fn story(s: &Stack, legacy: Option<&'static str>) {
         .await;
     assert_eq!(lc["time_scale"], "UTC");
     assert_eq!(lc["detections"], 38);
+    // The packets' 30 days are not the object's history, and says so.
+    assert!(
+        lc["survey_first_detection_utc"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("2017")),
+        "{lc}"
+    );
+    assert_eq!(lc["survey_detections"], 894);
+    let note = lc["history_note"].as_str().expect("history_note");
+    assert!(
+        note.contains("30 days") && note.contains("2017") && note.contains("difference magnitude"),
+        "{note}"
+    );
     assert!(
         lc["points"]
             .as_array()

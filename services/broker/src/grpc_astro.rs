@@ -128,6 +128,29 @@ fn point(p: &Point, zero_jd: f64) -> pb::PhotometryPoint {
     }
 }
 
+/// What a light curve's points cover, against the survey's own history.
+fn history_note(lc: &LightCurve) -> String {
+    let mut note = format!(
+        "The points are what {} ingested alert(s) held: each alert carries about 30 days of \
+         history, so first_detection_utc is the first detection among them. mag is a difference \
+         magnitude (PSF fit on the difference image), not the source's total brightness.",
+        lc.alerts
+    );
+    if let (Some(survey), Some(first)) = (lc.survey_first_jd, lc.first_detection_jd)
+        && first - survey > 1.0
+    {
+        note.push_str(&format!(
+            " The survey first detected this position on {} ({} detections in all), {:.0} days \
+             before the first point here.",
+            astrotime::jd_to_iso(survey),
+            lc.survey_detections
+                .map_or_else(|| "?".to_owned(), |d| d.to_string()),
+            first - survey
+        ));
+    }
+    note
+}
+
 pub fn light_curve(lc: LightCurve) -> pb::LightCurve {
     let count = |k: lightcurve::Kind| n(lc.points.iter().filter(|p| p.kind == k).count() as i64);
     let mut bands: Vec<String> = Vec::new();
@@ -153,6 +176,10 @@ pub fn light_curve(lc: LightCurve) -> pb::LightCurve {
         svg_uri: format!("{uri}.svg"),
         uri,
         forced_note: lightcurve::FORCED_NOTE.to_owned(),
+        survey_first_detection_jd: lc.survey_first_jd,
+        survey_first_detection_utc: lc.survey_first_jd.map(astrotime::jd_to_iso),
+        survey_detections: lc.survey_detections.and_then(|d| i32::try_from(d).ok()),
+        history_note: history_note(&lc),
         broker_id: lc.broker_id,
         object_id: lc.object_id,
     }

@@ -187,6 +187,10 @@ pub struct LightCurve {
     pub first_detection_jd: Option<f64>,
     /// The zero of the time axis: the first detection, else the first point.
     pub zero_jd: f64,
+    /// The survey's own first detection of the position (`jdstarthist`)
+    /// and its count of detections (`ndethist`), from the newest alert.
+    pub survey_first_jd: Option<f64>,
+    pub survey_detections: Option<i64>,
 }
 
 /// The alert schema as an answer.
@@ -827,12 +831,21 @@ impl AlertService {
         }
         let alerts = packets.len() as i64;
         let mut builder = lightcurve::Builder::new(include_forced);
+        let mut survey: Option<(Option<f64>, Option<i64>)> = None;
         // The newest alerts carry the longest histories; older ones add what
         // fell out of the 30-day window.
         for p in packets.iter().rev().take(MAX_LIGHT_CURVE_ALERTS) {
             let json = self.packet_json(&p.schema_id, &p.packet).await?;
+            if survey.is_none() {
+                let c = &json["candidate"];
+                survey = Some((
+                    c["jdstarthist"].as_f64().filter(|jd| *jd > 2_400_000.0),
+                    c["ndethist"].as_i64().filter(|n| *n >= 0),
+                ));
+            }
             builder.add_packet(&json);
         }
+        let (survey_first_jd, survey_detections) = survey.unwrap_or_default();
         let points = builder.finish();
         let first_detection_jd = lightcurve::first_detection(&points);
         let zero_jd = first_detection_jd
@@ -845,6 +858,8 @@ impl AlertService {
             alerts,
             first_detection_jd,
             zero_jd,
+            survey_first_jd,
+            survey_detections,
         })
     }
 
