@@ -33,7 +33,7 @@ impl Skill for LightCurveFeatures {
                 "objectId": {"type": "string"}, "broker_id": {"type": "string"},
                 "detections": super::count("Detections used (upper limits and forced photometry are not)."),
                 "peak": {"type": ["object", "null"]},
-                "bands": {"type": "object"},
+                "bands": {"type": "object", "description": "Per band: detections, peak_mag (difference magnitude, AB), peak_jd, rise and fade rates in mag/day over at least 1 day between detections (null with rise_rate_why / fade_rate_why when not measurable)."},
                 "g_minus_r_near_peak": super::maybe_number("g − r colour near the peak (detections within 3 days of it), magnitudes of difference photometry.")}}),
             profile: Profile::Interactive,
             asset_class: "astronomy",
@@ -114,9 +114,17 @@ fn features(points: &[bpb::PhotometryPoint]) -> Features {
     }
 }
 
+/// The shortest time between two detections a rate is taken over: closer
+/// points (ZTF often observes a field twice a night, minutes apart) measure
+/// noise, not a rise (31.6 mag/day from two points 0.005 d apart).
+const MIN_RATE_BASELINE_DAYS: f64 = 1.0;
+
 /// Peak, rise and fade of one band, sorted by time. A rate is the change in
-/// magnitude per day, positive when brightening (rise) or fading (fade);
-/// `null` when the band has no detection before (or after) its peak.
+/// magnitude per day between the band's first (or last) detection and its
+/// peak, positive when brightening (rise) or fading (fade); `null` with the
+/// reason in `rise_rate_why` / `fade_rate_why` when it is not measurable: no
+/// detection on that side of the peak, or one closer than
+/// [`MIN_RATE_BASELINE_DAYS`].
 fn band_features(pts: &[&bpb::PhotometryPoint]) -> Value {
     let Some((i, peak)) = pts
         .iter()
@@ -127,18 +135,39 @@ fn band_features(pts: &[&bpb::PhotometryPoint]) -> Value {
     };
     let first = pts.first().filter(|_| i > 0);
     let last = pts.last().filter(|_| i + 1 < pts.len());
-    let rate = |from: &bpb::PhotometryPoint, to: &bpb::PhotometryPoint| {
+    let rate = |side: &str, pair: Option<(&bpb::PhotometryPoint, &bpb::PhotometryPoint)>| {
+        let Some((from, to)) = pair else {
+            return Err(format!(
+                "not measurable: no detection in this band {side} its peak"
+            ));
+        };
         let days = (to.jd - from.jd).abs();
-        (days > 0.0).then(|| (to.mag - from.mag).abs() / days)
+        if days < MIN_RATE_BASELINE_DAYS {
+            return Err(format!(
+                "not measurable: the detections {side} the peak span {days:.3} d; a rate needs at least {MIN_RATE_BASELINE_DAYS} d between detections"
+            ));
+        }
+        Ok((to.mag - from.mag).abs() / days)
     };
-    json!({
+    let mut out = json!({
         "detections": pts.len(),
         "peak_mag": peak.mag,
         "peak_jd": peak.jd,
         "peak_days_since_first_detection": peak.days_since_first_detection,
-        "rise_rate_mag_per_day": first.and_then(|f| rate(f, peak)),
-        "fade_rate_mag_per_day": last.and_then(|l| rate(peak, l)),
-    })
+    });
+    for (key, side, pair) in [
+        ("rise", "before", first.map(|f| (*f, *peak))),
+        ("fade", "after", last.map(|l| (*peak, *l))),
+    ] {
+        match rate(side, pair) {
+            Ok(r) => out[format!("{key}_rate_mag_per_day")] = json!(r),
+            Err(why) => {
+                out[format!("{key}_rate_mag_per_day")] = Value::Null;
+                out[format!("{key}_rate_why")] = json!(why);
+            }
+        }
+    }
+    out
 }
 
 /// g−r from the g and r detections nearest the peak, each within
@@ -187,8 +216,26 @@ mod tests {
         assert_eq!(f.peak["mag"], 17.0);
         assert_eq!(f.bands["g"]["rise_rate_mag_per_day"], 1.0);
         assert_eq!(f.bands["g"]["fade_rate_mag_per_day"], 0.25);
-        // r peaks first: nothing before it to rise from.
+        // r peaks first: nothing before it to rise from, and it says so.
         assert_eq!(f.bands["r"]["rise_rate_mag_per_day"], Value::Null);
+        assert!(
+            f.bands["r"]["rise_rate_why"]
+                .as_str()
+                .is_some_and(|w| w.contains("no detection")),
+            "{}",
+            f.bands["r"]
+        );
+        // Two detections 0.005 d apart measure no rise (it would be 31.6
+        // mag/day from a 0.158 mag difference).
+        let close = features(&[point(30.0, "g", 18.158), point(30.005, "g", 18.0)]);
+        assert_eq!(close.bands["g"]["rise_rate_mag_per_day"], Value::Null);
+        assert!(
+            close.bands["g"]["rise_rate_why"]
+                .as_str()
+                .is_some_and(|w| w.contains("0.005 d")),
+            "{}",
+            close.bands["g"]
+        );
         // g at 12.0 (17.0) and r at 11.5 (17.5), both within 3 days.
         assert_eq!(f.colour, Some(-0.5));
         assert!(features(&[]).peak.is_null());
