@@ -795,11 +795,15 @@ async fn every_tool_result_validates_against_its_output_schema() {
         json!({"name": comment_tool, "arguments": {"dateobs": dateobs, "text": "x"}}),
     )
     .await;
-    assert_eq!(
-        outside.json()["error"]["code"],
-        -32602,
-        "{}",
-        outside.text()
+    // Not listed, but a call is told how to get there, not "unknown tool".
+    let told = outside.json()["result"].clone();
+    assert_eq!(told["isError"], true, "{}", outside.text());
+    let told = common::tool_error(&told);
+    assert_eq!(told["error"], "SUBJECT_REQUIRED", "{told}");
+    let message = told["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("/console/gcn/") && message.contains("session_context"),
+        "{message}"
     );
     let err = pass
         .err(

@@ -382,8 +382,11 @@ impl Core {
                     principal = gate.apply(&principal);
                     call_seq = Some(seq);
                 }
+                // Not offered here, but not hidden either: the tool error
+                // says how to get to it (a person opens a session on the
+                // object, the agent joins it).
                 Err(status) if domain_code(&status) == Some("SUBJECT_REQUIRED") => {
-                    return Err(unknown());
+                    return Ok(Answer::Complete(status_failure(&status).to_result()));
                 }
                 // A person may close an agent's session without one of
                 // their own; the call is then recorded in no session.

@@ -241,6 +241,35 @@ impl SessionService {
         format!("doomberg://sessions/{session_id}")
     }
 
+    /// How to reach a subject-scoped write tool from outside its subject:
+    /// a person opens a session on the object (on its console page, or
+    /// with `session_context` and a human key), and the agent joins it.
+    fn subject_hint(&self, tool: &str, kind: &str, arguments: &serde_json::Value) -> String {
+        let (page, id) = match kind {
+            "filter" => ("filters", arguments["filter_id"].as_str()),
+            "gcn_event" => ("gcn", arguments["dateobs"].as_str()),
+            _ => ("", None),
+        };
+        let base = self.config.public_url.trim_end_matches('/');
+        let where_ = match id.filter(|i| !i.is_empty() && i.len() <= 100) {
+            Some(id) if !base.is_empty() && !page.is_empty() => {
+                format!(
+                    " on its console page, {base}/console/{page}/{}",
+                    urlencode(id)
+                )
+            }
+            _ if !base.is_empty() && !page.is_empty() => {
+                format!(" on its page under {base}/console/{page}")
+            }
+            _ => String::new(),
+        };
+        format!(
+            "{tool} writes to one {kind} and is offered only in a session a person opened on it. \
+             Ask a person to open a session on the {kind}{where_} (or with session_context, \
+             subject_kind {kind:?} and a human key), then join it with session_context and its session_id."
+        )
+    }
+
     /// Create a session, or resume `session_id`; see seed 002.
     pub async fn session_context(
         &self,
@@ -412,6 +441,7 @@ impl SessionService {
             || caller.actor() == Actor::System
             || session.subject_kind.as_deref() == Some(subject_kind);
         if !fits {
+            let hint = self.subject_hint(tool, subject_kind, &arguments);
             let payload = json!({
                 "tool": tool,
                 "arguments": arguments,
@@ -427,10 +457,7 @@ impl SessionService {
                 payload,
             )
             .await?;
-            return Err(ServiceError::precondition(format!(
-                "{tool} is not offered in this session: it writes to a {subject_kind}"
-            ))
-            .with_domain("SUBJECT_REQUIRED"));
+            return Err(ServiceError::precondition(hint).with_domain("SUBJECT_REQUIRED"));
         }
         let event = self
             .append_event(
@@ -942,4 +969,17 @@ fn refusal(refusal: Refusal, session_id: &str) -> ServiceError {
         ))
         .with_domain("SESSION_NOT_OPEN"),
     }
+}
+
+/// `text` as one URL path segment: unreserved characters kept, the rest
+/// percent-encoded.
+fn urlencode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
