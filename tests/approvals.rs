@@ -307,6 +307,14 @@ async fn promotion_needs_policy_and_a_person() {
     assert_eq!(policy.kind, "policies.current");
     assert!(!policy.trading.expect("trading").enabled);
     assert!(policy.typed_errors.contains(&"TRADING_DISABLED".to_owned()));
+    assert!(
+        !policy
+            .live_execution
+            .as_ref()
+            .expect("live execution")
+            .requires_connected_provider,
+        "as seed 000 shows"
+    );
     let err = a
         .request_approval(promote(&strategy.strategy_id))
         .await

@@ -30,7 +30,9 @@ fn policy(p: PolicyRow) -> pb::Policy {
         paper_trading_default: false,
         live_execution: Some(pb::LiveExecution {
             enabled: p.trading_enabled && p.live_enabled,
-            requires_connected_provider: true,
+            // As seed 000 shows: a live promotion changes the strategy's status;
+            // no provider account is asked for.
+            requires_connected_provider: false,
         }),
         execution: Some(pb::ExecutionLimits {
             max_notional_usd: p.max_notional_usd,
