@@ -178,7 +178,22 @@ fn event(d: EventDetail, bodies: bool) -> pb::GcnEvent {
 }
 
 fn extraction(r: ExtractionRow) -> pb::GcnEventExtraction {
-    let payload = serde_json::from_str::<Json>(&r.payload).unwrap_or(Json::Null);
+    let mut payload = serde_json::from_str::<Json>(&r.payload).unwrap_or(Json::Null);
+    // What the envelope already says is not said again in the payload.
+    if let Json::Object(map) = &mut payload {
+        let same = |key: &str, value: Json| map.get(key) == Some(&value);
+        let echoes: Vec<&str> = [
+            ("kind", r.kind.clone().map(Json::String)),
+            ("circular_id", r.circular_id.map(Json::from)),
+            ("dateobs", r.dateobs.clone().map(Json::String)),
+        ]
+        .into_iter()
+        .filter_map(|(key, value)| value.filter(|v| same(key, v.clone())).map(|_| key))
+        .collect();
+        for key in echoes {
+            map.remove(key);
+        }
+    }
     pb::GcnEventExtraction {
         extraction_id: r.extraction_id,
         dateobs: r.dateobs.unwrap_or_default(),
@@ -365,5 +380,45 @@ impl Rpc for GcnGrpc {
             },
             report,
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An extraction's payload does not repeat what its envelope says.
+    #[test]
+    fn an_extraction_says_kind_circular_and_event_once() {
+        let row = ExtractionRow {
+            extraction_id: "x1".into(),
+            tenant_id: String::new(),
+            dateobs: Some("2023-08-12T18:32:00.000Z".into()),
+            origin: "ithaca-circular-parser".into(),
+            kind: Some("redshift".into()),
+            circular_id: Some(34409),
+            producer_key: None,
+            payload: r#"{"kind":"redshift","circular_id":34409,"dateobs":"2023-08-12T18:32:00.000Z","z":0.36,"text":"z = 0.36"}"#.into(),
+            created_by: "system".into(),
+            created_at_ms: 0,
+        };
+        let x = extraction(row.clone());
+        let payload = json::from_struct(x.payload.expect("payload"));
+        assert_eq!(
+            payload,
+            serde_json::json!({"z": 0.36, "text": "z = 0.36"}),
+            "only what the envelope does not say"
+        );
+        assert_eq!(
+            (x.kind.as_deref(), x.circular_id),
+            (Some("redshift"), Some(34409))
+        );
+        // A payload that disagrees with its envelope keeps its own value.
+        let other = ExtractionRow {
+            payload: r#"{"kind":"photometry","z":1}"#.into(),
+            ..row
+        };
+        let payload = json::from_struct(extraction(other).payload.expect("payload"));
+        assert_eq!(payload["kind"], "photometry");
     }
 }
