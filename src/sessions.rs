@@ -152,7 +152,7 @@ pub async fn run(common: &CommonArgs, cmd: SessionsCommand) -> anyhow::Result<()
                 .read_events(pb::ReadEventsRequest {
                     session_id,
                     after_seq: 0,
-                    limit: events,
+                    limit: Some(events),
                 })
                 .await?
                 .into_inner();

@@ -228,7 +228,7 @@ impl Stack {
             .read_events(spb::ReadEventsRequest {
                 session_id: who.session_id().expect("in a session").to_owned(),
                 after_seq: 0,
-                limit: 100,
+                limit: Some(100),
             })
             .await
             .expect("read")
@@ -549,7 +549,7 @@ async fn promotion_needs_policy_and_a_person() {
         .read_events(spb::ReadEventsRequest {
             session_id: sid,
             after_seq: 0,
-            limit: 100,
+            limit: Some(100),
         })
         .await
         .expect("read")

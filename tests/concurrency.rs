@@ -57,7 +57,7 @@ async fn hammer(urls: &[String]) {
             .read_events(pb::ReadEventsRequest {
                 session_id: session.session_id.clone(),
                 after_seq: after,
-                limit: 1000,
+                limit: Some(1000),
             })
             .await
             .expect("read")
@@ -192,7 +192,7 @@ async fn crash_mid_batch(name: &str, nodes: &mut [common::stack::Node]) {
             .read_events(pb::ReadEventsRequest {
                 session_id: session.session_id.clone(),
                 after_seq: after,
-                limit: 1000,
+                limit: Some(1000),
             })
             .await
             .expect("read")

@@ -305,7 +305,7 @@ async fn traces_reach_a_real_collector() {
         .read_events(pb::ReadEventsRequest {
             session_id: session_id.clone(),
             after_seq: 0,
-            limit: 100,
+            limit: Some(100),
         })
         .await
         .expect("read the session's trace")

@@ -108,7 +108,7 @@ impl Traces {
             .read_events(spb::ReadEventsRequest {
                 session_id: session.to_owned(),
                 after_seq: 0,
-                limit: 1000,
+                limit: Some(1000),
             })
             .await
             .expect("read")

@@ -444,7 +444,7 @@ async fn discovery_runs_in_sessions_and_bad_input() {
         .read_events(spb::ReadEventsRequest {
             session_id: sid.clone(),
             after_seq: 0,
-            limit: 100,
+            limit: Some(100),
         })
         .await
         .expect("read")
@@ -810,7 +810,7 @@ async fn strategies_are_proposed_traced_and_backtested() {
         .read_events(spb::ReadEventsRequest {
             session_id: sid.clone(),
             after_seq: 0,
-            limit: 100,
+            limit: Some(100),
         })
         .await
         .expect("read")

@@ -132,7 +132,7 @@ fn modern_era_over_stdio() {
     assert_eq!(descriptor["trace_stream"], "", "{descriptor}");
     assert_eq!(
         descriptor["trace_resource"],
-        format!("doomberg://sessions/{sid}")
+        format!("doomberg://sessions/{sid}/trace/0")
     );
 
     // ping is not a request of 2026-07-28, over stdio as over HTTP.
@@ -149,6 +149,38 @@ fn modern_era_over_stdio() {
             .as_str()
             .is_some_and(|t| t.contains(&sid)),
         "{read}"
+    );
+    // The trace itself, over stdio (no SSE here): session_open and the
+    // prompt's reasoning, then nothing after the last one.
+    let trace_uri = descriptor["trace_resource"].as_str().expect("uri");
+    agent.send(
+        json!({"jsonrpc": "2.0", "id": 40, "method": "resources/read",
+        "params": {"_meta": meta(), "uri": trace_uri}}),
+    );
+    let read = agent.reply(40);
+    let text = read["result"]["contents"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    let page: Value = serde_json::from_str(text).unwrap_or_else(|_| panic!("{read}"));
+    let kinds: Vec<&str> = page["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter_map(|e| e["type"].as_str())
+        .collect();
+    assert_eq!(kinds[..2], ["session_open", "reasoning"], "{page}");
+    let last = page["last_seq"].as_i64().expect("last_seq");
+    agent.send(
+        json!({"jsonrpc": "2.0", "id": 41, "method": "resources/read",
+        "params": {"_meta": meta(), "uri": format!("doomberg://sessions/{sid}/trace/{last}")}}),
+    );
+    let rest = agent.reply(41);
+    let text = rest["result"]["contents"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        text.contains("\"events\":[]"),
+        "nothing after last_seq: {rest}"
     );
 
     // Requests are checked one by one: no _meta is an error, not a crash.

@@ -55,7 +55,7 @@ async fn tail_mid_stream(append_url: &str, tail_url: &str) {
             .read_events(pb::ReadEventsRequest {
                 session_id: sid.clone(),
                 after_seq: 0,
-                limit: 1,
+                limit: Some(1),
             })
             .await
             .expect("read")

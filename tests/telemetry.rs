@@ -51,7 +51,7 @@ async fn one_trace_id_on_both_sides_of_a_grpc_call() {
         .read_events(pb::ReadEventsRequest {
             session_id: session.session_id,
             after_seq: 0,
-            limit: 10,
+            limit: Some(10),
         })
         .await
         .expect("read")

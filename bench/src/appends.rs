@@ -179,7 +179,7 @@ async fn last_seq(session: &mut Client, session_id: &str) -> anyhow::Result<u64>
         .read_events(spb::ReadEventsRequest {
             session_id: session_id.to_owned(),
             after_seq: 0,
-            limit: 1,
+            limit: Some(1),
         })
         .await?
         .into_inner();
@@ -199,7 +199,7 @@ async fn check_gap_free(
             .read_events(spb::ReadEventsRequest {
                 session_id: session_id.to_owned(),
                 after_seq: after,
-                limit: 1000,
+                limit: Some(1000),
             })
             .await?
             .into_inner();

@@ -687,7 +687,7 @@ pub async fn read_trace(
             .read_events(spb::ReadEventsRequest {
                 session_id: session_id.to_owned(),
                 after_seq: after,
-                limit: 1000,
+                limit: Some(1000),
             })
             .await
             .expect("read the trace")

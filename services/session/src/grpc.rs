@@ -281,7 +281,12 @@ impl Rpc for Grpc {
         let req = request.get_ref();
         let (rows, last_seq) = self
             .service
-            .read(&caller, &req.session_id, req.after_seq, req.limit)
+            .read(
+                &caller,
+                &req.session_id,
+                req.after_seq,
+                req.limit.unwrap_or(0),
+            )
             .await?;
         Ok(Response::new(pb::ReadEventsResponse {
             events: rows.into_iter().map(event).collect(),

@@ -236,9 +236,9 @@ impl SessionService {
         format!("{base}/api/sessions/{session_id}/events/stream")
     }
 
-    /// The resource that holds a session and its trace.
+    /// The resource that holds a session's trace, from its first event.
     pub fn trace_resource(session_id: &str) -> String {
-        format!("doomberg://sessions/{session_id}")
+        format!("doomberg://sessions/{session_id}/trace/0")
     }
 
     /// How to reach a subject-scoped write tool from outside its subject:

@@ -29,7 +29,7 @@ impl SkillsService {
         let mut request = tonic::Request::new(spb::ReadEventsRequest {
             session_id: run.session_id.clone(),
             after_seq: 0,
-            limit: 1000,
+            limit: Some(1000),
         });
         self.key.sign(&mut request, caller);
         match SessionServiceClient::new(channel.clone()).read_events(request).await {
