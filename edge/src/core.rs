@@ -47,11 +47,6 @@ const DENIAL_CODES: [&str; 5] = [
     "SUBJECT_REQUIRED",
 ];
 
-/// Refusals the approvals service records in the trace itself (a policy
-/// denial, a person declining to confirm): the edge adds no second event
-/// for them, only the call's `tool_result`.
-const TRACED_BY_APPROVALS: [&str; 2] = ["TRADING_DISABLED", "NOT_CONFIRMED"];
-
 /// How many lost results the edge remembers to report.
 const MAX_ORPHANS: usize = 1024;
 
@@ -510,11 +505,10 @@ impl Core {
                 .to_result(),
             ));
         }
-        let traced_elsewhere = |f: &ToolFailure| {
-            tool.options.approval_required && TRACED_BY_APPROVALS.contains(&f.code.as_str())
-        };
+        // A refusal its service already recorded (the approvals service's
+        // policy denial) gets no second event, only the `tool_result`.
         if let Err(failure) = &outcome
-            && !traced_elsewhere(failure)
+            && !failure.traced
         {
             let kind = if DENIAL_CODES.contains(&failure.code.as_str()) {
                 spb::EventType::Denial
@@ -1093,6 +1087,8 @@ pub struct ToolFailure {
     pub message: String,
     /// Whether the same call may succeed if tried again later.
     pub retryable: bool,
+    /// The service that refused the call recorded it in the trace itself.
+    pub traced: bool,
 }
 
 impl ToolFailure {
@@ -1101,6 +1097,7 @@ impl ToolFailure {
             code: code.to_owned(),
             message: message.to_owned(),
             retryable,
+            traced: false,
         }
     }
 
@@ -1170,7 +1167,10 @@ fn status_failure(status: &Status) -> ToolFailure {
         Code::Internal | Code::Unknown => "the service failed; see the server logs".to_owned(),
         _ => ithaca_kit::error::cap_message(status.message().to_owned()),
     };
-    ToolFailure::new(&code, &message, retryable)
+    ToolFailure {
+        traced: ithaca_kit::error::already_traced(status),
+        ..ToolFailure::new(&code, &message, retryable)
+    }
 }
 
 fn no_session() -> ToolFailure {

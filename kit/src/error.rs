@@ -19,6 +19,11 @@ use tonic::metadata::MetadataValue;
 /// The metadata entry that carries a typed domain error code.
 pub const DOMAIN_CODE_KEY: &str = "ithaca-error";
 
+/// The metadata entry a service sets on a refusal it recorded in the
+/// caller's session trace itself, so that whoever passes it on records no
+/// second event ([`ServiceError::traced`]).
+pub const TRACED_KEY: &str = "ithaca-traced";
+
 /// The longest message a [`Status`] built here carries, in bytes. The
 /// trailer percent-encodes bytes outside printable ASCII, so this is at
 /// most 6 KiB on the wire, well inside HTTP/2's 16 KiB header list.
@@ -48,6 +53,8 @@ pub struct ServiceError {
     pub message: String,
     /// A typed domain code (`NO_ACTIVE_SESSION`, `SESSION_CLOSED`, …).
     pub domain: Option<&'static str>,
+    /// The service already recorded this refusal in the caller's trace.
+    pub traced: bool,
 }
 
 impl ServiceError {
@@ -56,6 +63,7 @@ impl ServiceError {
             code,
             message: message.into(),
             domain: None,
+            traced: false,
         }
     }
 
@@ -79,6 +87,12 @@ impl ServiceError {
     /// Attach a typed domain code.
     pub fn with_domain(mut self, domain: &'static str) -> Self {
         self.domain = Some(domain);
+        self
+    }
+
+    /// Say that this refusal is already in the caller's session trace.
+    pub fn traced(mut self) -> Self {
+        self.traced = true;
         self
     }
 
@@ -135,6 +149,11 @@ impl From<ServiceError> for Status {
                 .metadata_mut()
                 .insert(DOMAIN_CODE_KEY, MetadataValue::from_static(domain));
         }
+        if err.traced {
+            status
+                .metadata_mut()
+                .insert(TRACED_KEY, MetadataValue::from_static("1"));
+        }
         status
     }
 }
@@ -158,6 +177,7 @@ impl ServiceError {
             code,
             message: status.message().to_owned(),
             domain,
+            traced: already_traced(status),
         }
     }
 }
@@ -205,6 +225,12 @@ impl std::fmt::Display for Quoted<'_> {
     }
 }
 
+/// Whether the service that answered `status` recorded the refusal in the
+/// caller's trace itself ([`TRACED_KEY`]).
+pub fn already_traced(status: &Status) -> bool {
+    status.metadata().get(TRACED_KEY).is_some()
+}
+
 /// The typed domain code of a status, if the service set one.
 pub fn domain_code(status: &Status) -> Option<&str> {
     status
@@ -216,6 +242,18 @@ pub fn domain_code(status: &Status) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_traced_refusal_says_so_and_keeps_saying_so_when_passed_on() {
+        let status: Status = ServiceError::precondition("no")
+            .with_domain("X")
+            .traced()
+            .into();
+        assert!(already_traced(&status));
+        assert!(ServiceError::from_status(&status, &["X"]).traced);
+        let plain: Status = ServiceError::precondition("no").into();
+        assert!(!already_traced(&plain));
+    }
 
     #[test]
     fn long_messages_are_cut_on_a_char_boundary_and_say_their_length() {

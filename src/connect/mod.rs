@@ -448,8 +448,31 @@ fn utf8(path: &Path) -> anyhow::Result<String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+    use agents::{Entry, Val};
+
+    /// The stdio entry the format tests merge.
+    pub(crate) fn stdio_entry() -> Entry {
+        Entry {
+            fields: vec![
+                ("command".to_owned(), Val::Str("/bin/ithaca".to_owned())),
+                ("args".to_owned(), Val::List(vec!["mcp".to_owned()])),
+                (
+                    "env".to_owned(),
+                    Val::Map(vec![("ITHACA_DATA_DIR".to_owned(), "/d".to_owned())]),
+                ),
+            ],
+        }
+    }
+
+    /// The text of a merge that changed the file.
+    pub(crate) fn changed(outcome: Outcome) -> String {
+        match outcome {
+            Outcome::Changed(text) => text,
+            Outcome::Unchanged => panic!("expected a change"),
+        }
+    }
 
     #[test]
     fn urls_are_checked_and_completed() {

@@ -181,19 +181,7 @@ fn value_json(value: &Value) -> Json {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn stdio() -> Entry {
-        Entry {
-            fields: vec![
-                ("command".to_owned(), Val::Str("/bin/ithaca".to_owned())),
-                ("args".to_owned(), Val::List(vec!["mcp".to_owned()])),
-                (
-                    "env".to_owned(),
-                    Val::Map(vec![("ITHACA_DATA_DIR".to_owned(), "/d".to_owned())]),
-                ),
-            ],
-        }
-    }
+    use crate::connect::tests::{changed, stdio_entry as stdio};
 
     fn http() -> Entry {
         Entry {
@@ -207,13 +195,6 @@ mod tests {
                     Val::Map(vec![("Authorization".to_owned(), "Bearer k".to_owned())]),
                 ),
             ],
-        }
-    }
-
-    fn changed(outcome: Outcome) -> String {
-        match outcome {
-            Outcome::Changed(text) => text,
-            Outcome::Unchanged => panic!("expected a change"),
         }
     }
 

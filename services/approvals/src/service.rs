@@ -336,6 +336,7 @@ impl ApprovalsService {
             .await;
             return Err(ServiceError::precondition(format!("{tool}: {message}"))
                 .with_domain("TRADING_DISABLED")
+                .traced()
                 .into());
         }
         let check = EncodedCall {

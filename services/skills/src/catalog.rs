@@ -68,13 +68,12 @@ pub fn vocabulary(skills: &[&'static dyn Skill]) -> (Vec<&'static str>, Vec<&'st
 /// Why a search found nothing, or which of its filter values the catalog
 /// does not know; `None` when it found something with known filters.
 pub fn search_note(
-    skills: &[&'static dyn Skill],
+    (classes, intents): (&[&str], &[&str]),
     query: Option<&str>,
     asset_class: Option<&str>,
     intent: Option<&str>,
     found: usize,
 ) -> Option<String> {
-    let (classes, intents) = vocabulary(skills);
     let mut unknown = Vec::new();
     if let Some(a) = asset_class.filter(|a| !classes.iter().any(|c| class_matches(a, c))) {
         let aliases: Vec<String> = ASSET_CLASS_ALIASES
@@ -184,7 +183,8 @@ mod tests {
 
     #[test]
     fn an_empty_or_unknown_search_says_what_the_catalog_holds() {
-        let note = |q, a, i, n| search_note(skills::BUILTIN, q, a, i, n);
+        let (classes, intents) = vocabulary(skills::BUILTIN);
+        let note = |q, a, i, n| search_note((&classes, &intents), q, a, i, n);
         assert_eq!(
             note(Some("volatility"), Some("market"), Some("risk"), 2),
             None
@@ -204,7 +204,6 @@ mod tests {
             none.contains("astrology") && none.contains("asset_classes"),
             "{none}"
         );
-        let (classes, intents) = vocabulary(skills::BUILTIN);
         assert!(classes.contains(&"astronomy") && intents.contains(&"fundamentals"));
     }
 }

@@ -202,15 +202,14 @@ impl Rpc for Grpc {
             r.intent.as_deref(),
             r.limit,
         )?;
-        let note = self.service.search_note(
+        let (note, asset_classes, intents) = match self.service.search_note(
             r.query.as_deref(),
             r.asset_class.as_deref(),
             r.intent.as_deref(),
             count,
-        );
-        let (asset_classes, intents) = match note {
-            Some(_) => self.service.vocabulary(),
-            None => (Vec::new(), Vec::new()),
+        ) {
+            Some((note, classes, intents)) => (Some(note), classes, intents),
+            None => (None, Vec::new(), Vec::new()),
         };
         Ok(Response::new(pb::SearchSkillsResponse {
             skills: hits.iter().map(summary).collect(),

@@ -129,7 +129,8 @@ impl SkillsService {
         Ok((hits, count, count > limit))
     }
 
-    /// Why a search found nothing or which filter value is unknown (see
+    /// Why a search found nothing or which filter value is unknown, and
+    /// then the catalog's asset classes and intents (see
     /// [`catalog::search_note`]).
     pub fn search_note(
         &self,
@@ -137,14 +138,15 @@ impl SkillsService {
         asset_class: Option<&str>,
         intent: Option<&str>,
         found: usize,
-    ) -> Option<String> {
-        catalog::search_note(&self.skills, query, asset_class, intent, found)
+    ) -> Option<(String, Vec<String>, Vec<String>)> {
+        let (classes, intents) = catalog::vocabulary(&self.skills);
+        let note = catalog::search_note((&classes, &intents), query, asset_class, intent, found)?;
+        Some((note, owned(classes), owned(intents)))
     }
 
     /// The catalog's asset classes and intents.
     pub fn vocabulary(&self) -> (Vec<String>, Vec<String>) {
         let (classes, intents) = catalog::vocabulary(&self.skills);
-        let owned = |v: Vec<&str>| v.into_iter().map(str::to_owned).collect();
         (owned(classes), owned(intents))
     }
 
@@ -804,4 +806,8 @@ fn is_cancellation(err: &ServiceError) -> bool {
 pub(crate) fn parse_id(field: &str, raw: &str) -> Result<String, ServiceError> {
     ithaca_kit::id::canonical_uuid(raw)
         .ok_or_else(|| ServiceError::invalid(format!("{field}: not an id (expected a UUID)")))
+}
+
+fn owned(words: Vec<&str>) -> Vec<String> {
+    words.into_iter().map(str::to_owned).collect()
 }

@@ -356,26 +356,7 @@ fn line_lead(text: &str, pos: usize) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn entry() -> Entry {
-        Entry {
-            fields: vec![
-                ("command".to_owned(), Val::Str("/bin/ithaca".to_owned())),
-                ("args".to_owned(), Val::List(vec!["mcp".to_owned()])),
-                (
-                    "env".to_owned(),
-                    Val::Map(vec![("ITHACA_DATA_DIR".to_owned(), "/d".to_owned())]),
-                ),
-            ],
-        }
-    }
-
-    fn changed(outcome: Outcome) -> String {
-        match outcome {
-            Outcome::Changed(text) => text,
-            Outcome::Unchanged => panic!("expected a change"),
-        }
-    }
+    use crate::connect::tests::{changed, stdio_entry as entry};
 
     fn merged(original: &str, comments: bool) -> String {
         changed(merge(original, "mcpServers", "doomberg", &entry(), comments).expect("merge"))

@@ -226,7 +226,11 @@ impl CatalogService {
 
     /// Rows per catalog.
     pub async fn counts(&self) -> Result<Vec<(String, i64)>, ServiceError> {
-        Ok(self.store.counts().await?)
+        let rows = self.store.coverage().await?;
+        Ok(rows
+            .into_iter()
+            .map(|(catalog, n, ..)| (catalog, n))
+            .collect())
     }
 
     /// `crossmatch_broker_catalogs`.

@@ -131,12 +131,6 @@ impl CatalogStore {
         })
     }
 
-    /// Rows per catalog.
-    pub async fn counts(&self) -> Result<Vec<(String, i64)>, sqlx::Error> {
-        let sql = "SELECT catalog, COUNT(*) FROM catalog_sources GROUP BY catalog ORDER BY catalog";
-        with_pool!(self.db, pool => sqlx::query_as::<_, (String, i64)>(sql).fetch_all(pool).await)
-    }
-
     /// Per catalog: its sources, the faintest magnitude (and its band) and
     /// the largest redshift among them.
     pub async fn coverage(
