@@ -326,6 +326,22 @@ async fn every_tool_result_validates_against_its_output_schema() {
         .await;
     assert_eq!(newest["bars"][4]["date"], "2013-03-01", "{newest}");
     assert_eq!(newest["truncated"], true, "{newest}");
+    // Without `limit`: the documented default, a calendar year of trading
+    // days, not the whole history (it was 1,000 bars, 134 KB).
+    let default_page = pass
+        .ok(
+            &up,
+            &up.agent,
+            "get_price_history",
+            json!({"symbol": "MSFT"}),
+        )
+        .await;
+    assert_eq!(default_page["count"], 260, "the default page size");
+    assert_eq!(default_page["bars"].as_array().map(Vec::len), Some(260));
+    assert_eq!(default_page["truncated"], true);
+    assert_eq!(default_page["bars"][259]["date"], "2013-03-01");
+    let bytes = default_page.to_string().len();
+    assert!(bytes < 40_000, "the default page is {bytes} bytes");
     let cursor = newest["next_cursor"].as_str().expect("next_cursor");
     let older = pass
         .ok(

@@ -6,8 +6,10 @@ use time::macros::format_description;
 
 /// Fields a price history can return.
 pub const FIELDS: [&str; 6] = ["open", "high", "low", "close", "volume", "adj_close"];
-/// Default and largest number of bars per history request.
-pub const DEFAULT_LIMIT: i64 = 1000;
+/// Default and largest number of bars per history request. The default holds
+/// any calendar year's trading days (at most 253) in one page, about 35 KB
+/// with every field; `limit` asks for more, up to [`MAX_LIMIT`].
+pub const DEFAULT_LIMIT: i64 = 260;
 pub const MAX_LIMIT: i64 = 5000;
 
 /// Check a ticker: 1-16 characters of A-Z, 0-9, `.` and `-`, upper-cased.
