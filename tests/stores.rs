@@ -1266,7 +1266,8 @@ mod broker {
             Some(format!("before:{}", h.bars[0].date).as_str())
         );
         let h = svc.history(&agent, q("MSFT")).await.expect("default limit");
-        assert_eq!((h.bars.len(), h.truncated), (1000, true));
+        let default = ithaca_broker::model::DEFAULT_LIMIT as usize;
+        assert_eq!((h.bars.len(), h.truncated), (default, true));
         assert_eq!(h.bars.last().expect("bar").date, "2013-03-01");
 
         // Following the cursors reads every bar once, in both directions.
