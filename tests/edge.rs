@@ -531,11 +531,79 @@ async fn scopes_are_decided_from_the_body() {
     .await;
     assert_eq!(reply.status, 200);
     assert_eq!(reply.json()["result"]["tools"], json!([]));
-    // A batch needs the union of its members' scopes, then is refused.
+    // A batch needs the union of its members' scopes.
     let batch = json!([list, call]).to_string();
     let reply = raw(&s, Some(&no_read), &[], &batch).await;
     assert_eq!(reply.status, 403);
+    // Without a revision header a request is 2025-03-26, which has batches:
+    // each member is answered, in order, in one array.
     let reply = raw(&s, Some(&s.agent), &[], &batch).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let answers = reply.json();
+    let answers = answers
+        .as_array()
+        .expect("a batch is answered with an array");
+    assert_eq!(answers.len(), 2, "{answers:?}");
+    assert_eq!(answers[0]["id"], 2);
+    assert!(
+        answers[0]["result"]["tools"]
+            .as_array()
+            .is_some_and(|t| !t.is_empty())
+    );
+    assert_eq!(answers[1]["id"], 1);
+    // 2025-03-26 has no structured output: the result is the content's text.
+    let text = answers[1]["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or("");
+    let opened: Value = serde_json::from_str(text).unwrap_or_default();
+    assert!(opened["session_id"].is_string(), "{}", answers[1]);
+    // A batch member that is a notification gets no answer; a batch of
+    // notifications only is accepted with nothing to say.
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let reply = raw(
+        &s,
+        Some(&s.agent),
+        &[("MCP-Protocol-Version", "2025-03-26")],
+        &json!([note]).to_string(),
+    )
+    .await;
+    assert_eq!(reply.status, 202, "{}", reply.text());
+    // A member refused on its own is answered in its slot; the others run.
+    let init = json!({"jsonrpc": "2.0", "id": 9, "method": "initialize", "params": {}});
+    let unknown = json!({"jsonrpc": "2.0", "id": 10, "method": "no/such/method"});
+    let reply = raw(
+        &s,
+        Some(&s.agent),
+        &[],
+        &json!([init, list, unknown]).to_string(),
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let answers = reply.json();
+    assert_eq!(answers[0]["id"], 9);
+    assert_eq!(answers[0]["error"]["code"], -32600);
+    assert_eq!(answers[1]["id"], 2);
+    assert_eq!(answers[2]["id"], 10);
+    assert!(answers[2]["error"]["code"].is_i64(), "{}", answers[2]);
+    // Revisions from 2025-06-18 on have no batches.
+    for version in ["2025-06-18", "2025-11-25"] {
+        let reply = raw(
+            &s,
+            Some(&s.agent),
+            &[("MCP-Protocol-Version", version)],
+            &batch,
+        )
+        .await;
+        assert_eq!(reply.status, 400, "{version}");
+        assert_eq!(reply.json()["error"]["code"], -32600);
+        assert!(
+            reply.text().contains("no JSON-RPC batches"),
+            "{}",
+            reply.text()
+        );
+    }
+    // An empty batch is an invalid request (JSON-RPC 2.0).
+    let reply = raw(&s, Some(&s.agent), &[], "[]").await;
     assert_eq!(reply.status, 400);
     assert_eq!(reply.json()["error"]["code"], -32600);
 }

@@ -2,7 +2,8 @@
 //!
 //! A request to `/mcp` passes, in this order: the Host/Origin check (DNS
 //! rebinding), authentication, the body limit and JSON checks (parse errors
-//! and batches are answered here; `rmcp` would answer them with a bare 415),
+//! are answered here, since `rmcp` would answer them with a bare 415, and a
+//! 2025-03-26 batch is split here into its members: `batch.rs`),
 //! the scope check decided from the JSON-RPC body, and finally the `rmcp`
 //! Streamable HTTP service inside the request's MCP server span.
 //!
@@ -495,9 +496,14 @@ pub enum Screened {
     /// an unsupported protocol version, a method unknown in its era, or
     /// params without what the method needs.
     Refused(Response),
-    /// A batch: refused (no served revision allows one), after the caller
-    /// is found to hold the union of its members' scopes.
-    Batch { scopes: Vec<String> },
+    /// A batch: served member by member where the request's revision
+    /// allows batches (2025-03-26 and older), refused elsewhere; in both
+    /// cases after the caller is found to hold the union of its members'
+    /// scopes (seed 000).
+    Batch {
+        scopes: Vec<String>,
+        members: Vec<Value>,
+    },
     /// One message to serve.
     Message {
         message: Value,
@@ -534,16 +540,16 @@ pub fn screen(catalog: &Catalog, headers: &HeaderMap, body: &[u8]) -> Screened {
             ));
         }
     };
-    if let Value::Array(members) = &message {
+    if let Value::Array(members) = message {
         let mut scopes: Vec<String> = Vec::new();
-        for member in members {
+        for member in &members {
             for scope in required_scopes(catalog, member) {
                 if !scopes.contains(&scope) {
                     scopes.push(scope);
                 }
             }
         }
-        return Screened::Batch { scopes };
+        return Screened::Batch { scopes, members };
     }
     if let Err(refused) = check_envelope(&message) {
         return Screened::Refused(refused);
@@ -968,16 +974,14 @@ async fn mcp_request(
     let scoped = matches!(edge.callers, Callers::Keys(_));
     let (message, scopes, method) = match screen(&edge.core.catalog, &parts.headers, &bytes) {
         Screened::Refused(refused) => return refused,
-        Screened::Batch { scopes } => {
+        Screened::Batch { scopes, members } => {
             if scoped && let Some(missing) = scopes.iter().find(|s| !principal.has_scope(s)) {
                 return edge.missing_scope(missing);
             }
-            return jsonrpc_error(
-                StatusCode::BAD_REQUEST,
-                Value::Null,
-                codes::INVALID_REQUEST,
-                "Invalid Request: batch requests are not supported",
-            );
+            if let Err(refused) = crate::batch::check(&parts.headers, &members) {
+                return refused;
+            }
+            return serve_batch(edge, started, parts, principal, members).await;
         }
         Screened::Message {
             message,
@@ -988,7 +992,56 @@ async fn mcp_request(
     if scoped && let Some(missing) = scopes.iter().find(|s| !principal.has_scope(s)) {
         return edge.missing_scope(missing);
     }
+    serve_message(edge, started, parts, principal, message, method, bytes).await
+}
 
+/// A 2025-03-26 batch, its members served one after another in order (so
+/// a session's trace keeps the batch's order) through the same path as a
+/// single message; their answers come back as one JSON array, or as 202
+/// when every member was a notification or a response.
+async fn serve_batch(
+    edge: &Arc<Edge>,
+    started: Instant,
+    parts: &mut http::request::Parts,
+    principal: Principal,
+    members: Vec<Value>,
+) -> Response {
+    let mut answers = Vec::with_capacity(members.len());
+    for member in members {
+        let id = member.get("id").cloned().unwrap_or(Value::Null);
+        let response = match crate::batch::member_refusal(&member) {
+            Some(refused) => refused,
+            None => {
+                let bytes = bytes::Bytes::from(member.to_string());
+                match screen(&edge.core.catalog, &parts.headers, &bytes) {
+                    Screened::Refused(refused) => refused,
+                    Screened::Batch { .. } => crate::batch::nested(),
+                    Screened::Message {
+                        message, method, ..
+                    } => {
+                        let principal = principal.clone();
+                        serve_message(edge, started, parts, principal, message, method, bytes).await
+                    }
+                }
+            }
+        };
+        answers.extend(crate::batch::answers(response, id).await);
+    }
+    crate::batch::combine(answers)
+}
+
+/// One JSON-RPC message whose caller holds the scopes it needs: a legacy
+/// client's answer is delivered to the call that asked; anything else is
+/// served by `rmcp` inside the request's server span.
+async fn serve_message(
+    edge: &Arc<Edge>,
+    started: Instant,
+    parts: &mut http::request::Parts,
+    principal: Principal,
+    message: Value,
+    method: String,
+    bytes: bytes::Bytes,
+) -> Response {
     // A legacy client's answer to a request a running call made on its
     // response stream.
     if message.get("method").is_none() {

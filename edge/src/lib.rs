@@ -24,6 +24,7 @@
 
 pub mod auth;
 pub mod backend;
+pub mod batch;
 pub mod catalog;
 pub mod core;
 pub mod discover;

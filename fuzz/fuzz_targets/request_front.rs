@@ -49,8 +49,14 @@ fuzz_target!(|data: &[u8]| {
                 "a refusal is the client's fault: {status}"
             );
         }
-        Screened::Batch { scopes } => {
+        Screened::Batch { scopes, members } => {
             assert!(scopes.iter().all(|s| ithaca_proto::scopes::ALL.contains(&s.as_str())));
+            // Whether the batch is served, and each member's own refusal,
+            // are decided without panicking on any input.
+            let _ = ithaca_edge::batch::check(&headers(head), &members);
+            for member in &members {
+                let _ = ithaca_edge::batch::member_refusal(member);
+            }
         }
         Screened::Message {
             message,
