@@ -488,3 +488,81 @@ async fn every_session_scoped_tool_acts_on_the_pinned_session() {
         "the current one stays open"
     );
 }
+
+/// A session a person opened is joined only by an explicit
+/// `session_context` with its id (issue 26 §5). Once a key has joined it,
+/// a call that names no session follows the key there, and its answer says
+/// so (a second text block and `_meta` `io.ithaca/session`), since another
+/// conversation on the same key may not know. A pinned call, and a call in
+/// a session the key opened itself, carry no such note.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_that_follows_the_key_into_a_joined_session_says_so() {
+    let up = common::up(&[]);
+    let (agent, human) = (up.agent.clone(), up.human.clone());
+    const NOTICE: &str = "io.ithaca/session";
+
+    // The agent's own session: nothing to say.
+    ok(
+        &up,
+        &agent,
+        "session_context",
+        json!({"prompt": "my own work"}),
+    )
+    .await;
+    let own = call(&up, &agent, "list_symbols", json!({}), None).await;
+    assert_eq!(own["isError"], false, "{own}");
+    assert!(own["_meta"][NOTICE].is_null(), "{own}");
+    assert_eq!(own["content"].as_array().map(Vec::len), Some(1), "{own}");
+
+    // A person opens a session; the agent's key is not moved into it.
+    let theirs = ok(
+        &up,
+        &human,
+        "session_context",
+        json!({"prompt": "a person's question"}),
+    )
+    .await;
+    let theirs = theirs["session_id"]
+        .as_str()
+        .expect("session_id")
+        .to_owned();
+    let still_own = call(&up, &agent, "list_symbols", json!({}), None).await;
+    assert!(still_own["_meta"][NOTICE].is_null(), "{still_own}");
+
+    // The agent joins it explicitly; its next unpinned call is recorded
+    // there, and says so.
+    ok(
+        &up,
+        &agent,
+        "session_context",
+        json!({"session_id": theirs}),
+    )
+    .await;
+    let followed = call(&up, &agent, "list_symbols", json!({}), None).await;
+    assert_eq!(followed["isError"], false, "{followed}");
+    assert_eq!(
+        followed["_meta"][NOTICE]["session_id"],
+        theirs.as_str(),
+        "{followed}"
+    );
+    let note = followed["content"][1]["text"].as_str().unwrap_or("");
+    assert!(
+        note.contains(&theirs)
+            && note.contains("session_context")
+            && note.contains("io.ithaca/session_id"),
+        "{note}"
+    );
+    // The first block and the structured result are still the tool's own.
+    let first: Value = serde_json::from_str(followed["content"][0]["text"].as_str().unwrap_or(""))
+        .expect("the first block is the result's JSON");
+    assert_eq!(first, followed["structuredContent"]);
+
+    // Pinned to it, the same call carries no note.
+    let pinned = call(&up, &agent, "list_symbols", json!({}), Some(&theirs)).await;
+    assert!(pinned["_meta"][NOTICE].is_null(), "{pinned}");
+    assert_eq!(
+        pinned["content"].as_array().map(Vec::len),
+        Some(1),
+        "{pinned}"
+    );
+}

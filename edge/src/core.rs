@@ -71,6 +71,25 @@ fn finish(outcome: Result<Value, ToolFailure>) -> Value {
     }
 }
 
+/// The `_meta` key of a result recorded in a session its caller joined
+/// but did not open: `{"session_id", "notice"}`.
+pub const SESSION_NOTICE_META: &str = "io.ithaca/session";
+
+/// A result with the session service's notice: in `_meta` for programs, and
+/// as a second text block for the model reading the answer (the first block
+/// and `structuredContent` stay the tool's own, so the output schema still
+/// holds).
+fn with_session_notice(mut result: Value, session_id: &str, notice: &str) -> Value {
+    if let Some(content) = result["content"].as_array_mut() {
+        content.push(json!({"type": "text", "text": notice}));
+    }
+    if !result["_meta"].is_object() {
+        result["_meta"] = json!({});
+    }
+    result["_meta"][SESSION_NOTICE_META] = json!({"session_id": session_id, "notice": notice});
+    result
+}
+
 /// A line saying how a call went, for the trace (and the record of an
 /// answer): the error's code and message, or the start of the result text.
 fn summary(outcome: &Result<Value, ToolFailure>) -> String {
@@ -366,6 +385,7 @@ impl Core {
         //    subject; a subject-scoped write tool outside a session on its
         //    kind of object is refused (and traced as a denial there).
         let mut call_seq = None;
+        let mut notice = None;
         if !tool.options.session_exempt
             && let Some(session) = &self.session
         {
@@ -376,6 +396,7 @@ impl Core {
                 Ok((gate, seq)) => {
                     principal = gate.apply(&principal);
                     call_seq = Some(seq);
+                    notice = gate.notice;
                 }
                 // Not offered here, but not hidden either: the tool error
                 // says how to get to it (a person opens a session on the
@@ -526,7 +547,12 @@ impl Core {
                 tracing::warn!(error = %status.message(), tool = name, "recording a failure failed");
             }
         }
-        answer(outcome)
+        match (answer(outcome), notice) {
+            (Ok(Answer::Complete(result)), Some(notice)) => Ok(Answer::Complete(
+                with_session_notice(result, &session_id, &notice),
+            )),
+            (answered, _) => answered,
+        }
     }
 
     /// Remember a call whose result could not be recorded, to report it in
@@ -1038,6 +1064,9 @@ impl Core {
 pub struct Gate {
     pub session_id: String,
     pub subject: Option<Subject>,
+    /// What the session service says of the session to the caller (it was
+    /// joined, not opened, by this key), to pass on with the answer.
+    pub notice: Option<String>,
 }
 
 impl Gate {
@@ -1049,6 +1078,7 @@ impl Gate {
         Gate {
             session_id: session.session_id,
             subject,
+            notice: session.notice,
         }
     }
 

@@ -103,8 +103,11 @@ impl Rpc for Grpc {
                 &req.subject_kind,
             )
             .await?;
+        let notice = crate::service::joined_notice(&caller, req.session_id.as_deref(), &session);
+        let mut descriptor = self.descriptor(session);
+        descriptor.notice = notice;
         Ok(Response::new(pb::CallBegun {
-            session: Some(self.descriptor(session)),
+            session: Some(descriptor),
             seq: event.seq,
         }))
     }

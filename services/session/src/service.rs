@@ -944,6 +944,31 @@ impl Follower {
     }
 }
 
+/// What a call's answer says when it was recorded in a session its caller
+/// did not open and did not name: the caller's key joined that session
+/// (a person's, opened in the console, or another key's) with an explicit
+/// `session_context`, and this call, naming no session, followed the key
+/// there. Another conversation on the same key may not know it; the answer
+/// tells it where it is and how to leave. `None` for a pinned call and for
+/// a session the caller opened itself.
+pub fn joined_notice(caller: &Principal, pin: Option<&str>, row: &SessionRow) -> Option<String> {
+    let pinned = pin.is_some_and(|p| !p.trim().is_empty());
+    if pinned || caller.actor() == Actor::System || row.agent_id == caller.agent() {
+        return None;
+    }
+    let on = match (&row.subject_kind, &row.subject_id) {
+        (Some(kind), Some(id)) => format!(" on {kind} {id}"),
+        _ => String::new(),
+    };
+    Some(format!(
+        "This call was recorded in session {} (\"{}\"{on}), which this key joined with \
+         session_context but did not open. To work in a session of your own, call \
+         session_context with your request and no session_id; to stay in this one, pin your \
+         requests to it with _meta \"io.ithaca/session_id\".",
+        row.session_id, row.title
+    ))
+}
+
 fn agent(caller: &Principal) -> Result<&str, ServiceError> {
     let agent = caller.agent();
     if agent.is_empty() {
