@@ -424,6 +424,48 @@ async fn story(s: &Stack, legacy: Option<&'static str>) {
             .as_array()
             .is_some_and(|p| p.iter().any(|p| p["is_limit"] == true))
     );
+    // A default page of the newest 100 points; older pages by cursor, in
+    // time order, none lost or repeated.
+    let total = lc["total"].as_i64().expect("total");
+    assert_eq!(
+        lc["count"].as_i64(),
+        Some(total.min(100)),
+        "{}",
+        lc["count"]
+    );
+    let whole = c
+        .ok(
+            "get_broker_alert_photometry",
+            json!({"broker_id": "ztf-archive", "objectId": "ZTF17aadcuwj", "limit": 5000}),
+        )
+        .await;
+    assert_eq!(whole["truncated"], false);
+    assert_eq!(whole["count"].as_i64(), Some(total));
+    let jds = |page: &Value| -> Vec<f64> {
+        page["points"]
+            .as_array()
+            .map(|p| p.iter().filter_map(|p| p["jd"].as_f64()).collect())
+            .unwrap_or_default()
+    };
+    let mut paged: Vec<f64> = Vec::new();
+    let mut args = json!({"broker_id": "ztf-archive", "objectId": "ZTF17aadcuwj", "limit": 10});
+    loop {
+        let page = c.ok("get_broker_alert_photometry", args.clone()).await;
+        assert_eq!(page["total"].as_i64(), Some(total));
+        let mut older = jds(&page);
+        assert!(older.len() <= 10);
+        older.extend(paged);
+        paged = older;
+        match page["next_cursor"].as_str() {
+            Some(cursor) => {
+                assert_eq!(page["truncated"], true);
+                args["cursor"] = json!(cursor);
+            }
+            None => break,
+        }
+    }
+    assert!(total > 10, "the test pages: {total} points");
+    assert_eq!(paged, jds(&whole));
     let json_res = c.read(lc["uri"].as_str().expect("uri")).await;
     assert_eq!(json_res["mimeType"], "application/json");
     let svg = c.read(lc["svg_uri"].as_str().expect("svg uri")).await;
@@ -490,6 +532,16 @@ async fn story(s: &Stack, legacy: Option<&'static str>) {
             "get_broker_alert_photometry",
             json!({"broker_id": "ztf-archive", "objectId": "ZTF99zzzzzzz"}),
             "objectId:",
+        ),
+        (
+            "get_broker_alert_photometry",
+            json!({"broker_id": "ztf-archive", "objectId": "ZTF17aadcuwj", "limit": 0}),
+            "limit:",
+        ),
+        (
+            "get_broker_alert_photometry",
+            json!({"broker_id": "ztf-archive", "objectId": "ZTF17aadcuwj", "cursor": "soon"}),
+            "cursor:",
         ),
         (
             "crossmatch_broker_catalogs",

@@ -992,6 +992,8 @@ async fn lightcurve_features_match_the_photometry() {
             broker_id: "ztf-archive".into(),
             object_id: "ZTF17aaacxxf".into(),
             include_forced: Some(false),
+            limit: Some(5000),
+            cursor: None,
         })
         .await
         .expect("photometry")

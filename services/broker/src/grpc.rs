@@ -268,6 +268,8 @@ impl Rpc for Grpc {
     ) -> Result<Response<pb::LightCurve>, Status> {
         let caller = principal::of(&request)?;
         let r = request.into_inner();
+        let page = crate::alerts::lightcurve::Page::parse(r.limit, r.cursor.as_deref())
+            .map_err(Status::invalid_argument)?;
         let lc = self
             .alerts
             .light_curve(
@@ -277,7 +279,7 @@ impl Rpc for Grpc {
                 r.include_forced.unwrap_or(true),
             )
             .await?;
-        Ok(Response::new(render::light_curve(lc)))
+        Ok(Response::new(render::light_curve(lc, &page)))
     }
 
     async fn get_light_curve_plot(

@@ -151,8 +151,11 @@ fn history_note(lc: &LightCurve) -> String {
     note
 }
 
-pub fn light_curve(lc: LightCurve) -> pb::LightCurve {
+/// A light curve's answer: counts and bands describe the whole curve; the
+/// points are `page`'s.
+pub fn light_curve(lc: LightCurve, page: &lightcurve::Page) -> pb::LightCurve {
     let count = |k: lightcurve::Kind| n(lc.points.iter().filter(|p| p.kind == k).count() as i64);
+    let (range, next_cursor) = page.range(&lc.points);
     let mut bands: Vec<String> = Vec::new();
     for p in &lc.points {
         let b = lightcurve::band(p.fid).to_owned();
@@ -166,8 +169,14 @@ pub fn light_curve(lc: LightCurve) -> pb::LightCurve {
         detections: count(lightcurve::Kind::Detection),
         upper_limits: count(lightcurve::Kind::UpperLimit),
         forced: count(lightcurve::Kind::Forced),
-        points: lc.points.iter().map(|p| point(p, lc.zero_jd)).collect(),
-        count: n(lc.points.len() as i64),
+        count: n(range.len() as i64),
+        points: lc.points[range]
+            .iter()
+            .map(|p| point(p, lc.zero_jd))
+            .collect(),
+        total: n(lc.points.len() as i64),
+        truncated: next_cursor.is_some(),
+        next_cursor,
         alerts: n(lc.alerts),
         first_detection_jd: lc.first_detection_jd,
         first_detection_utc: lc.first_detection_jd.map(astrotime::jd_to_iso),

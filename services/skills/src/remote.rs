@@ -138,6 +138,9 @@ impl SkillsService {
             broker_id: broker_id.to_owned(),
             object_id: object_id.to_owned(),
             include_forced: Some(false),
+            // Features read the whole curve, not the agent's default page.
+            limit: Some(5000),
+            cursor: None,
         });
         self.key.sign(&mut request, caller);
         self.broker()?

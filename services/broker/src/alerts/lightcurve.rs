@@ -268,3 +268,132 @@ mod tests {
         assert_eq!(first_detection(&points), Some(2.0));
     }
 }
+
+/// Points in one answer when the caller names no `limit`: about 30 KB of
+/// JSON, more than the 30-day history of one alert holds in most bands.
+pub const DEFAULT_PAGE: usize = 100;
+/// The most points one answer may hold.
+pub const MAX_PAGE: usize = 5000;
+
+/// Which points of a light curve one answer holds: the newest `limit`
+/// before a position, kept in time order.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Page {
+    pub limit: usize,
+    /// Where the page ends (exclusive): the points before `jd`, plus the
+    /// first `also` of the points at exactly `jd` (one exposure can be a
+    /// detection and a forced point, so a time alone does not mark a place).
+    pub before: Option<(f64, usize)>,
+}
+
+impl Page {
+    /// A page from the request's `limit` and `cursor` (a `next_cursor`).
+    pub fn parse(limit: Option<i32>, cursor: Option<&str>) -> Result<Page, String> {
+        let limit = match limit {
+            None => DEFAULT_PAGE,
+            Some(n) if n >= 1 && n as usize <= MAX_PAGE => n as usize,
+            Some(n) => return Err(format!("limit: 1 to {MAX_PAGE} points, not {n}")),
+        };
+        let before = match cursor.map(str::trim).filter(|c| !c.is_empty()) {
+            None => None,
+            Some(c) => Some(parse_cursor(c).ok_or_else(|| {
+                format!(
+                    "cursor: {:?} is not a cursor; pass next_cursor of an earlier answer",
+                    c.chars().take(64).collect::<String>()
+                )
+            })?),
+        };
+        Ok(Page { limit, before })
+    }
+
+    /// The range of `points` (sorted by time) this page holds, and the
+    /// cursor of the next, older page when there is one.
+    pub fn range(&self, points: &[Point]) -> (std::ops::Range<usize>, Option<String>) {
+        let end = match self.before {
+            Some((jd, also)) => {
+                let first_at = points.partition_point(|p| p.jd < jd);
+                let after = points.partition_point(|p| p.jd <= jd);
+                (first_at + also).min(after)
+            }
+            None => points.len(),
+        };
+        let start = end.saturating_sub(self.limit);
+        let next = (start > 0).then(|| {
+            let jd = points[start].jd;
+            let first_at = points.partition_point(|p| p.jd < jd);
+            // Rust prints the shortest text that reads back as the same
+            // f64, so the cursor finds exactly this time again.
+            format!("{jd}:{}", start - first_at)
+        });
+        (start..end, next)
+    }
+}
+
+fn parse_cursor(cursor: &str) -> Option<(f64, usize)> {
+    let (jd, also) = cursor.split_once(':').unwrap_or((cursor, "0"));
+    let jd = jd.parse::<f64>().ok().filter(|jd| jd.is_finite())?;
+    Some((jd, also.parse::<usize>().ok()?))
+}
+
+#[cfg(test)]
+mod page_tests {
+    use super::*;
+
+    fn at(jd: f64) -> Point {
+        Point {
+            jd,
+            fid: 1,
+            kind: Kind::Detection,
+            is_limit: false,
+            mag: 18.0,
+            mag_err: Some(0.1),
+            flux: None,
+            flux_err: None,
+            magzpsci: None,
+            isdiffpos: None,
+            candid: None,
+            programid: None,
+        }
+    }
+
+    #[test]
+    fn pages_walk_back_from_the_newest_point_without_gaps_or_repeats() {
+        // Exposures that are both a detection and a forced point share a
+        // time; a page may end between them.
+        // Each point's `mag` is its place, so a lost or repeated point shows.
+        let points: Vec<Point> = [0.1, 0.2, 0.2, 0.2, 0.5, 0.6, 0.6, 0.9]
+            .iter()
+            .enumerate()
+            .map(|(i, d)| Point {
+                mag: i as f64,
+                ..at(2_460_000.0 + d)
+            })
+            .collect();
+        let mut seen = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let page = Page::parse(Some(3), cursor.as_deref()).expect("a valid page");
+            let (range, next) = page.range(&points);
+            let mut this: Vec<f64> = points[range].iter().map(|p| p.mag).collect();
+            this.extend(seen);
+            seen = this;
+            match next {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        let all: Vec<f64> = points.iter().map(|p| p.mag).collect();
+        assert_eq!(seen, all);
+    }
+
+    #[test]
+    fn bad_limits_and_cursors_are_named() {
+        assert_eq!(Page::parse(None, None).map(|p| p.limit), Ok(DEFAULT_PAGE));
+        assert!(Page::parse(Some(0), None).is_err_and(|e| e.starts_with("limit:")));
+        assert!(Page::parse(Some(5001), None).is_err_and(|e| e.starts_with("limit:")));
+        assert!(Page::parse(None, Some("yesterday")).is_err_and(|e| e.starts_with("cursor:")));
+        assert!(Page::parse(None, Some("NaN")).is_err_and(|e| e.starts_with("cursor:")));
+        assert!(Page::parse(None, Some("2460000.5:x")).is_err_and(|e| e.starts_with("cursor:")));
+        assert!(Page::parse(None, Some("2460000.5:1")).is_ok());
+    }
+}
