@@ -1943,7 +1943,11 @@ async fn the_filter_story_through_the_edge() {
         let result = call(up.agent.clone(), "modern", tool, args).await;
         if result["isError"] == true {
             // Deleting a running filter is refused, and says what to do.
-            assert_eq!(common::tool_error(&result)["error"], "FILTER_ACTIVE", "{result}");
+            assert_eq!(
+                common::tool_error(&result)["error"],
+                "FILTER_ACTIVE",
+                "{result}"
+            );
             continue;
         }
         let structured = &result["structuredContent"];

@@ -1224,9 +1224,11 @@ async fn browser_filter_and_gcn_event_pages() {
     assert!(b.text("#filters").await.contains("bright and real"));
     // The list finds it by name, whatever the case, and says when nothing
     // matches.
-    b.goto(&format!("{}/console/filters?q=BRIGHT", up.url)).await;
+    b.goto(&format!("{}/console/filters?q=BRIGHT", up.url))
+        .await;
     assert!(b.text("#filters").await.contains("bright and real"));
-    b.goto(&format!("{}/console/filters?q=kilonova", up.url)).await;
+    b.goto(&format!("{}/console/filters?q=kilonova", up.url))
+        .await;
     assert!(b.text("#empty").await.contains("kilonova"));
     b.goto(&format!("{}/console/filters", up.url)).await;
     b.submit(&format!("tr[data-filter='{filter_id}'] a")).await;

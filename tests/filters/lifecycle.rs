@@ -89,7 +89,9 @@ pub(super) async fn deactivation_stops_matching_and_deletion_refuses_an_active_f
     // Another tenant's filter is not found, even in a session on its id.
     let eve = on_filter(&person("tenant-e"), "e1", &id);
     refused(
-        &deactivate(broker, &eve, &id).await.expect_err("other tenant"),
+        &deactivate(broker, &eve, &id)
+            .await
+            .expect_err("other tenant"),
         Code::NotFound,
         Some("UNKNOWN_FILTER"),
     );
@@ -123,7 +125,10 @@ pub(super) async fn deactivation_stops_matching_and_deletion_refuses_an_active_f
     assert_eq!(after.active_version, None);
     assert_eq!(after.versions.len(), 1, "versions stay");
     assert_eq!(broker.ingest("v4.01").await, 24);
-    assert!(!brighter(&["v4.01"], 18.5).is_empty(), "the cut would match");
+    assert!(
+        !brighter(&["v4.01"], 18.5).is_empty(),
+        "the cut would match"
+    );
     assert_eq!(read(broker, &dora, &id).await.matches_saved, 0);
 
     // Reactivated, it matches again; then stopped and deleted with what it
@@ -192,7 +197,10 @@ pub(super) async fn a_preview_counts_each_match_stage_and_zero_matches_warn(brok
             .contains(&format!("pipeline[0] $match kept {bright}")),
         "{zero:?}"
     );
-    assert!(zero.message.contains("pipeline[1] $match kept 0"), "{zero:?}");
+    assert!(
+        zero.message.contains("pipeline[1] $match kept 0"),
+        "{zero:?}"
+    );
     let activated = c
         .activate_broker_filter_version(pb::ActivateBrokerFilterVersionRequest {
             filter_id: id.clone(),
@@ -382,7 +390,10 @@ pub(super) async fn the_filter_list_finds_a_filter_by_name(broker: &Broker) {
     );
     assert_eq!(kilonova.total, 2);
     // Wildcards are plain characters.
-    assert_eq!(names(&find("%").await), BTreeSet::from(["100%_done".to_owned()]));
+    assert_eq!(
+        names(&find("%").await),
+        BTreeSet::from(["100%_done".to_owned()])
+    );
     assert_eq!(find("_").await.total, 1);
     assert_eq!(find("no such filter").await.total, 0);
     // Another tenant's filters are never found.
@@ -433,7 +444,11 @@ pub(super) async fn fink_fields_stay_in_finks_namespace(broker: &Broker) {
     let ztf_fields: BTreeSet<&str> = ztf.paths.iter().map(|p| p.field.as_str()).collect();
     assert!(ztf_fields.contains("candidate.magpsf"));
     assert!(!ztf_fields.contains("cdsxmatch"), "Fink's field leaked");
-    assert!(ztf.versions.iter().all(|v| !v.contains('/')), "{:?}", ztf.versions);
+    assert!(
+        ztf.versions.iter().all(|v| !v.contains('/')),
+        "{:?}",
+        ztf.versions
+    );
     assert_eq!(ztf.producers.len(), 1, "{:?}", ztf.producers);
     let name = ztf.producers[0].clone();
     assert!(name.to_lowercase().contains("fink"), "{name}");
@@ -444,9 +459,16 @@ pub(super) async fn fink_fields_stay_in_finks_namespace(broker: &Broker) {
         .into_inner();
     let fink_fields: BTreeSet<&str> = fink.paths.iter().map(|p| p.field.as_str()).collect();
     assert!(fink_fields.contains("cdsxmatch"), "{fink_fields:?}");
-    assert!(!fink_fields.contains("candidate.magpsf"), "only what Fink adds");
+    assert!(
+        !fink_fields.contains("candidate.magpsf"),
+        "only what Fink adds"
+    );
     assert_eq!(fink.producer, Some(name.to_uppercase()));
-    assert!(fink.versions.iter().all(|v| v.ends_with(&format!("/{name}"))));
+    assert!(
+        fink.versions
+            .iter()
+            .all(|v| v.ends_with(&format!("/{name}")))
+    );
     let unknown = alerts
         .get_alert_schema(schema("", Some("alerce")))
         .await

@@ -308,8 +308,18 @@ mod tests {
         let calls = [
             call(1, "run_broker_filter", true, posted.clone()),
             call(2, "post_broker_filter_version", true, posted.clone()),
-            call(3, "post_broker_filter_version", false, serde_json::json!([])),
-            call(4, "run_broker_filter", true, serde_json::json!([{"$match": {}}])),
+            call(
+                3,
+                "post_broker_filter_version",
+                false,
+                serde_json::json!([]),
+            ),
+            call(
+                4,
+                "run_broker_filter",
+                true,
+                serde_json::json!([{"$match": {}}]),
+            ),
         ];
         let shown = super::posted_pipeline(&calls).expect("a posted version");
         let shown: serde_json::Value = serde_json::from_str(&shown).expect("json");

@@ -50,9 +50,7 @@ fn union_of(versions: &Versions) -> Vec<(FlatField, Vec<String>)> {
 impl AlertService {
     /// The survey's own schema versions: those ingested without a producer,
     /// else the schema files (when only producers' packets were ingested).
-    pub async fn survey_schema_versions(
-        &self,
-    ) -> Result<(&'static str, Versions), ServiceError> {
+    pub async fn survey_schema_versions(&self) -> Result<(&'static str, Versions), ServiceError> {
         let (source, all) = self.schema_versions().await?;
         let own: Versions = all
             .into_iter()
@@ -161,6 +159,8 @@ mod tests {
     #[test]
     fn separators_compare_away() {
         assert!(super::squash("RealBogus quality score").contains(&super::squash("real-bogus")));
-        assert!(super::squash("deep-learning real bogus score").contains(&super::squash("real-bogus")));
+        assert!(
+            super::squash("deep-learning real bogus score").contains(&super::squash("real-bogus"))
+        );
     }
 }

@@ -67,7 +67,11 @@ impl FilterService {
     }
 
     /// `delete_broker_filter`: only a filter with no active version.
-    pub async fn delete(&self, caller: &Principal, filter_id: &str) -> Result<Deleted, ServiceError> {
+    pub async fn delete(
+        &self,
+        caller: &Principal,
+        filter_id: &str,
+    ) -> Result<Deleted, ServiceError> {
         let tenant = tenant_of(caller)?;
         require_write_scope(caller)?;
         let id = FilterId::parse(filter_id)?;

@@ -295,7 +295,13 @@ fn evaluate(set: &[ActiveFilter], picked: &[usize], batch: &StoredBatch) -> Vec<
 
 /// Top-level parts of an alert a match does not repeat: its ids (the
 /// match has them) and its histories (read the alert's resource for them).
-const NOT_IN_MATCH: [&str; 5] = ["candid", "objectId", "prv_candidates", "fp_hists", "schemavsn"];
+const NOT_IN_MATCH: [&str; 5] = [
+    "candid",
+    "objectId",
+    "prv_candidates",
+    "fp_hists",
+    "schemavsn",
+];
 
 /// What `f`'s pipeline output for a matched alert, as JSON text: the
 /// fields its `$project` keeps and its `$addFields` add. The document

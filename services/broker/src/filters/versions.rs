@@ -225,7 +225,8 @@ impl FilterService {
         let mut warnings: Vec<Finding> =
             serde_json::from_str(&verdict.warnings).map_err(|e| ServiceError::internal(&e))?;
         warnings.push(zero);
-        verdict.warnings = serde_json::to_string(&warnings).map_err(|e| ServiceError::internal(&e))?;
+        verdict.warnings =
+            serde_json::to_string(&warnings).map_err(|e| ServiceError::internal(&e))?;
         Ok(())
     }
 
