@@ -1928,6 +1928,36 @@ async fn the_filter_story_through_the_edge() {
         json!({"prompt": "joining", "session_id": opened["session_id"]}),
     )
     .await);
+    // Its resource can be subscribed to (a watch hears of new matches);
+    // a filter that is not there cannot.
+    let subscribe = |uri: String| {
+        let url = up.url.clone();
+        let auth = format!("Bearer {}", up.agent);
+        async move {
+            let body = json!({"jsonrpc": "2.0", "id": 9, "method": "resources/subscribe",
+                              "params": {"uri": uri}});
+            let reply = http::request(
+                &url,
+                "POST",
+                "/mcp",
+                &[
+                    ("Authorization", auth.as_str()),
+                    ("Content-Type", "application/json"),
+                    ("Accept", "application/json, text/event-stream"),
+                    ("MCP-Protocol-Version", "2025-06-18"),
+                ],
+                body.to_string().as_bytes(),
+            )
+            .await;
+            assert_eq!(reply.status, 200, "{}", reply.text());
+            reply.json()
+        }
+    };
+    let heard = subscribe(format!("doomberg://filters/{filter_id}")).await;
+    assert_eq!(heard["result"], json!({}), "{heard}");
+    let unknown =
+        subscribe("doomberg://filters/00000000-0000-4000-8000-000000000000".to_owned()).await;
+    assert!(unknown["error"].is_object(), "{unknown}");
     let offered = tools_of(&up, &up.agent).await;
     for (tool, args) in [
         ("delete_broker_filter", json!({"filter_id": filter_id})),
