@@ -962,6 +962,8 @@ async fn every_tool_result_validates_against_its_output_schema() {
         "post_broker_filter_version",
         "validate_broker_filter_version",
         "activate_broker_filter_version",
+        "deactivate_broker_filter",
+        "delete_broker_filter",
     ] {
         assert!(
             !pass.tools.contains_key(scoped),
@@ -1067,6 +1069,16 @@ async fn every_tool_result_validates_against_its_output_schema() {
         json!({"filter_id": filter_id}),
     )
     .await;
+    // Found by name, whatever the case.
+    let found = pass
+        .ok(
+            &up,
+            &up.agent,
+            "list_broker_filters",
+            json!({"search": "SCHEMA PASS"}),
+        )
+        .await;
+    assert_eq!(found["filters"][0]["filter_id"], filter_id, "{found}");
     pass.err(
         &up,
         &up.agent,
@@ -1631,6 +1643,7 @@ async fn the_filter_story_through_the_edge() {
         r["structuredContent"].clone()
     };
     let mut activated: Vec<String> = Vec::new();
+    let mut activated_last: Option<String> = None;
     for era in ["modern", "legacy"] {
         // A person creates the filter and opens a session on it.
         let person = up.human.clone();
@@ -1804,6 +1817,7 @@ async fn the_filter_story_through_the_edge() {
         .await);
         assert_eq!(active["active_version"], version, "{active}");
         activated.push(filter_id.clone());
+        activated_last = Some(filter_id.clone());
 
         // The record of the answer: the calls, and the previewed proposal.
         let uri = format!("doomberg://sessions/{sid}/record");
@@ -1895,5 +1909,81 @@ async fn the_filter_story_through_the_edge() {
                 "{candid} was in the archive before activation"
             );
         }
+    }
+
+    // In a session on the filter: deactivate it, then delete it; each
+    // answer validates against the output schema the agent is offered.
+    let filter_id = activated_last.expect("a filter was activated");
+    let opened = ok(&call(
+        up.human.clone(),
+        "modern",
+        "session_context",
+        json!({"prompt": "retire it", "subject_kind": "filter", "subject_id": filter_id}),
+    )
+    .await);
+    ok(&call(
+        up.agent.clone(),
+        "modern",
+        "session_context",
+        json!({"prompt": "joining", "session_id": opened["session_id"]}),
+    )
+    .await);
+    // Its resource can be subscribed to (a watch hears of new matches);
+    // a filter that is not there cannot.
+    let subscribe = |uri: String| {
+        let url = up.url.clone();
+        let auth = format!("Bearer {}", up.agent);
+        async move {
+            let body = json!({"jsonrpc": "2.0", "id": 9, "method": "resources/subscribe",
+                              "params": {"uri": uri}});
+            let reply = http::request(
+                &url,
+                "POST",
+                "/mcp",
+                &[
+                    ("Authorization", auth.as_str()),
+                    ("Content-Type", "application/json"),
+                    ("Accept", "application/json, text/event-stream"),
+                    ("MCP-Protocol-Version", "2025-06-18"),
+                ],
+                body.to_string().as_bytes(),
+            )
+            .await;
+            assert_eq!(reply.status, 200, "{}", reply.text());
+            reply.json()
+        }
+    };
+    let heard = subscribe(format!("doomberg://filters/{filter_id}")).await;
+    assert_eq!(heard["result"], json!({}), "{heard}");
+    let unknown =
+        subscribe("doomberg://filters/00000000-0000-4000-8000-000000000000".to_owned()).await;
+    assert!(unknown["error"].is_object(), "{unknown}");
+    let offered = tools_of(&up, &up.agent).await;
+    for (tool, args) in [
+        ("delete_broker_filter", json!({"filter_id": filter_id})),
+        ("deactivate_broker_filter", json!({"filter_id": filter_id})),
+        ("delete_broker_filter", json!({"filter_id": filter_id})),
+    ] {
+        let schema = offered
+            .iter()
+            .find(|t| t["name"] == tool)
+            .and_then(|t| t.get("outputSchema"))
+            .unwrap_or_else(|| panic!("{tool} offered with an output schema"));
+        let validator = jsonschema::validator_for(schema).expect("a JSON Schema");
+        let result = call(up.agent.clone(), "modern", tool, args).await;
+        if result["isError"] == true {
+            // Deleting a running filter is refused, and says what to do.
+            assert_eq!(
+                common::tool_error(&result)["error"],
+                "FILTER_ACTIVE",
+                "{result}"
+            );
+            continue;
+        }
+        let structured = &result["structuredContent"];
+        assert!(
+            validator.is_valid(structured),
+            "{tool}: {structured} does not validate"
+        );
     }
 }

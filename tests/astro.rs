@@ -245,7 +245,7 @@ async fn archive_suite(db: Db) {
 
     // The schema: the union of the ingested versions.
     let schema = alerts
-        .alert_schema(&reader(), None, Some("candidate"), Some(2000))
+        .alert_schema(&reader(), None, Some("candidate"), Some(2000), None)
         .await
         .expect("schema");
     assert_eq!(schema.source, "ingested");
@@ -262,7 +262,7 @@ async fn archive_suite(db: Db) {
         magpsf.1
     );
     let fp = alerts
-        .alert_schema(&reader(), Some("forcediffimflux"), None, None)
+        .alert_schema(&reader(), Some("forcediffimflux"), None, None, None)
         .await
         .expect("fp");
     let flux = fp
@@ -562,7 +562,7 @@ async fn bad_input(
 async fn schema_fallback(db: Db) {
     let (alerts, _) = astro::services(db);
     let schema = alerts
-        .alert_schema(&reader(), Some("magpsf"), None, None)
+        .alert_schema(&reader(), Some("magpsf"), None, None, None)
         .await
         .expect("schema");
     assert_eq!(schema.source, "schema files");
@@ -571,7 +571,7 @@ async fn schema_fallback(db: Db) {
     assert!(paths.contains(&"candidate.magpsf"), "{paths:?}");
     assert!(paths.contains(&"prv_candidates?[].magpsf?"), "{paths:?}");
     let all = alerts
-        .alert_schema(&reader(), None, None, Some(2000))
+        .alert_schema(&reader(), None, None, Some(2000), None)
         .await
         .expect("all");
     assert!(all.matched > 150, "{} paths", all.matched);

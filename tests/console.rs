@@ -1193,6 +1193,14 @@ async fn browser_filter_and_gcn_event_pages() {
         assert_eq!(verdict["passed"], true, "{verdict}");
         version = verdict["version"].as_i64().expect("version");
     }
+    // A diagnostic preview after posting is not a proposal: the page shows
+    // the posted version.
+    ok(&call(
+        &up,
+        "run_broker_filter",
+        json!({"filter_id": filter_id, "pipeline": [{"$match": {"candidate.magpsf": {"$lt": 12.25}}}]}),
+    )
+    .await);
     let pending = ok(&call(
         &up,
         "activate_broker_filter_version",
@@ -1214,6 +1222,15 @@ async fn browser_filter_and_gcn_event_pages() {
     // The list, then the filter's page.
     b.goto(&format!("{}/console/filters", up.url)).await;
     assert!(b.text("#filters").await.contains("bright and real"));
+    // The list finds it by name, whatever the case, and says when nothing
+    // matches.
+    b.goto(&format!("{}/console/filters?q=BRIGHT", up.url))
+        .await;
+    assert!(b.text("#filters").await.contains("bright and real"));
+    b.goto(&format!("{}/console/filters?q=kilonova", up.url))
+        .await;
+    assert!(b.text("#empty").await.contains("kilonova"));
+    b.goto(&format!("{}/console/filters", up.url)).await;
     b.submit(&format!("tr[data-filter='{filter_id}'] a")).await;
     assert_eq!(b.path().await, format!("/console/filters/{filter_id}"));
     assert_eq!(
@@ -1266,7 +1283,15 @@ async fn browser_filter_and_gcn_event_pages() {
         ))
         .await
         .contains("candidate.drb"),
-        "the proposal is the last previewed pipeline"
+        "the proposal is the posted version"
+    );
+    assert!(
+        !b.text(&format!(
+            "article.record[data-session='{sid}'] .proposal pre"
+        ))
+        .await
+        .contains("12.25"),
+        "not the diagnostic preview after it"
     );
     b.screenshot("filter").await;
     // Any two versions: v1 against itself is identical.

@@ -68,6 +68,9 @@ on_both_databases!(
     a_gcn_localisation_bounds_the_preview,
 );
 
+#[path = "filters/lifecycle.rs"]
+mod lifecycle;
+
 /// A broker serving `BrokerService` and `FilterService` on one port, as
 /// `ithaca serve broker` does.
 pub struct Broker {
@@ -106,12 +109,17 @@ impl Broker {
     /// Ingest the alert files under `folder` (of `ztf/alerts`) through the
     /// broker's gRPC ingest, as `ithaca ingest ztf` does.
     async fn ingest(&self, folder: &str) -> usize {
+        self.ingest_dir(&astro::alerts_dir().join(folder)).await
+    }
+
+    /// Ingest every alert file under `dir`.
+    async fn ingest_dir(&self, dir: &std::path::Path) -> usize {
         let mut broker = BrokerServiceClient::with_interceptor(
             client::channel(&self.url).expect("url"),
             Outbound::new(common::key(), Principal::system("")),
         );
         let mut stored = 0;
-        for path in astro::avro_files(&astro::alerts_dir().join(folder)) {
+        for path in astro::avro_files(dir) {
             let chunk = pb::AlertFileChunk {
                 broker_id: String::new(),
                 source: path.file_name().expect("name").to_string_lossy().into(),
@@ -1042,7 +1050,11 @@ async fn the_console_lists_a_tenants_filters_a_page_at_a_time(broker: &Broker) {
         let mut client = broker.filters(who);
         async move {
             client
-                .list_broker_filters(pb::ListBrokerFiltersRequest { limit, offset })
+                .list_broker_filters(pb::ListBrokerFiltersRequest {
+                    limit,
+                    offset,
+                    search: None,
+                })
                 .await
         }
     };

@@ -317,6 +317,25 @@ async fn every_session_scoped_tool_acts_on_the_pinned_session() {
             Filter,
             None,
         ),
+        row(
+            "list_broker_filters",
+            json!({"search": "pinned"}),
+            Plain,
+            None,
+        ),
+        row(
+            "deactivate_broker_filter",
+            json!({"filter_id": filter_id}),
+            Filter,
+            None,
+        ),
+        // Last of the filter's rows: nothing after it reads the filter.
+        row(
+            "delete_broker_filter",
+            json!({"filter_id": filter_id}),
+            Filter,
+            None,
+        ),
         // broker: GCN
         row("get_gcn_events", json!({"limit": 2}), Plain, None),
         row(

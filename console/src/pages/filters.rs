@@ -3,7 +3,7 @@
 //! latest matches, and the sessions people opened on it with what their
 //! agents called and proposed (the record of an answer).
 
-use super::sessions::{OnSubject, on_subject};
+use super::sessions::{OnSubject, RecordedCall, on_subject};
 use super::{Nav, failed, html, reader};
 use crate::Console;
 use crate::backends::signed;
@@ -19,6 +19,9 @@ use std::sync::Arc;
 pub struct ListQuery {
     #[serde(default)]
     offset: Option<u32>,
+    /// Text the names contain, whatever the case.
+    #[serde(default)]
+    q: Option<String>,
 }
 
 #[derive(Template)]
@@ -32,6 +35,10 @@ struct ListPage {
     next: Option<i32>,
     /// The previous page's offset, when this is not the first.
     previous: Option<u32>,
+    /// The search, as typed.
+    q: String,
+    /// `&q=…` for the pager's links, empty without a search.
+    q_param: String,
 }
 
 /// `GET /console/filters?offset=`.
@@ -49,6 +56,7 @@ pub async fn list(
         Err(e) => return failed(e),
     };
     let offset = query.offset.unwrap_or(0).min(i32::MAX as u32);
+    let q = query.q.unwrap_or_default().trim().to_owned();
     let request = signed(
         &console.key,
         &person.principal,
@@ -56,6 +64,7 @@ pub async fn list(
         pb::ListBrokerFiltersRequest {
             limit: Some(crate::PAGE_SIZE as i32),
             offset: Some(offset as i32),
+            search: (!q.is_empty()).then(|| q.clone()),
         },
     );
     let reply = match client.list_broker_filters(request).await {
@@ -71,6 +80,12 @@ pub async fn list(
             offset,
             next: reply.next_offset,
             previous: (offset > 0).then(|| offset.saturating_sub(crate::PAGE_SIZE as u32)),
+            q_param: if q.is_empty() {
+                String::new()
+            } else {
+                format!("&q={}", super::sessions::encode(&q))
+            },
+            q,
         },
     )
 }
@@ -206,11 +221,21 @@ pub async fn show(
             Err(status) => return failed(status.into()),
         }
     }
-    let (sessions, sessions_error) =
+    let (mut sessions, sessions_error) =
         match on_subject(&console, &person, "filter", &filter.filter_id).await {
             Ok(s) => (s, String::new()),
             Err(err) => (Vec::new(), err.to_string()),
         };
+    // On a filter's page, what a session proposed is the version its agent
+    // posted, not whatever it previewed last (a diagnostic preview after
+    // posting is not a proposal).
+    for s in &mut sessions {
+        if let Some(posted) = posted_pipeline(&s.calls) {
+            s.proposal = posted;
+            s.proposal_filter = filter.filter_id.clone();
+            s.withheld.clear();
+        }
+    }
     html(
         StatusCode::OK,
         &FilterPage {
@@ -226,6 +251,18 @@ pub async fn show(
             sessions_error,
         },
     )
+}
+
+/// The pipeline of the last successful `post_broker_filter_version` among
+/// `calls`, pretty JSON.
+fn posted_pipeline(calls: &[RecordedCall]) -> Option<String> {
+    let posted = calls
+        .iter()
+        .rev()
+        .find(|c| c.ok && c.name == "post_broker_filter_version")?;
+    let arguments: serde_json::Value = serde_json::from_str(&posted.arguments).ok()?;
+    let pipeline = arguments.get("pipeline").filter(|p| p.is_array())?;
+    serde_json::to_string_pretty(pipeline).ok()
 }
 
 /// A unified diff's lines, each classed by its first character.
@@ -253,6 +290,43 @@ fn diff_lines(diff: &str) -> Vec<DiffLine> {
 
 #[cfg(test)]
 mod tests {
+    use super::RecordedCall;
+
+    fn call(seq: i64, name: &str, ok: bool, pipeline: serde_json::Value) -> RecordedCall {
+        RecordedCall {
+            seq,
+            name: name.to_owned(),
+            arguments: serde_json::json!({"filter_id": "f", "pipeline": pipeline}).to_string(),
+            ok,
+            summary: String::new(),
+        }
+    }
+
+    #[test]
+    fn the_proposal_is_the_posted_version_not_a_later_preview() {
+        let posted = serde_json::json!([{"$match": {"candidate.magpsf": {"$lt": 18}}}]);
+        let calls = [
+            call(1, "run_broker_filter", true, posted.clone()),
+            call(2, "post_broker_filter_version", true, posted.clone()),
+            call(
+                3,
+                "post_broker_filter_version",
+                false,
+                serde_json::json!([]),
+            ),
+            call(
+                4,
+                "run_broker_filter",
+                true,
+                serde_json::json!([{"$match": {}}]),
+            ),
+        ];
+        let shown = super::posted_pipeline(&calls).expect("a posted version");
+        let shown: serde_json::Value = serde_json::from_str(&shown).expect("json");
+        assert_eq!(shown, posted);
+        assert_eq!(super::posted_pipeline(&calls[..1]), None);
+    }
+
     #[test]
     fn diff_lines_are_classed() {
         let lines = super::diff_lines("--- v1\n+++ v2\n@@ -1 +1 @@\n-a\n+b\n c");

@@ -131,7 +131,7 @@ fn query_string(pairs: &[(&str, &str)]) -> String {
 }
 
 /// Percent-encode a query value (unreserved characters stay).
-fn encode(value: &str) -> String {
+pub(crate) fn encode(value: &str) -> String {
     let mut out = String::with_capacity(value.len());
     for b in value.bytes() {
         match b {

@@ -366,7 +366,13 @@ impl Rpc for Grpc {
         let r = request.into_inner();
         let answer = self
             .alerts
-            .alert_schema(&caller, r.search.as_deref(), r.prefix.as_deref(), r.limit)
+            .alert_schema(
+                &caller,
+                r.search.as_deref(),
+                r.prefix.as_deref(),
+                r.limit,
+                r.producer.as_deref(),
+            )
             .await?;
         Ok(Response::new(render::schema(answer)))
     }

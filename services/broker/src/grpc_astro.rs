@@ -215,6 +215,8 @@ pub fn schema(s: SchemaAnswer) -> pb::AlertSchema {
         paths,
         matched: n(s.matched),
         truncated: s.truncated,
+        producer: s.producer,
+        producers: s.producers,
     }
 }
 

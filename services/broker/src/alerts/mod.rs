@@ -16,6 +16,7 @@ pub mod avro;
 pub mod container;
 pub mod lightcurve;
 pub mod plot;
+pub mod producers;
 pub mod schema;
 pub mod service;
 pub mod store;

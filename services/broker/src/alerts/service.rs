@@ -201,6 +201,10 @@ pub struct SchemaAnswer {
     pub paths: Vec<(FlatField, Vec<String>)>,
     pub matched: i64,
     pub truncated: bool,
+    /// The producer asked for, when not the survey itself.
+    pub producer: Option<String>,
+    /// Producers whose added fields are kept apart from the survey's.
+    pub producers: Vec<String>,
 }
 
 impl AlertService {
@@ -886,14 +890,16 @@ impl AlertService {
 
     // ---- schema -------------------------------------------------------------
 
-    /// `get_alert_schema`: the union over ingested writer schemas, else the
-    /// schema files.
+    /// `get_alert_schema`: the survey's own schema (the union over its
+    /// ingested writer schemas, else the schema files), or the fields one
+    /// producer adds (`producer`, see [`super::producers`]).
     pub async fn alert_schema(
         &self,
         caller: &Principal,
         search: Option<&str>,
         prefix: Option<&str>,
         limit: Option<i32>,
+        producer: Option<&str>,
     ) -> Result<SchemaAnswer, ServiceError> {
         require_tenant(caller)?;
         let limit = match limit {
@@ -903,11 +909,18 @@ impl AlertService {
             }
             Some(n) => n as usize,
         };
-        let (source, versions) = self.schema_versions().await?;
-        let union = schema::union(versions.iter().map(|(v, f)| (v.as_str(), f.as_slice())));
+        let super::producers::SchemaOf {
+            source,
+            versions,
+            paths: union,
+            producers,
+        } = self.schema_of(producer).await?;
         let search = search
             .map(|s| s.trim().to_ascii_lowercase())
             .filter(|s| !s.is_empty());
+        // `real-bogus` finds `RealBogus` and `real bogus`: separators are
+        // compared away as well.
+        let squashed = search.as_deref().map(super::producers::squash);
         let prefix = prefix
             .map(|p| p.trim().trim_end_matches('.').to_owned())
             .filter(|p| !p.is_empty());
@@ -922,10 +935,13 @@ impl AlertService {
             })
             .filter(|(f, _)| {
                 search.as_ref().is_none_or(|s| {
+                    let squashed = squashed.as_deref().unwrap_or(s.as_str());
                     f.path.to_ascii_lowercase().contains(s)
-                        || f.doc
-                            .as_deref()
-                            .is_some_and(|d| d.to_ascii_lowercase().contains(s))
+                        || f.doc.as_deref().is_some_and(|d| {
+                            d.to_ascii_lowercase().contains(s)
+                                || (!squashed.is_empty()
+                                    && super::producers::squash(d).contains(squashed))
+                        })
                 })
             })
             .collect();
@@ -933,10 +949,15 @@ impl AlertService {
         let truncated = matching.len() > limit;
         Ok(SchemaAnswer {
             source,
-            versions: versions.into_iter().map(|(v, _)| v).collect(),
+            versions,
             paths: matching.into_iter().take(limit).collect(),
             matched,
             truncated,
+            producer: producer
+                .map(str::trim)
+                .filter(|p| !p.is_empty())
+                .map(str::to_owned),
+            producers,
         })
     }
 
@@ -966,6 +987,13 @@ impl AlertService {
             }
             return Ok(("ingested", out));
         }
+        self.file_schema_versions().await
+    }
+
+    /// The schema versions of the configured schema files.
+    pub async fn file_schema_versions(
+        &self,
+    ) -> Result<(&'static str, Vec<(String, Vec<FlatField>)>), ServiceError> {
         let Some(dir) = self.config.schema_dir.clone() else {
             return Err(ServiceError::precondition(
                 "no alert has been ingested and no schema folder is configured (ITHACA_ZTF_SCHEMA_DIR)",

@@ -13,6 +13,7 @@ use ithaca_kit::json::{from_list, to_list};
 use ithaca_kit::{clock, json, principal};
 use ithaca_proto::broker::v1 as pb;
 use ithaca_proto::broker::v1::filter_service_server::FilterService as Rpc;
+use ithaca_proto::mcp::v1 as mcp;
 use prost_types::ListValue;
 use serde_json::Value as Json;
 use tonic::{Request, Response, Status};
@@ -22,6 +23,9 @@ use tonic::{Request, Response, Status};
 pub struct Grpc {
     pub service: FilterService,
 }
+
+/// How often a filter's watch reads the store again.
+const WATCH_POLL: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// The resource of a filter.
 pub fn filter_uri(filter_id: &str) -> String {
@@ -108,7 +112,12 @@ fn version(v: VersionRow) -> pb::FilterVersion {
 }
 
 fn matched(m: MatchRow) -> pb::FilterMatch {
+    let fields = serde_json::from_str::<Json>(&m.fields)
+        .ok()
+        .filter(Json::is_object)
+        .unwrap_or_else(|| Json::Object(serde_json::Map::new()));
     pb::FilterMatch {
+        fields: Some(json::to_struct(exact_ids(fields))),
         uri: alert_uri(&m.broker_id, m.candid),
         candid: m.candid.to_string(),
         object_id: m.object_id,
@@ -250,6 +259,14 @@ impl Rpc for Grpc {
             stream_id: a.stream_id,
             region: a.region,
             pipeline: Some(to_list(a.pipeline)),
+            stages: a
+                .kept
+                .into_iter()
+                .map(|(stage, kept)| pb::StageCount {
+                    stage: i32::try_from(stage).unwrap_or(i32::MAX),
+                    kept: i32::try_from(kept).unwrap_or(i32::MAX),
+                })
+                .collect(),
         }))
     }
 
@@ -296,6 +313,7 @@ impl Rpc for Grpc {
             filter_id: a.filter_id,
             active_version: n(a.version),
             previous_version: a.previous.map(n),
+            warnings: a.warnings.into_iter().map(problem).collect(),
         });
         if let Some(summary) = &a.summary {
             ithaca_kit::approval::attach_summary(&mut response, summary);
@@ -314,6 +332,75 @@ impl Rpc for Grpc {
             .filter(&caller, &r.filter_id, r.matches_limit)
             .await?;
         Ok(Response::new(filter(view)))
+    }
+
+    async fn deactivate_broker_filter(
+        &self,
+        request: Request<pb::DeactivateBrokerFilterRequest>,
+    ) -> Result<Response<pb::FilterDeactivation>, Status> {
+        let caller = principal::of(&request)?;
+        let d = self
+            .service
+            .deactivate(&caller, &request.get_ref().filter_id)
+            .await?;
+        Ok(Response::new(pb::FilterDeactivation {
+            uri: filter_uri(&d.filter_id),
+            filter_id: d.filter_id,
+            previous_version: d.previous.map(n),
+        }))
+    }
+
+    async fn delete_broker_filter(
+        &self,
+        request: Request<pb::DeleteBrokerFilterRequest>,
+    ) -> Result<Response<pb::FilterDeletion>, Status> {
+        let caller = principal::of(&request)?;
+        let d = self
+            .service
+            .delete(&caller, &request.get_ref().filter_id)
+            .await?;
+        Ok(Response::new(pb::FilterDeletion {
+            filter_id: d.filter_id,
+            name: d.name,
+            versions_deleted: i32::try_from(d.versions).unwrap_or(i32::MAX),
+            matches_deleted: i32::try_from(d.matches).unwrap_or(i32::MAX),
+        }))
+    }
+
+    type WatchBrokerFilterStream = std::pin::Pin<
+        Box<dyn futures::Stream<Item = Result<mcp::ResourceChanged, Status>> + Send + 'static>,
+    >;
+
+    async fn watch_broker_filter(
+        &self,
+        request: Request<pb::GetBrokerFilterRequest>,
+    ) -> Result<Response<Self::WatchBrokerFilterStream>, Status> {
+        let caller = principal::of(&request)?;
+        let filter_id = request.into_inner().filter_id;
+        // Refused before the stream opens, as a read would be.
+        let first = self.service.mark(&caller, &filter_id).await?;
+        let state = Some((self.service.clone(), caller, filter_id, first));
+        // Matches are saved by whichever replica ingested the alerts, so the
+        // store is read again every WATCH_POLL; a filter deleted meanwhile
+        // gets its last event and the stream ends.
+        let changes = futures::stream::unfold(state, |state| async move {
+            let (service, caller, filter_id, mark) = state?;
+            loop {
+                tokio::time::sleep(WATCH_POLL).await;
+                match service.mark(&caller, &filter_id).await {
+                    Ok(now) if now != mark => {
+                        let next = Some((service, caller, filter_id, now));
+                        return Some((Ok(mcp::ResourceChanged {}), next));
+                    }
+                    Ok(_) => {}
+                    Err(e) if e.code == ithaca_kit::error::Code::NotFound => {
+                        return Some((Ok(mcp::ResourceChanged {}), None));
+                    }
+                    Err(e) => return Some((Err(Status::from(e)), None)),
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(changes)))
     }
 
     async fn diff_broker_filter_versions(
@@ -341,7 +428,10 @@ impl Rpc for Grpc {
     ) -> Result<Response<pb::BrokerFilters>, Status> {
         let caller = principal::of(&request)?;
         let r = request.into_inner();
-        let (rows, total) = self.service.list(&caller, r.limit, r.offset).await?;
+        let (rows, total) = self
+            .service
+            .list(&caller, r.search.as_deref(), r.limit, r.offset)
+            .await?;
         let offset = i64::from(r.offset.unwrap_or(0));
         let end = offset + rows.len() as i64;
         let filters = rows

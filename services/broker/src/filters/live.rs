@@ -125,12 +125,8 @@ impl LiveFilters {
             return Ok(Vec::new());
         }
         let streams = self.inner.store.streams().await?;
-        let (_, versions) = self.inner.alerts.schema_versions().await?;
-        let schema: Vec<_> =
-            crate::alerts::schema::union(versions.iter().map(|(v, f)| (v.as_str(), f.as_slice())))
-                .into_iter()
-                .map(|(f, _)| f)
-                .collect();
+        // The survey's own schema, as versions were checked against.
+        let schema = self.inner.alerts.survey_schema().await?;
         let mut out = Vec::with_capacity(rows.len());
         for row in rows {
             let Some(stream) = streams.iter().find(|s| s.stream_id == row.stream_id) else {
@@ -279,6 +275,7 @@ fn evaluate(set: &[ActiveFilter], picked: &[usize], batch: &StoredBatch) -> Vec<
                     continue;
                 }
                 if f.pipeline.passes(seen) {
+                    let fields = match_fields(f, &read, alert, seen);
                     out.push(MatchRow {
                         filter_id: f.filter_id.clone(),
                         candid: alert.row.candid,
@@ -287,12 +284,60 @@ fn evaluate(set: &[ActiveFilter], picked: &[usize], batch: &StoredBatch) -> Vec<
                         object_id: alert.row.object_id.clone(),
                         jd: alert.row.jd,
                         matched_at_ms: now,
+                        fields,
                     });
                 }
             }
         }
     }
     out
+}
+
+/// Top-level parts of an alert a match does not repeat: its ids (the
+/// match has them) and its histories (read the alert's resource for them).
+const NOT_IN_MATCH: [&str; 5] = [
+    "candid",
+    "objectId",
+    "prv_candidates",
+    "fp_hists",
+    "schemavsn",
+];
+
+/// What `f`'s pipeline output for a matched alert, as JSON text: the
+/// fields its `$project` keeps and its `$addFields` add. The document
+/// `seen` holds only what the batch's versions read to decide, so unless
+/// it is the whole candidate or packet, the output is taken from the whole
+/// candidate (matches are few; alerts are many).
+fn match_fields(f: &ActiveFilter, read: &Reading, alert: &NewAlert, seen: &Json) -> String {
+    let whole;
+    let input = match read {
+        Reading::Keys(_) => {
+            let r = &alert.row;
+            let Ok(candidate) = serde_json::from_str::<Json>(&r.candidate) else {
+                return "{}".to_owned();
+            };
+            let mut doc = alert_document(&r.object_id, r.candid, &r.schemavsn, candidate);
+            strip(&mut doc, &f.withheld);
+            whole = doc;
+            &whole
+        }
+        Reading::Packet | Reading::Candidate => seen,
+    };
+    let Some(Json::Object(mut out)) = f.pipeline.eval(input) else {
+        return "{}".to_owned();
+    };
+    for key in NOT_IN_MATCH {
+        // A `$project` that keeps a history asked for it; an unprojected
+        // output carries it only because the whole alert does.
+        if key == "prv_candidates" || key == "fp_hists" {
+            if !f.pipeline.projects() {
+                out.remove(key);
+            }
+        } else {
+            out.remove(key);
+        }
+    }
+    serde_json::to_string(&Json::Object(out)).unwrap_or_else(|_| "{}".to_owned())
 }
 
 /// What of each alert a batch's versions read.

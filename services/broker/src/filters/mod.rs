@@ -15,6 +15,8 @@
 //!   posting, validating and activating versions; [`run`]: the preview
 //!   tool and the seam to GCN regions ([`run::EventRegions`]).
 //! - [`live`]: the active set and the ingest hook that saves matches.
+//! - [`lifecycle`] (and [`lifecycle_store`]): deactivation, deletion, what
+//!   a filter's watch compares, and the zero-match warning.
 //! - [`events`]: GCN events ([`crate::gcn::GcnService`]) as preview regions.
 //! - [`defaults`]: the counterpart-search defaults.
 //! - [`grpc`]: the `ithaca.broker.v1.FilterService` adapter.
@@ -22,6 +24,8 @@
 pub mod defaults;
 pub mod events;
 pub mod grpc;
+pub mod lifecycle;
+pub mod lifecycle_store;
 pub mod live;
 pub mod model;
 pub mod pipeline;

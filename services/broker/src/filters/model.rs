@@ -30,6 +30,11 @@ pub mod codes {
     pub const NO_LOCALISATION: &str = "NO_LOCALISATION";
     /// The deployment's broker has no GCN events to take a region from.
     pub const EVENTS_UNAVAILABLE: &str = "EVENTS_UNAVAILABLE";
+    /// Deleting a filter whose version is active (deactivate it first).
+    pub const FILTER_ACTIVE: &str = "FILTER_ACTIVE";
+    /// A path only another producer (Fink, say) adds, in a filter on the
+    /// survey's own stream.
+    pub const FOREIGN_PATH: &str = "FOREIGN_PATH";
 }
 
 fn uuid_like(raw: &str) -> Option<String> {

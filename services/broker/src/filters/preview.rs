@@ -170,6 +170,9 @@ pub struct PreviewResult {
     /// The top `limit` passing alerts by `sort_by` (best first), as the
     /// pipeline output them; empty without `sort_by`.
     pub alerts: Vec<Value>,
+    /// `(stage index, alerts kept)` of each `$match` stage, in order: how
+    /// far the evaluated alerts got, to tell which cut left nothing.
+    pub kept: Vec<(usize, u64)>,
 }
 
 /// Run `pipeline` over the stored alerts `q` selects.
@@ -267,6 +270,7 @@ pub async fn preview(
         sort,
         evaluated: 0,
         matched: 0,
+        kept: vec![0; pipeline.stage_count()],
     };
 
     let columns = if packet {
@@ -469,6 +473,8 @@ struct Scanner {
     sort: Option<Sort>,
     evaluated: u64,
     matched: u64,
+    /// Alerts each stage kept (only `$match` stages count).
+    kept: Vec<u64>,
 }
 
 struct Sort {
@@ -540,12 +546,12 @@ impl Scanner {
         }
         self.evaluated += 1;
         let Some(sort) = &mut self.sort else {
-            if self.pipeline.passes(doc) {
+            if self.pipeline.passes_counted(doc, &mut self.kept) {
                 self.matched += 1;
             }
             return Ok(());
         };
-        let Some(out) = self.pipeline.eval(doc) else {
+        let Some(out) = self.pipeline.eval_counted(doc, &mut self.kept) else {
             return Ok(());
         };
         self.matched += 1;
@@ -588,10 +594,17 @@ impl Scanner {
                     .collect()
             })
             .unwrap_or_default();
+        let kept = self
+            .pipeline
+            .match_stages()
+            .into_iter()
+            .map(|i| (i, self.kept.get(i).copied().unwrap_or(0)))
+            .collect();
         PreviewResult {
             evaluated: self.evaluated,
             matched: self.matched,
             alerts,
+            kept,
         }
     }
 }

@@ -7,7 +7,7 @@
 use super::model::{self, FilterId, Finding, SortOrder, codes};
 use super::preview::{self, PreviewQuery, Region};
 use super::service::{FilterService, tenant_of};
-use super::store::StreamRow;
+use super::store::{PreviewRecord, StreamRow};
 use crate::alerts::service::time_window;
 use ithaca_kit::clock;
 use ithaca_kit::error::ServiceError;
@@ -66,6 +66,8 @@ pub struct RunAnswer {
     pub region: Option<String>,
     /// The canonical pipeline that ran.
     pub pipeline: Json,
+    /// `(stage index, alerts kept)` of each `$match` stage.
+    pub kept: Vec<(usize, u64)>,
 }
 
 impl FilterService {
@@ -125,8 +127,23 @@ impl FilterService {
 
         let recorded = match caller.session_id() {
             Some(session) => {
+                let as_i64 = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+                let stages: Vec<(usize, i64)> =
+                    result.kept.iter().map(|(i, n)| (*i, as_i64(*n))).collect();
                 self.store
-                    .record_preview(tenant, session, &hash, &stream.stream_id, clock::now_ms())
+                    .record_preview(&PreviewRecord {
+                        tenant_id: tenant.to_owned(),
+                        session_id: session.to_owned(),
+                        pipeline_hash: hash.clone(),
+                        stream_id: stream.stream_id.clone(),
+                        at_ms: clock::now_ms(),
+                        evaluated: Some(as_i64(result.evaluated)),
+                        matched: Some(as_i64(result.matched)),
+                        stages: Some(
+                            serde_json::to_string(&stages)
+                                .map_err(|e| ServiceError::internal(&e))?,
+                        ),
+                    })
                     .await?;
                 true
             }
@@ -143,6 +160,7 @@ impl FilterService {
             stream_id: stream.stream_id,
             region: region.map(|r| r.label),
             pipeline: canonical,
+            kept: result.kept,
         })
     }
 

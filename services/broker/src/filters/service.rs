@@ -385,10 +385,13 @@ impl FilterService {
         })
     }
 
-    /// The console's list: one page of the tenant's filters, newest first.
+    /// `list_broker_filters` (and the console's list): one page of the
+    /// tenant's filters, newest first; with `search`, those whose name
+    /// contains it, whatever the case.
     pub async fn list(
         &self,
         caller: &Principal,
+        search: Option<&str>,
         limit: Option<i32>,
         offset: Option<i32>,
     ) -> Result<(Vec<FilterRow>, i64), ServiceError> {
@@ -407,7 +410,19 @@ impl FilterService {
                 )));
             }
         };
-        Ok(self.store.filters_of(tenant, limit, offset).await?)
+        let search = match search.map(str::trim) {
+            None | Some("") => None,
+            Some(s) if s.chars().count() > 100 || s.chars().any(char::is_control) => {
+                return Err(ServiceError::invalid(
+                    "search: at most 100 characters, no control characters",
+                ));
+            }
+            Some(s) => Some(s.to_lowercase()),
+        };
+        Ok(self
+            .store
+            .filters_of(tenant, search.as_deref(), limit, offset)
+            .await?)
     }
 
     /// `diff_broker_filter_versions`.
@@ -474,16 +489,10 @@ impl FilterService {
             })
     }
 
-    /// The union of every known schema version's paths: what pipelines are
-    /// checked against.
+    /// The survey's own schema (the union of its versions' paths, without
+    /// what other producers add): what pipelines are checked against.
     pub(super) async fn schema(&self) -> Result<Vec<FlatField>, ServiceError> {
-        let (_, versions) = self.alerts.schema_versions().await?;
-        Ok(
-            crate::alerts::schema::union(versions.iter().map(|(v, f)| (v.as_str(), f.as_slice())))
-                .into_iter()
-                .map(|(f, _)| f)
-                .collect(),
-        )
+        self.alerts.survey_schema().await
     }
 }
 

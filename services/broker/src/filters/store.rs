@@ -7,7 +7,7 @@
 use ithaca_kit::db::Db;
 use ithaca_kit::with_pool;
 
-/// Matches per INSERT statement (7 parameters each).
+/// Matches per INSERT statement (8 parameters each).
 const MATCH_BATCH: usize = 500;
 
 /// An alert stream (reference data).
@@ -95,6 +95,20 @@ pub struct Verdict {
     pub at_ms: i64,
 }
 
+/// A preview recorded in a session, with what it found.
+#[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
+pub struct PreviewRecord {
+    pub tenant_id: String,
+    pub session_id: String,
+    pub pipeline_hash: String,
+    pub stream_id: String,
+    pub at_ms: i64,
+    pub evaluated: Option<i64>,
+    pub matched: Option<i64>,
+    /// JSON `[[stage, kept], ...]` of the `$match` stages.
+    pub stages: Option<String>,
+}
+
 /// An active version with its filter (the live path's input).
 #[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
 pub struct ActiveRow {
@@ -118,6 +132,9 @@ pub struct MatchRow {
     pub object_id: String,
     pub jd: f64,
     pub matched_at_ms: i64,
+    /// The alert as the version's pipeline output it, JSON (`{}` for
+    /// matches saved before it was kept).
+    pub fields: String,
 }
 
 const FILTER_COLUMNS: &str = "filter_id, tenant_id, group_id, stream_id, broker_id, name, autosave, \
@@ -129,7 +146,7 @@ const VERSION_COLUMNS: &str = "filter_id, version, pipeline, pipeline_hash, crea
 /// The filter tables.
 #[derive(Clone, Debug)]
 pub struct FilterStore {
-    db: Db,
+    pub(super) db: Db,
 }
 
 impl FilterStore {
@@ -255,26 +272,33 @@ impl FilterStore {
             .await)
     }
 
-    /// One page of the tenant's filters, newest first, and how many it has.
+    /// One page of the tenant's filters, newest first, and how many it has;
+    /// with `search`, only those whose lower-cased name contains it (a
+    /// lower-case text; `%`, `_` and `\\` in it are taken literally).
     pub async fn filters_of(
         &self,
         tenant_id: &str,
+        search: Option<&str>,
         limit: i64,
         offset: i64,
     ) -> Result<(Vec<FilterRow>, i64), sqlx::Error> {
+        let pattern = format!("%{}%", like_escape(search.unwrap_or("")));
         let sql = format!(
             "SELECT {FILTER_COLUMNS} FROM filters WHERE tenant_id = $1 \
-             ORDER BY created_at_ms DESC, filter_id LIMIT $2 OFFSET $3"
+             AND LOWER(name) LIKE $2 ESCAPE '\\' \
+             ORDER BY created_at_ms DESC, filter_id LIMIT $3 OFFSET $4"
         );
         let rows = with_pool!(self.db, pool => sqlx::query_as::<_, FilterRow>(&sql)
             .bind(tenant_id)
+            .bind(&pattern)
             .bind(limit)
             .bind(offset)
             .fetch_all(pool)
             .await)?;
         let total = with_pool!(self.db, pool => sqlx::query_scalar::<_, i64>(
-                "SELECT COUNT(*) FROM filters WHERE tenant_id = $1")
+                "SELECT COUNT(*) FROM filters WHERE tenant_id = $1 AND LOWER(name) LIKE $2 ESCAPE '\\'")
             .bind(tenant_id)
+            .bind(&pattern)
             .fetch_one(pool)
             .await)?;
         Ok((rows, total))
@@ -421,28 +445,48 @@ impl FilterStore {
 
     // ---- previews ------------------------------------------------------------
 
-    pub async fn record_preview(
-        &self,
-        tenant_id: &str,
-        session_id: &str,
-        pipeline_hash: &str,
-        stream_id: &str,
-        at_ms: i64,
-    ) -> Result<(), sqlx::Error> {
+    /// Record that `p.pipeline_hash` was previewed on `p.stream_id` in a
+    /// session, with what it found (the latest preview replaces the counts).
+    pub async fn record_preview(&self, p: &PreviewRecord) -> Result<(), sqlx::Error> {
         let _gate = self.db.write_gate().await;
-        let sql = "INSERT INTO filter_previews (tenant_id, session_id, pipeline_hash, stream_id, previewed_at_ms) \
-                   VALUES ($1, $2, $3, $4, $5) \
+        let sql = "INSERT INTO filter_previews (tenant_id, session_id, pipeline_hash, stream_id, previewed_at_ms, \
+                   evaluated, matched, stages) \
+                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
                    ON CONFLICT (tenant_id, session_id, pipeline_hash, stream_id) \
-                   DO UPDATE SET previewed_at_ms = excluded.previewed_at_ms";
+                   DO UPDATE SET previewed_at_ms = excluded.previewed_at_ms, evaluated = excluded.evaluated, \
+                   matched = excluded.matched, stages = excluded.stages";
         with_pool!(self.db, pool => sqlx::query(sql)
-            .bind(tenant_id)
-            .bind(session_id)
-            .bind(pipeline_hash)
-            .bind(stream_id)
-            .bind(at_ms)
+            .bind(&p.tenant_id)
+            .bind(&p.session_id)
+            .bind(&p.pipeline_hash)
+            .bind(&p.stream_id)
+            .bind(p.at_ms)
+            .bind(p.evaluated)
+            .bind(p.matched)
+            .bind(&p.stages)
             .execute(pool)
             .await
             .map(|_| ()))
+    }
+
+    /// The tenant's latest preview (in any session) of `pipeline_hash` on
+    /// `stream_id` that recorded its counts.
+    pub async fn latest_preview(
+        &self,
+        tenant_id: &str,
+        pipeline_hash: &str,
+        stream_id: &str,
+    ) -> Result<Option<PreviewRecord>, sqlx::Error> {
+        let sql = "SELECT tenant_id, session_id, pipeline_hash, stream_id, previewed_at_ms AS at_ms, \
+                   evaluated, matched, stages FROM filter_previews \
+                   WHERE tenant_id = $1 AND pipeline_hash = $2 AND stream_id = $3 AND matched IS NOT NULL \
+                   ORDER BY previewed_at_ms DESC LIMIT 1";
+        with_pool!(self.db, pool => sqlx::query_as::<_, PreviewRecord>(sql)
+            .bind(tenant_id)
+            .bind(pipeline_hash)
+            .bind(stream_id)
+            .fetch_optional(pool)
+            .await)
     }
 
     pub async fn previewed(
@@ -488,7 +532,7 @@ impl FilterStore {
             let mut tx = pool.begin().await?;
             for chunk in matches.chunks(MATCH_BATCH) {
                 let mut builder = sqlx::QueryBuilder::new(
-                    "INSERT INTO filter_matches (filter_id, candid, version, broker_id, object_id, jd, matched_at_ms) ",
+                    "INSERT INTO filter_matches (filter_id, candid, version, broker_id, object_id, jd, matched_at_ms, fields) ",
                 );
                 builder.push_values(chunk, |mut b, m| {
                     b.push_bind(&m.filter_id)
@@ -497,7 +541,8 @@ impl FilterStore {
                         .push_bind(&m.broker_id)
                         .push_bind(&m.object_id)
                         .push_bind(m.jd)
-                        .push_bind(m.matched_at_ms);
+                        .push_bind(m.matched_at_ms)
+                        .push_bind(&m.fields);
                 });
                 builder.push(" ON CONFLICT (filter_id, candid) DO NOTHING");
                 saved += builder.build().execute(&mut *tx).await?.rows_affected();
@@ -528,7 +573,7 @@ impl FilterStore {
         filter_id: &str,
         limit: i64,
     ) -> Result<Vec<MatchRow>, sqlx::Error> {
-        let sql = "SELECT filter_id, candid, version, broker_id, object_id, jd, matched_at_ms \
+        let sql = "SELECT filter_id, candid, version, broker_id, object_id, jd, matched_at_ms, fields \
                    FROM filter_matches WHERE filter_id = $1 \
                    ORDER BY matched_at_ms DESC, candid DESC LIMIT $2";
         with_pool!(self.db, pool => sqlx::query_as::<_, MatchRow>(sql)
@@ -545,4 +590,16 @@ impl FilterStore {
             .fetch_one(pool)
             .await)
     }
+}
+
+/// `text` with LIKE's wildcards and its escape character escaped (`\\`).
+fn like_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '%' | '_' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }

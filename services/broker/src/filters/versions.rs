@@ -43,6 +43,8 @@ pub struct Activation {
     /// From a check: what the activation would do, for the person who
     /// approves it (`ithaca_kit::approval::SUMMARY_KEY`).
     pub summary: Option<serde_json::Value>,
+    /// The latest preview of its pipeline matched nothing, say.
+    pub warnings: Vec<Finding>,
 }
 
 /// A pipeline compiled for a stream: the compiled form with its warnings,
@@ -158,8 +160,74 @@ impl FilterService {
             })?;
         let schema = self.schema().await?;
         let bounds = bounds(&stream, &schema);
-        Ok(pipeline::compile(pipeline, &schema, &bounds)
-            .map_err(|problems| problems.iter().map(Finding::from).collect()))
+        match pipeline::compile(pipeline, &schema, &bounds) {
+            Ok(checked) => Ok(Ok(checked)),
+            Err(problems) => {
+                let mut found: Vec<Finding> = problems.iter().map(Finding::from).collect();
+                self.name_foreign_paths(&stream, &mut found).await?;
+                Ok(Err(found))
+            }
+        }
+    }
+
+    /// Problems about a path that is not the survey's but another
+    /// producer's (a field Fink adds): say so, rather than suggest a
+    /// near-miss of the survey's.
+    async fn name_foreign_paths(
+        &self,
+        stream: &StreamRow,
+        problems: &mut [Finding],
+    ) -> Result<(), ServiceError> {
+        let foreign = self.alerts.producer_paths().await?;
+        if foreign.is_empty() {
+            return Ok(());
+        }
+        for p in problems.iter_mut() {
+            let named = foreign.iter().find(|(_, f)| {
+                let field = f.field.as_str();
+                p.message.starts_with(&format!("{field} is not a path"))
+                    || p.message.starts_with(&format!("${field} is not a path"))
+            });
+            if let Some((producer, f)) = named {
+                p.message = format!(
+                    "{}: {} is a field {producer} adds to the alerts it redistributes, not part of {}'s alert schema; \
+                     a filter on stream {} is checked against {}'s schema only (get_alert_schema lists it; \
+                     get_alert_schema with producer {producer} lists {producer}'s own fields)",
+                    codes::FOREIGN_PATH,
+                    f.field,
+                    stream.survey,
+                    stream.stream_id,
+                    stream.survey
+                );
+                p.suggestion = None;
+            }
+        }
+        Ok(())
+    }
+
+    /// Add the zero-match warning to a passing verdict whose pipeline's
+    /// latest preview on `stream_id` matched nothing.
+    async fn warn_zero_matches(
+        &self,
+        tenant: &str,
+        stream_id: &str,
+        verdict: &mut Verdict,
+    ) -> Result<(), ServiceError> {
+        if !verdict.passed {
+            return Ok(());
+        }
+        let Some(zero) = self
+            .zero_match_warning(tenant, &verdict.pipeline_hash, stream_id)
+            .await?
+        else {
+            return Ok(());
+        };
+        let mut warnings: Vec<Finding> =
+            serde_json::from_str(&verdict.warnings).map_err(|e| ServiceError::internal(&e))?;
+        warnings.push(zero);
+        verdict.warnings =
+            serde_json::to_string(&warnings).map_err(|e| ServiceError::internal(&e))?;
+        Ok(())
     }
 
     /// `post_broker_filter_version`: the next version, validated.
@@ -176,7 +244,9 @@ impl FilterService {
         check_shape(pipeline)?;
         let filter = self.filter_of(tenant, &id).await?;
         let compiled = self.compile_for(&filter.stream_id, pipeline).await?;
-        let verdict = verdict(pipeline, &compiled)?;
+        let mut verdict = verdict(pipeline, &compiled)?;
+        self.warn_zero_matches(tenant, &filter.stream_id, &mut verdict)
+            .await?;
         let Some(version) = self
             .store
             .add_version(tenant, &filter.filter_id, caller.key_id(), &verdict)
@@ -205,7 +275,9 @@ impl FilterService {
         let pipeline: Json =
             serde_json::from_str(&stored.pipeline).map_err(|e| ServiceError::internal(&e))?;
         let compiled = self.compile_for(&filter.stream_id, &pipeline).await?;
-        let verdict = verdict(&pipeline, &compiled)?;
+        let mut verdict = verdict(&pipeline, &compiled)?;
+        self.warn_zero_matches(tenant, &filter.stream_id, &mut verdict)
+            .await?;
         self.store
             .set_verdict(&filter.filter_id, version, &verdict)
             .await?;
@@ -277,15 +349,24 @@ impl FilterService {
             ))
             .with_domain(codes::NOT_PREVIEWED));
         }
+        let warnings: Vec<Finding> = self
+            .zero_match_warning(tenant, &hash, &filter.stream_id)
+            .await?
+            .into_iter()
+            .collect();
         if check {
-            let summary = self
+            let mut summary = self
                 .activation_summary(caller, &filter, &stored, &pipeline)
                 .await;
+            if let Some(w) = warnings.first() {
+                summary["zero_matches"] = Json::String(w.message.clone());
+            }
             return Ok(Activation {
                 filter_id: filter.filter_id,
                 version,
                 previous: filter.active_version,
                 summary: Some(summary),
+                warnings,
             });
         }
         let previous = self
@@ -299,6 +380,7 @@ impl FilterService {
             version,
             previous,
             summary: None,
+            warnings,
         })
     }
 

@@ -645,6 +645,22 @@ impl Compiler<'_> {
                         );
                         ok = false;
                     }
+                    "$expr" => {
+                        // Usually written to compare two fields; say how to
+                        // do that here, so the refusal does not read as if
+                        // the comparison operators inside it were missing.
+                        self.error(
+                            &here,
+                            "$expr (a condition on computed values) is not supported; \
+                             $eq $ne $gt $gte $lt $lte $in $nin $exists apply to a field path \
+                             ({\"candidate.magpsf\": {\"$lt\": 18}}), and to compare two fields, \
+                             compute the difference in an $addFields stage first \
+                             ({\"$addFields\": {\"d\": {\"$subtract\": [\"$candidate.magpsf\", \"$candidate.magap\"]}}}) \
+                             and $match on it ({\"d\": {\"$lt\": 0}})",
+                            Some("$addFields".to_owned()),
+                        );
+                        ok = false;
+                    }
                     other => {
                         self.unknown_name(&here, other, "query operator", &LOGICAL);
                         ok = false;

@@ -12,12 +12,26 @@ use std::cmp::Ordering;
 
 /// Run `stages` over `doc`: `None` when a `$match` drops it.
 pub(crate) fn run<'a>(stages: &[Stage], doc: &'a Value) -> Option<Cow<'a, Value>> {
+    run_counted(stages, doc, &mut [])
+}
+
+/// [`run`], adding one to `kept[i]` for each `$match` stage `i` the
+/// document passes (a stage it never reaches counts nothing). `kept` may be
+/// shorter than `stages`: stages beyond it are not counted.
+pub(crate) fn run_counted<'a>(
+    stages: &[Stage],
+    doc: &'a Value,
+    kept: &mut [u64],
+) -> Option<Cow<'a, Value>> {
     let mut current = Cow::Borrowed(doc);
-    for stage in stages {
+    for (i, stage) in stages.iter().enumerate() {
         match stage {
             Stage::Match(cond) => {
                 if !matches(cond, &current) {
                     return None;
+                }
+                if let Some(n) = kept.get_mut(i) {
+                    *n += 1;
                 }
             }
             Stage::AddFields(fields) => {

@@ -161,13 +161,48 @@ impl Pipeline {
     /// Whether the alert passes, without building the output document when
     /// no stage changes it before the last `$match`.
     pub fn passes(&self, alert: &Value) -> bool {
+        self.passes_counted(alert, &mut [])
+    }
+
+    /// The number of stages (`kept` slices of [`Self::eval_counted`] have
+    /// this length).
+    pub fn stage_count(&self) -> usize {
+        self.stages.len()
+    }
+
+    /// Whether a `$project` stage shapes the output (otherwise the output
+    /// is the whole alert, with what `$addFields` added).
+    pub fn projects(&self) -> bool {
+        self.stages
+            .iter()
+            .any(|s| matches!(s, ast::Stage::Project(_)))
+    }
+
+    /// The indices of the `$match` stages, in order.
+    pub fn match_stages(&self) -> Vec<usize> {
+        self.stages
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| matches!(s, ast::Stage::Match(_)))
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    /// [`Self::eval`], adding one to `kept[i]` for each `$match` stage `i`
+    /// the alert passes: the per-stage counts of a preview.
+    pub fn eval_counted(&self, alert: &Value, kept: &mut [u64]) -> Option<Value> {
+        eval::run_counted(&self.stages, alert, kept).map(std::borrow::Cow::into_owned)
+    }
+
+    /// [`Self::passes`], counting as [`Self::eval_counted`] does.
+    pub fn passes_counted(&self, alert: &Value, kept: &mut [u64]) -> bool {
         let last_match = self
             .stages
             .iter()
             .rposition(|s| matches!(s, ast::Stage::Match(_)));
         match last_match {
             None => true,
-            Some(i) => eval::run(&self.stages[..=i], alert).is_some(),
+            Some(i) => eval::run_counted(&self.stages[..=i], alert, kept).is_some(),
         }
     }
 
