@@ -816,7 +816,7 @@ async fn every_tool_result_validates_against_its_output_schema() {
         json!({"circular_id": 1}),
     )
     .await;
-    let args = json!({"query": "ZTF23aaxeacr", "limit": 2});
+    let args = json!({"query": "ZTF23aaxeacr", "limit": 1});
     let hits = pass.ok(&up, &up.agent, "search_gcn_circulars", args).await;
     assert!(hits["next_cursor"].is_string(), "{hits}");
     pass.err(&up, &up.agent, "search_gcn_circulars", json!({"query": ""}))
