@@ -25,6 +25,10 @@ const MAX_COUNTERPARTS: usize = 50;
 /// and the error radius stated with it (degrees).
 pub type Spanned = (usize, usize, f64, f64, Option<f64>);
 
+/// An object a circular names: its names (first as written first) and the
+/// byte span of every mention.
+type Object = (Vec<String>, Vec<(usize, usize)>);
+
 static NAME: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"\b(ZTF\d{2}[a-z]{7}|AT\s?20\d{2}[a-z]{2,4}|SN\s?20\d{2}[a-z]{1,4}|EP\d{6}[a-z]|Swift\s+J\d{4}(?:\.\d)?[+-]\d{2,4}(?:\.\d)?)\b")
         .expect("valid regex")
@@ -86,7 +90,7 @@ fn row_position(text: &str, line: (usize, usize)) -> Option<(f64, f64)> {
 /// One extraction per object the circular names.
 pub fn counterparts(text: &str, id: i64, positions: &[Spanned], out: &mut Vec<Extraction>) {
     // Objects in order of first mention: their names and every mention's span.
-    let mut objects: Vec<(Vec<String>, Vec<(usize, usize)>)> = Vec::new();
+    let mut objects: Vec<Object> = Vec::new();
     let mut line_owner: Option<((usize, usize), usize)> = None;
     for m in NAME.find_iter(text) {
         let name: String = m.as_str().split_whitespace().collect::<Vec<_>>().join(" ");
