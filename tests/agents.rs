@@ -793,6 +793,34 @@ async fn every_tool_result_validates_against_its_output_schema() {
         json!({"dateobs": dateobs}),
     )
     .await;
+    // Circulars: an event's next page by its cursor, one by number, words.
+    up.ingest("gcn", &[common::gcn::circulars_file()]);
+    let page = pass
+        .ok(
+            &up,
+            &up.agent,
+            "get_gcn_event",
+            json!({"dateobs": "GRB 230812B", "limit": 2}),
+        )
+        .await;
+    let cursor = page["next_cursor"].clone();
+    assert!(cursor.is_string(), "{page}");
+    let args = json!({"dateobs": "GRB 230812B", "cursor": cursor});
+    pass.ok(&up, &up.agent, "get_gcn_event", args).await;
+    let args = json!({"circular_id": 34397});
+    pass.ok(&up, &up.agent, "get_gcn_circular", args).await;
+    pass.err(
+        &up,
+        &up.agent,
+        "get_gcn_circular",
+        json!({"circular_id": 1}),
+    )
+    .await;
+    let args = json!({"query": "ZTF23aaxeacr", "limit": 1});
+    let hits = pass.ok(&up, &up.agent, "search_gcn_circulars", args).await;
+    assert!(hits["next_cursor"].is_string(), "{hits}");
+    pass.err(&up, &up.agent, "search_gcn_circulars", json!({"query": ""}))
+        .await;
 
     // The write tool of a GCN event is offered only where its subject is:
     // a person opens a session on the event, the agent joins it.

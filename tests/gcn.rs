@@ -49,6 +49,9 @@ macro_rules! on_both_databases {
     )+};
 }
 
+#[path = "gcn/answers.rs"]
+mod answers;
+
 on_both_databases!(
     real_data_events,
     reingest_and_bad_files,
@@ -757,7 +760,7 @@ async fn producer_extractions(db: Db) {
         .expect_err("unknown event");
     assert_eq!(err.code, Code::NotFound);
 
-    // It is never a tool: the edge's catalog has the five and not it.
+    // It is never a tool: the edge's catalog has the seven and not it.
     let catalog = ithaca_edge::catalog::Catalog::from_pool(ithaca_proto::annotations::pool())
         .expect("catalog");
     let tools: BTreeSet<&str> = catalog
@@ -771,6 +774,8 @@ async fn producer_extractions(db: Db) {
         BTreeSet::from([
             "get_gcn_events",
             "get_gcn_event",
+            "get_gcn_circular",
+            "search_gcn_circulars",
             "get_gcn_event_extractions",
             "get_gcn_event_comments",
             "post_gcn_event_comment",
@@ -990,6 +995,8 @@ async fn over_grpc(db: Db) {
         .get_gcn_event(pb::GetGcnEventRequest {
             dateobs: dateobs.clone(),
             include_bodies: None,
+            limit: None,
+            cursor: None,
         })
         .await
         .expect("event")

@@ -357,6 +357,18 @@ async fn every_session_scoped_tool_acts_on_the_pinned_session() {
             None,
         ),
         row(
+            "get_gcn_circular",
+            json!({"circular_id": 34397}),
+            Plain,
+            None,
+        ),
+        row(
+            "search_gcn_circulars",
+            json!({"query": "afterglow"}),
+            Plain,
+            None,
+        ),
+        row(
             "post_gcn_event_comment",
             json!({"dateobs": dateobs, "text": "pinned comment"}),
             Gcn,

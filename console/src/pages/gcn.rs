@@ -142,6 +142,10 @@ pub async fn show(
     let get = pb::GetGcnEventRequest {
         dateobs,
         include_bodies: Some(true),
+        // The page shows every circular of an event in one page: the
+        // largest page the tool allows.
+        limit: Some(100),
+        cursor: None,
     };
     let event = match client
         .get_gcn_event(signed(key, &person.principal, timeout, get))

@@ -55,6 +55,9 @@ impl SessionService {
                 let mut request = tonic::Request::new(bpb::GetGcnEventRequest {
                     dateobs: id.to_owned(),
                     include_bodies: Some(false),
+                    // Only the canonical dateobs is wanted.
+                    limit: Some(1),
+                    cursor: None,
                 });
                 request.set_timeout(SUBJECT_CHECK_TIMEOUT);
                 key.sign(&mut request, caller);

@@ -1,6 +1,8 @@
 //! The built-in extractor (`origin` [`ORIGIN`]), run over every circular at
 //! ingest: redshifts, positions (with their error circle when stated),
-//! magnitudes with their bands, and the instruments a circular names.
+//! magnitudes with their bands and observation epoch ([`super::epoch`]),
+//! counterparts with their positions ([`super::counterpart`]), and the
+//! instruments a circular names.
 //!
 //! It reads the phrasing GCN authors use ("a redshift of z = 0.36", "RA, Dec
 //! 343.51530, 28.17470 … with an uncertainty of 1.9 arcseconds", "r = 20.1
@@ -8,6 +10,8 @@
 //! reader can judge it. Values outside physical ranges are dropped rather
 //! than guessed at.
 
+use super::counterpart::{Spanned, counterparts};
+use super::epoch;
 use super::model::check_circle;
 use super::parse::Circular;
 use regex::Regex;
@@ -23,7 +27,7 @@ const MAX_MAGNITUDES: usize = 200;
 /// One value read from a circular.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Extraction {
-    /// `redshift`, `position`, `magnitude` or `instrument`.
+    /// `redshift`, `position`, `magnitude`, `counterpart` or `instrument`.
     pub kind: &'static str,
     /// The value, in the parser's own shape (always with `kind`,
     /// `circular_id` and the matched `text`).
@@ -136,8 +140,9 @@ pub fn extract(c: &Circular) -> Vec<Extraction> {
     let text = format!("{}\n{}", c.subject, c.body);
     let mut out = Vec::new();
     redshifts(&text, c.circular_id, &mut out);
-    positions(&text, c.circular_id, &mut out);
+    let spans = positions(&text, c.circular_id, &mut out);
     magnitudes(&text, c.circular_id, &mut out);
+    counterparts(&text, c.circular_id, &spans, &mut out);
     instruments(&text, c.circular_id, &mut out);
     out
 }
@@ -199,7 +204,8 @@ fn dms(sign: &str, d: f64, m: f64, s: f64) -> f64 {
     if sign == "-" || sign == "−" { -v } else { v }
 }
 
-fn positions(text: &str, id: i64, out: &mut Vec<Extraction>) {
+/// Positions with their spans in `text`, for the counterparts.
+fn positions(text: &str, id: i64, out: &mut Vec<Extraction>) -> Vec<Spanned> {
     // (start, end, ra, dec, radius stated with the position)
     let mut found: Vec<(usize, usize, f64, f64, Option<f64>)> = Vec::new();
     let f =
@@ -261,6 +267,7 @@ fn positions(text: &str, id: i64, out: &mut Vec<Extraction>) {
         }
         kept.push(p);
     }
+    let mut accepted = Vec::new();
     for (i, (start, end, ra, dec, stated)) in kept.iter().copied().enumerate() {
         let next = kept.get(i + 1).map_or(text.len(), |n| n.0);
         let window_end = text.floor_char_boundary(next.min(end + 400));
@@ -282,6 +289,7 @@ fn positions(text: &str, id: i64, out: &mut Vec<Extraction>) {
         if check_circle(ra, dec, radius.unwrap_or(1.0)).is_err() {
             continue;
         }
+        accepted.push((start, end, ra, dec, radius));
         let matched = &text[start..end];
         let mut payload = json!({
             "kind": "position",
@@ -299,9 +307,11 @@ fn positions(text: &str, id: i64, out: &mut Vec<Extraction>) {
             circle: radius.map(|r| (ra, dec, r)),
         });
     }
+    accepted
 }
 
 fn magnitudes(text: &str, id: i64, out: &mut Vec<Extraction>) {
+    let epochs = epoch::epochs(text);
     let mut count = 0;
     for cap in MAGNITUDE.captures_iter(text) {
         if count >= MAX_MAGNITUDES {
@@ -319,13 +329,17 @@ fn magnitudes(text: &str, id: i64, out: &mut Vec<Extraction>) {
         if !(lowest..=30.0).contains(&mag) {
             continue;
         }
+        let whole = cap.get(0).expect("group 0 exists");
+        let epoch = epoch::epoch_of(text, &epochs, whole.start(), whole.end())
+            .map_or(Json::Null, |e| e.to_json(text));
         let mut payload = json!({
             "kind": "magnitude",
             "circular_id": id,
             "band": cap[1].to_owned(),
             "mag": mag,
             "is_limit": is_limit,
-            "text": snippet(cap.get(0).map_or("", |m| m.as_str())),
+            "epoch": epoch,
+            "text": snippet(whole.as_str()),
         });
         if let Some(e) = err {
             payload["mag_err"] = json!(e);

@@ -1,6 +1,7 @@
 //! The tonic adapter of `ithaca.broker.v1.GcnService`: protobuf in, domain
 //! call, protobuf out, and the renderings of the answers. No logic here.
 
+use super::circulars::{CircularPage, CircularQuery, SearchAnswer};
 use super::service::{
     EventDetail, EventSummary, EventsAnswer, ExtractionsAnswer, GcnService, IngestReport,
     MAX_FILE_BYTES, NewExtraction,
@@ -110,6 +111,37 @@ fn circular(c: CircularRow, body: bool) -> pb::GcnCircular {
         body: body.then_some(c.body),
         gcn_event_id: c.event_id,
         bibcode: c.bibcode,
+        dateobs: None,
+        snippet: None,
+        uri: None,
+    }
+}
+
+/// A circular on its own: with the event it is about.
+fn circular_alone(c: CircularRow, body: bool) -> pb::GcnCircular {
+    let dateobs = c.dateobs.clone();
+    pb::GcnCircular {
+        uri: dateobs.as_deref().map(event_uri),
+        dateobs,
+        ..circular(c, body)
+    }
+}
+
+fn search(a: SearchAnswer) -> pb::GcnCircularSearch {
+    let count = a.hits.len() as i64;
+    pb::GcnCircularSearch {
+        words: a.words,
+        circulars: a
+            .hits
+            .into_iter()
+            .map(|h| pb::GcnCircular {
+                snippet: Some(h.snippet),
+                ..circular_alone(h.row, false)
+            })
+            .collect(),
+        count: n(count),
+        total: n(a.total),
+        next_cursor: a.next_cursor,
     }
 }
 
@@ -147,7 +179,8 @@ fn event(d: EventDetail, bodies: bool) -> pb::GcnEvent {
         kind: s.row.kind,
         aliases: s.aliases,
         dateobs_from: s.row.dateobs_from,
-        circular_count: n(d.circulars.len() as i64),
+        circular_count: n(d.circular_total),
+        next_cursor: d.next_cursor,
         notice_count: n(d.notices.len() as i64),
         circulars: d
             .circulars
@@ -272,11 +305,44 @@ impl Rpc for GcnGrpc {
     ) -> Result<Response<pb::GcnEvent>, Status> {
         let caller = principal::of(&request)?;
         let r = request.into_inner();
-        let detail = self.service.event(&caller, &r.dateobs).await?;
+        let page = CircularPage {
+            limit: r.limit,
+            cursor: r.cursor,
+        };
+        let detail = self
+            .service
+            .event_page(&caller, &r.dateobs, Some(&page))
+            .await?;
         Ok(Response::new(event(
             detail,
             r.include_bodies.unwrap_or(true),
         )))
+    }
+
+    async fn get_gcn_circular(
+        &self,
+        request: Request<pb::GetGcnCircularRequest>,
+    ) -> Result<Response<pb::GcnCircular>, Status> {
+        let caller = principal::of(&request)?;
+        let r = request.into_inner();
+        let row = self.service.circular(&caller, r.circular_id).await?;
+        Ok(Response::new(circular_alone(row, true)))
+    }
+
+    async fn search_gcn_circulars(
+        &self,
+        request: Request<pb::SearchGcnCircularsRequest>,
+    ) -> Result<Response<pb::GcnCircularSearch>, Status> {
+        let caller = principal::of(&request)?;
+        let r = request.into_inner();
+        let query = CircularQuery {
+            query: r.query,
+            dateobs: r.dateobs,
+            limit: r.limit,
+            cursor: r.cursor,
+        };
+        let answer = self.service.search_circulars(&caller, &query).await?;
+        Ok(Response::new(search(answer)))
     }
 
     async fn get_gcn_event_extractions(

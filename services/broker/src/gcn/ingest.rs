@@ -434,7 +434,6 @@ async fn store_derived<T: IngestTx>(
     tx: &mut T,
     c: &Circular,
     dateobs: Option<&str>,
-    now: i64,
 ) -> Result<i64, ServiceError> {
     let mut per_kind: HashMap<&str, usize> = HashMap::new();
     let mut rows = Vec::new();
@@ -468,7 +467,9 @@ async fn store_derived<T: IngestTx>(
             producer_key: Some(format!("circular:{}:{}:{n}", c.circular_id, e.kind)),
             payload: e.payload.to_string(),
             created_by: SYSTEM.to_owned(),
-            created_at_ms: now,
+            // The value is as old as the circular that states it, not the
+            // ingest that read it.
+            created_at_ms: c.created_on_ms,
         });
     }
     Ok(i64::try_from(tx.insert_extractions(&rows).await?).unwrap_or(i64::MAX))
@@ -587,7 +588,7 @@ pub async fn circulars<T: IngestTx>(
                 // GCN circulars are sometimes corrected: keep the newest text.
                 tx.update_circular(c, now).await?;
                 tx.clear_derived(c.circular_id).await?;
-                out.extractions += store_derived(tx, c, dateobs.as_deref(), now).await?;
+                out.extractions += store_derived(tx, c, dateobs.as_deref()).await?;
                 out.updated += 1;
                 if let Some(d) = dateobs {
                     out.touched(&d);
@@ -662,7 +663,7 @@ pub async fn circulars<T: IngestTx>(
                 }
             }
         }
-        out.extractions += store_derived(tx, c, event.as_deref(), now).await?;
+        out.extractions += store_derived(tx, c, event.as_deref()).await?;
     }
     // Those of this file that later circulars' names attached are not
     // unattached any more.

@@ -8,7 +8,11 @@
 //!   notices; [`limits`]: the size and attribute counts a notice may have,
 //!   checked before it is parsed.
 //! - [`identify`]: which event a circular is about, and when it happened.
-//! - [`extract`]: the built-in parser (`ithaca-circular-parser`).
+//! - [`circulars`]: an event's circulars a page at a time, one circular by
+//!   number, and the word search over circulars.
+//! - [`extract`]: the built-in parser (`ithaca-circular-parser`), with
+//!   [`epoch`] (when a magnitude was observed) and [`counterpart`] (the
+//!   objects a circular reports, with their positions).
 //! - [`ingest`]: one file per transaction, written once for both databases.
 //! - [`store`]: the tables' SQL for reading, comments and producers' writes.
 //! - [`service`]: the domain behind `ithaca.broker.v1.GcnService`, and
@@ -19,6 +23,9 @@
 //! are reference data shared by every tenant; comments, and extractions a
 //! tenant's own producers add, belong to that tenant.
 
+pub mod circulars;
+pub mod counterpart;
+pub mod epoch;
 pub mod extract;
 pub mod grpc;
 pub mod identify;

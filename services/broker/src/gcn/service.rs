@@ -2,6 +2,7 @@
 //! producers' extractions and each tenant's discussion. Every refusal names
 //! the field at fault; nothing here panics on a caller's input.
 
+use super::circulars::CircularPage;
 use super::identify;
 use super::ingest::{self, IngestTx, Outcome};
 use super::model::{DateObs, LocOrigin, Localisation, Name};
@@ -79,6 +80,10 @@ pub struct EventDetail {
     pub extraction_origins: Vec<(String, i64)>,
     /// The caller's tenant's comments.
     pub comments: i64,
+    /// Circulars about the event in all (`circulars` may be one page).
+    pub circular_total: i64,
+    /// The cursor of the next page of circulars, when more follow.
+    pub next_cursor: Option<String>,
 }
 
 /// A `get_gcn_event_extractions` answer.
@@ -108,7 +113,7 @@ pub struct GcnService {
     store: GcnStore,
 }
 
-fn require_tenant(caller: &Principal) -> Result<(), ServiceError> {
+pub(super) fn require_tenant(caller: &Principal) -> Result<(), ServiceError> {
     if caller.tenant_id().is_empty() && caller.actor() != Actor::System {
         return Err(ServiceError::denied("the caller has no tenant"));
     }
@@ -361,11 +366,23 @@ impl GcnService {
             .collect())
     }
 
-    /// `get_gcn_event`: one event in full.
+    /// One event with every circular (for the console and tests; agents
+    /// read [`Self::event_page`]).
     pub async fn event(
         &self,
         caller: &Principal,
         dateobs_or_alias: &str,
+    ) -> Result<EventDetail, ServiceError> {
+        self.event_page(caller, dateobs_or_alias, None).await
+    }
+
+    /// `get_gcn_event`: one event, its circulars a page at a time (`None`:
+    /// every circular).
+    pub async fn event_page(
+        &self,
+        caller: &Principal,
+        dateobs_or_alias: &str,
+        page: Option<&CircularPage>,
     ) -> Result<EventDetail, ServiceError> {
         require_tenant(caller)?;
         let row = self.resolve(dateobs_or_alias).await?;
@@ -377,9 +394,18 @@ impl GcnService {
             .next()
             .ok_or_else(|| ServiceError::not_found("dateobs: the event vanished"))?;
         let ids = [d.clone()];
+        let (circulars, next_cursor) = match page {
+            None => (self.store.circulars(&d).await?, None),
+            Some(p) => {
+                let page = self.circulars_page(&d, p).await?;
+                (page.rows, page.next_cursor)
+            }
+        };
         Ok(EventDetail {
+            circular_total: summary.circulars,
+            next_cursor,
             summary,
-            circulars: self.store.circulars(&d).await?,
+            circulars,
             notices: self.store.notices(&d).await?,
             localisations: self.store.localisations(&ids).await?,
             extraction_origins: self

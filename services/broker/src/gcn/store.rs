@@ -278,6 +278,85 @@ impl GcnStore {
         with_pool!(self.db, pool => sqlx::query_as::<_, CircularRow>(&sql).bind(dateobs).fetch_all(pool).await)
     }
 
+    /// A page of an event's circulars by number, after `after` (exclusive);
+    /// `limit + 1` rows are asked for so the caller knows whether more follow.
+    pub async fn circulars_page(
+        &self,
+        dateobs: &str,
+        after: Option<i64>,
+        limit: i64,
+    ) -> Result<Vec<CircularRow>, sqlx::Error> {
+        let sql = format!(
+            "SELECT {CIRCULAR_COLUMNS} FROM gcn_circulars WHERE dateobs = $1 AND circular_id > $2 \
+             ORDER BY circular_id LIMIT $3"
+        );
+        with_pool!(self.db, pool => sqlx::query_as::<_, CircularRow>(&sql)
+            .bind(dateobs)
+            .bind(after.unwrap_or(i64::MIN))
+            .bind(limit + 1)
+            .fetch_all(pool)
+            .await)
+    }
+
+    /// One circular by its number.
+    pub async fn circular(&self, id: i64) -> Result<Option<CircularRow>, sqlx::Error> {
+        let sql = format!("SELECT {CIRCULAR_COLUMNS} FROM gcn_circulars WHERE circular_id = $1");
+        with_pool!(self.db, pool => sqlx::query_as::<_, CircularRow>(&sql).bind(id).fetch_optional(pool).await)
+    }
+
+    /// Circulars whose subject or body contains every one of `words`
+    /// (lowercase, LIKE-escaped), optionally of one event, newest first,
+    /// below `before` (exclusive); `limit + 1` rows, and how many match in
+    /// all. `LOWER` folds ASCII letters on both databases.
+    pub async fn search_circulars(
+        &self,
+        words: &[String],
+        dateobs: Option<&str>,
+        before: Option<i64>,
+        limit: i64,
+    ) -> Result<(Vec<CircularRow>, i64), sqlx::Error> {
+        let mut parts = Vec::new();
+        let mut binds: Vec<String> = Vec::new();
+        for w in words {
+            binds.push(format!("%{w}%"));
+            let i = binds.len();
+            parts.push(format!(
+                "(LOWER(subject) LIKE ${i} ESCAPE '\\' OR LOWER(body) LIKE ${i} ESCAPE '\\')"
+            ));
+        }
+        if let Some(d) = dateobs {
+            binds.push(d.to_owned());
+            parts.push(format!("dateobs = ${}", binds.len()));
+        }
+        let clause = if parts.is_empty() {
+            "1 = 1".to_owned()
+        } else {
+            parts.join(" AND ")
+        };
+        let n = binds.len();
+        let sql = format!(
+            "SELECT {CIRCULAR_COLUMNS} FROM gcn_circulars WHERE {clause} AND circular_id < ${} \
+             ORDER BY circular_id DESC LIMIT ${}",
+            n + 1,
+            n + 2
+        );
+        let count_sql = format!("SELECT COUNT(*) FROM gcn_circulars WHERE {clause}");
+        with_pool!(self.db, pool => {
+            let mut q = sqlx::query_as::<_, CircularRow>(&sql);
+            let mut c = sqlx::query_scalar::<_, i64>(&count_sql);
+            for b in &binds {
+                q = q.bind(b);
+                c = c.bind(b);
+            }
+            let rows = q
+                .bind(before.unwrap_or(i64::MAX))
+                .bind(limit + 1)
+                .fetch_all(pool)
+                .await?;
+            Ok((rows, c.fetch_one(pool).await?))
+        })
+    }
+
     pub async fn notices(&self, dateobs: &str) -> Result<Vec<NoticeRow>, sqlx::Error> {
         let sql = format!(
             "SELECT {NOTICE_COLUMNS} FROM gcn_notices WHERE dateobs = $1 ORDER BY time_ms, notice_date_ms, ivorn"
