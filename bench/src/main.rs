@@ -22,6 +22,7 @@ mod mcp;
 mod procs;
 mod report;
 mod run;
+mod toollist;
 
 use clap::{Parser, Subcommand};
 use std::net::SocketAddr;
@@ -80,6 +81,10 @@ enum Command {
     /// run on every new alert (none, ten on the candidate, one reading the
     /// history), ingest alerts/s and the filters' own alerts/s.
     FiltersLive(live::LiveArgs),
+    /// The tool list an agent reads before it can work: `tools/list` as the
+    /// agent key of `ithaca up` in bytes and in tokens (cl100k_base,
+    /// o200k_base), and where the bytes go.
+    ToolList(RunArgs),
     /// Serve the bare limit: a plain axum handler returning a fixed body;
     /// started by the benchmark.
     #[command(hide = true)]
@@ -181,6 +186,7 @@ fn main() -> anyhow::Result<()> {
         Some(Command::Alerts(args)) => {
             runtime.block_on(async move { alerts::run(args).await.map(|_| ()) })
         }
+        Some(Command::ToolList(args)) => runtime.block_on(toollist::run(args)),
         Some(Command::Appends(args)) => runtime.block_on(run::appends_only(args)),
         Some(Command::Filters(args)) => {
             runtime.block_on(async move { filters::run(args).await.map(|_| ()) })

@@ -184,7 +184,7 @@ impl Bench {
     }
 }
 
-fn ithaca_command(ithaca: &Path, key_hex: &str) -> Command {
+pub(crate) fn ithaca_command(ithaca: &Path, key_hex: &str) -> Command {
     let mut cmd = Command::new(ithaca);
     cmd.env("ITHACA_INTERNAL_KEY", key_hex)
         .env("RUST_LOG", "warn")
@@ -196,7 +196,11 @@ fn ithaca_command(ithaca: &Path, key_hex: &str) -> Command {
 }
 
 /// `ithaca up` on `data`: the process, launch-to-ready time, and its lines.
-fn start_up(ithaca: &Path, key_hex: &str, data: &Path) -> anyhow::Result<(Proc, f64, Vec<String>)> {
+pub(crate) fn start_up(
+    ithaca: &Path,
+    key_hex: &str,
+    data: &Path,
+) -> anyhow::Result<(Proc, f64, Vec<String>)> {
     let mut cmd = ithaca_command(ithaca, key_hex);
     cmd.args(["up", "--port-base", "0", "--data-dir"]).arg(data);
     let mut proc = Proc::spawn("ithaca up", cmd)?;
@@ -206,7 +210,7 @@ fn start_up(ithaca: &Path, key_hex: &str, data: &Path) -> anyhow::Result<(Proc, 
 }
 
 /// The value after `label` on a line of `ithaca up`'s output.
-fn field(lines: &[String], label: &str) -> anyhow::Result<String> {
+pub(crate) fn field(lines: &[String], label: &str) -> anyhow::Result<String> {
     lines
         .iter()
         .find_map(|l| l.trim_start().strip_prefix(label))
@@ -287,7 +291,7 @@ pub async fn appends_only(args: RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn ithaca_binary(args: &RunArgs) -> anyhow::Result<PathBuf> {
+pub(crate) fn ithaca_binary(args: &RunArgs) -> anyhow::Result<PathBuf> {
     let exe = std::env::current_exe()?;
     let ithaca = match &args.ithaca {
         Some(p) => p.clone(),

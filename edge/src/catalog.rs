@@ -52,22 +52,33 @@ impl Tool {
             .then(|| std::time::Duration::from_millis(u64::from(self.options.deadline_ms)))
     }
 
-    /// The `tools/list` entry.
+    /// The `tools/list` entry. The title is the tool's own `title` (clients
+    /// of revisions before it get it as `annotations.title`, see
+    /// `mcp::without_structured_output`), and a read-only tool's hints are
+    /// only what the spec does not already imply: `destructiveHint` and
+    /// `idempotentHint` mean something only for a tool that writes.
     pub fn to_json(&self) -> Value {
+        let annotations = if self.options.read_only {
+            json!({
+                "readOnlyHint": true,
+                "openWorldHint": self.options.open_world,
+            })
+        } else {
+            json!({
+                "readOnlyHint": false,
+                "destructiveHint": self.options.destructive,
+                "idempotentHint": false,
+                "openWorldHint": self.options.open_world,
+            })
+        };
         let mut tool = json!({
             "name": self.name,
             "description": self.description,
             "inputSchema": self.input_schema,
-            "annotations": {
-                "readOnlyHint": self.options.read_only,
-                "destructiveHint": self.options.destructive,
-                "idempotentHint": self.options.read_only,
-                "openWorldHint": self.options.open_world,
-            },
+            "annotations": annotations,
         });
         if !self.title.is_empty() {
             tool["title"] = json!(self.title);
-            tool["annotations"]["title"] = json!(self.title);
         }
         if let Some(output) = &self.output_schema {
             tool["outputSchema"] = output.clone();

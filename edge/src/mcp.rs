@@ -10,6 +10,7 @@
 
 use crate::core::{Answer, Core, RpcError};
 use crate::relay::{Asker, Asks, LogLevels, RequestSink};
+use crate::schema;
 use crate::stream::{CallIo, ClientCaps, LogLevel, Retry};
 use crate::subscribe::{Deliver, Subscriptions};
 use ithaca_kit::principal::Principal;
@@ -344,11 +345,33 @@ fn has_structured_output(version: Option<&ProtocolVersion>) -> bool {
     version.is_none_or(|v| v.as_str() >= ProtocolVersion::V_2025_06_18.as_str())
 }
 
+/// Whether `version` reads a schema without `$schema` as JSON Schema
+/// 2020-12, as the revisions since 2025-11-25 do.
+fn has_default_dialect(version: Option<&ProtocolVersion>) -> bool {
+    version.is_some_and(|v| v.as_str() >= ProtocolVersion::V_2025_11_25.as_str())
+}
+
+/// A `tools/list` entry whose schemas name their dialect, for a revision
+/// that has no default one.
+fn naming_dialect(mut tool: Value) -> Value {
+    for key in ["inputSchema", "outputSchema"] {
+        if let Some(schema) = tool.get(key) {
+            tool[key] = schema::with_dialect(schema);
+        }
+    }
+    tool
+}
+
 /// A `tools/list` entry for a revision without structured output.
+/// Its title moves to `annotations.title`, where those revisions read it.
 fn without_structured_output(mut tool: Value) -> Value {
     if let Value::Object(map) = &mut tool {
         map.remove("outputSchema");
-        map.remove("title");
+        if let Some(title) = map.remove("title")
+            && let Some(Value::Object(annotations)) = map.get_mut("annotations")
+        {
+            annotations.insert("title".to_owned(), title);
+        }
     }
     tool
 }
@@ -564,7 +587,9 @@ impl ServerHandler for Gateway {
         ctx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let caller = self.caller(&ctx)?;
-        let structured = has_structured_output(ctx.protocol_version().as_ref());
+        let version = ctx.protocol_version();
+        let structured = has_structured_output(version.as_ref());
+        let dialect_named = has_default_dialect(version.as_ref());
         // Subject-scoped write tools depend on the caller's current session.
         let pin = session_pin(&ctx)?;
         let principal = self
@@ -580,6 +605,7 @@ impl ServerHandler for Gateway {
             .core
             .tools_for(&principal)
             .map(|t| t.to_json())
+            .map(|t| if dialect_named { t } else { naming_dialect(t) })
             .map(|t| {
                 if structured {
                     t

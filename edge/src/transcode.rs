@@ -231,11 +231,29 @@ fn check_field(
             ));
         };
         for (i, item) in items.iter().enumerate() {
-            check_kind(&field.kind(), item, &format!("{path}[{i}]"), depth + 1)?;
+            let path = format!("{path}[{i}]");
+            check_kind(&field.kind(), item, &path, depth + 1)?;
+            check_allowed(field, item, &path)?;
         }
         return Ok(());
     }
-    check_kind(&field.kind(), value, path, depth + 1)
+    check_kind(&field.kind(), value, path, depth + 1)?;
+    check_allowed(field, value, path)
+}
+
+/// A string field that declares its values (`ithaca.mcp.v1.field`) takes
+/// one of them, and the error lists them.
+fn check_allowed(field: &FieldDescriptor, value: &Value, path: &str) -> Result<(), ArgError> {
+    let (Some(allowed), Value::String(s)) = (crate::schema::allowed_values(field), value) else {
+        return Ok(());
+    };
+    if allowed.iter().any(|a| a == s) {
+        return Ok(());
+    }
+    Err(err(
+        path,
+        format!("{s:?} is not one of: {}", allowed.join(", ")),
+    ))
 }
 
 fn check_kind(kind: &Kind, value: &Value, path: &str, depth: usize) -> Result<(), ArgError> {
@@ -332,4 +350,48 @@ fn check_depth(value: &Value, path: &str, depth: usize) -> Result<(), ArgError> 
 
 fn is_open_well_known(message: &MessageDescriptor) -> bool {
     message.full_name().starts_with("google.protobuf.")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn input(name: &str) -> MessageDescriptor {
+        ithaca_proto::annotations::pool()
+            .get_message_by_name(name)
+            .expect("in the pool")
+    }
+
+    #[test]
+    fn a_declared_value_passes_and_any_other_is_refused_naming_the_values() {
+        let promote = input("ithaca.skills.v1.PromoteStrategyRequest");
+        let ok = to_message(
+            &promote,
+            Some(json!({"strategy_id": "s-1", "mode": "paper"})),
+        );
+        assert!(ok.is_ok(), "{ok:?}");
+        let refused = to_message(
+            &promote,
+            Some(json!({"strategy_id": "s-1", "mode": "sandbox"})),
+        )
+        .expect_err("not a mode");
+        assert_eq!(
+            refused.message,
+            r#"mode: "sandbox" is not one of: paper, live"#
+        );
+        // Each string of a repeated field, too.
+        let screen = input("ithaca.broker.v1.ScreenPeersRequest");
+        let refused = to_message(
+            &screen,
+            Some(json!({"symbols": ["AAPL"], "metrics": ["pe", "beta"]})),
+        )
+        .expect_err("not a metric");
+        assert!(
+            refused
+                .message
+                .starts_with(r#"metrics[1]: "beta" is not one of: pe, ps"#),
+            "{refused}"
+        );
+    }
 }

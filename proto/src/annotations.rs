@@ -121,10 +121,36 @@ pub fn field_comment(field: &prost_reflect::FieldDescriptor) -> Option<String> {
     )
 }
 
+/// A comment as prose: the lines of a paragraph, which are wrapped only to
+/// fit the source, join with a space; a blank line, and a line that starts
+/// a list item, still start a new line. (A description is read by a model
+/// in every `tools/list`, where each line break costs an escape.)
 fn comment_at(info: &Option<prost_types::SourceCodeInfo>, path: &[i32]) -> Option<String> {
     let location = info.as_ref()?.location.iter().find(|l| l.path == path)?;
     let text = location.leading_comments.as_deref()?;
-    let lines: Vec<&str> = text.lines().map(str::trim).collect();
-    let joined = lines.join("\n").trim().to_owned();
+    let mut joined = String::new();
+    let mut blank = false;
+    for line in text.lines().map(str::trim) {
+        if line.is_empty() {
+            blank = true;
+            continue;
+        }
+        let item = line.starts_with("- ")
+            || line.starts_with("* ")
+            || line
+                .split_once(". ")
+                .is_some_and(|(n, _)| n.parse::<u32>().is_ok());
+        if !joined.is_empty() {
+            joined.push_str(if blank {
+                "\n\n"
+            } else if item {
+                "\n"
+            } else {
+                " "
+            });
+        }
+        joined.push_str(line);
+        blank = false;
+    }
     (!joined.is_empty()).then_some(joined)
 }
