@@ -80,8 +80,11 @@ fn oauth_config() -> anyhow::Result<ithaca_auth::oauth::OAuthConfig> {
     let ms = |d: std::time::Duration| d.as_millis() as i64;
     let secs = |ms: i64| std::time::Duration::from_millis(ms as u64);
     Ok(ithaca_auth::oauth::OAuthConfig {
-        code_ttl_ms: ms(env_secs("ITHACA_OAUTH_CODE_TTL_SECS", secs(defaults.code_ttl_ms))?)
-            .max(1000),
+        code_ttl_ms: ms(env_secs(
+            "ITHACA_OAUTH_CODE_TTL_SECS",
+            secs(defaults.code_ttl_ms),
+        )?)
+        .max(1000),
         access_ttl_ms: ms(env_secs(
             "ITHACA_OAUTH_ACCESS_TTL_SECS",
             secs(defaults.access_ttl_ms),

@@ -173,10 +173,18 @@ async fn a_code_becomes_agent_tokens_stored_only_as_hashes(db: Db) {
         .exchange_code(&f.system, exchange(&f, &code))
         .await
         .expect("exchange");
-    assert!(t.access_token.starts_with("ithaca_at_"), "{}", t.access_token);
+    assert!(
+        t.access_token.starts_with("ithaca_at_"),
+        "{}",
+        t.access_token
+    );
     assert!(t.refresh_token.starts_with("ithaca_rt_"));
     assert_eq!(t.expires_in_secs, 600);
-    let v = f.svc.verify(&f.system, &t.access_token).await.expect("verifies");
+    let v = f
+        .svc
+        .verify(&f.system, &t.access_token)
+        .await
+        .expect("verifies");
     assert_eq!(v.actor, KeyActor::Agent, "a token never acts as the person");
     assert_eq!(v.tenant_id.as_str(), f.tenant);
     assert_eq!(v.key_id.as_str(), t.grant_id, "its agent id is the grant");
@@ -209,7 +217,10 @@ async fn a_reused_code_revokes_its_grant(db: Db) {
         .expect_err("a code is single use");
     assert_eq!(err.code, Code::FailedPrecondition);
     assert!(err.message.contains("already used"), "{}", err.message);
-    assert!(!verifies(&f, &t.access_token).await, "the grant's tokens are revoked");
+    assert!(
+        !verifies(&f, &t.access_token).await,
+        "the grant's tokens are revoked"
+    );
     let refresh = f
         .svc
         .refresh(&f.system, &t.refresh_token, &f.client_id, &[])
@@ -279,11 +290,7 @@ async fn a_code_is_bound_to_client_redirect_and_verifier(db: Db) {
         ),
     ];
     for (ex, why) in cases {
-        let err = f
-            .svc
-            .exchange_code(&f.system, ex)
-            .await
-            .expect_err(why);
+        let err = f.svc.exchange_code(&f.system, ex).await.expect_err(why);
         assert!(err.message.contains(why), "{why}: {}", err.message);
     }
     // None of the refusals spent the code for its rightful client.

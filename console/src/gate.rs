@@ -200,7 +200,11 @@ fn safe_next(next: &str) -> Option<&str> {
 
 /// `GET /console/sign-in`.
 pub async fn sign_in_page(Query(query): Query<SignInQuery>) -> Response {
-    let next = query.next.as_deref().and_then(safe_next).unwrap_or_default();
+    let next = query
+        .next
+        .as_deref()
+        .and_then(safe_next)
+        .unwrap_or_default();
     let message = match query.reason.as_deref() {
         Some("ended") => "Your console session ended: the key was revoked or expired.",
         Some("signed-out") => "You are signed out.",

@@ -112,9 +112,11 @@ impl Fetcher {
         match url.scheme() {
             "http" if self.allow_private => {}
             "https" => {
-                return Err("client_id: this build cannot fetch https metadata documents \
+                return Err(
+                    "client_id: this build cannot fetch https metadata documents \
                      (no TLS client); register the client instead (dynamic client registration)"
-                    .to_owned());
+                        .to_owned(),
+                );
             }
             _ => return Err("client_id: a metadata URL must be https".to_owned()),
         }
@@ -159,7 +161,9 @@ async fn get(addr: SocketAddr, url: &Url) -> Result<Vec<u8>, String> {
         .unwrap_or_default()
         .to_owned();
     if status != "200" {
-        return Err(format!("client_id: fetching the document answered {status}"));
+        return Err(format!(
+            "client_id: fetching the document answered {status}"
+        ));
     }
     let body = raw[split + 4..].to_vec();
     if body.len() > MAX_DOCUMENT_BYTES || read > cap {
@@ -180,7 +184,11 @@ fn parse(client_id: &str, body: &[u8]) -> Result<Document, String> {
     }
     let uris: Vec<String> = doc["redirect_uris"]
         .as_array()
-        .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        })
         .unwrap_or_default();
     if uris.is_empty() || uris.len() > 10 {
         return Err("client_id: the document needs 1 to 10 redirect_uris".to_owned());
@@ -245,8 +253,17 @@ mod tests {
     #[test]
     fn only_public_addresses_are_public() {
         for private in [
-            "127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254",
-            "100.64.0.1", "0.0.0.0", "::1", "fd00::1", "fe80::1", "::ffff:127.0.0.1",
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "0.0.0.0",
+            "::1",
+            "fd00::1",
+            "fe80::1",
+            "::ffff:127.0.0.1",
         ] {
             assert!(!is_public(private.parse().expect("ip")), "{private}");
         }
@@ -268,7 +285,9 @@ mod tests {
     #[test]
     fn a_document_must_name_itself_and_safe_redirects() {
         let id = "https://app.example/client.json";
-        let ok = format!(r#"{{"client_id":"{id}","client_name":"App","redirect_uris":["https://app.example/cb"]}}"#);
+        let ok = format!(
+            r#"{{"client_id":"{id}","client_name":"App","redirect_uris":["https://app.example/cb"]}}"#
+        );
         assert_eq!(
             parse(id, ok.as_bytes()).expect("ok").redirect_uris,
             vec!["https://app.example/cb"]

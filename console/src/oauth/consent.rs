@@ -263,7 +263,10 @@ pub async fn authorize(
     if scopes.is_empty() {
         return console.refuse_to_client(
             &p,
-            refusal("access_denied", "the person's key holds none of the scopes asked for"),
+            refusal(
+                "access_denied",
+                "the person's key holds none of the scopes asked for",
+            ),
         );
     }
     let redirect_host = url::Url::parse(&p.redirect_uri)
@@ -365,8 +368,9 @@ pub async fn decide(
             *response.status_mut() = StatusCode::SEE_OTHER;
             response
         }
-        Err(status) if status.code() == tonic::Code::InvalidArgument
-            || status.code() == tonic::Code::PermissionDenied =>
+        Err(status)
+            if status.code() == tonic::Code::InvalidArgument
+                || status.code() == tonic::Code::PermissionDenied =>
         {
             console.refuse_to_client(&p, refusal("invalid_scope", status.message()))
         }

@@ -149,13 +149,21 @@ pub async fn token(
                 pb::RefreshTokenRequest {
                     refresh_token: f.get("refresh_token").to_owned(),
                     client_id: client_id.to_owned(),
-                    scopes: f.get("scope").split_whitespace().map(str::to_owned).collect(),
+                    scopes: f
+                        .get("scope")
+                        .split_whitespace()
+                        .map(str::to_owned)
+                        .collect(),
                 },
             );
             console.backends.oauth().refresh_token(request).await
         }
         "" => {
-            return oauth_error(StatusCode::BAD_REQUEST, "invalid_request", "grant_type: required");
+            return oauth_error(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                "grant_type: required",
+            );
         }
         _ => {
             return oauth_error(
@@ -193,9 +201,8 @@ pub async fn register(
     if let Err(refused) = console.check_host(&headers) {
         return refused;
     }
-    let bad = |error: &str, description: &str| {
-        oauth_error(StatusCode::BAD_REQUEST, error, description)
-    };
+    let bad =
+        |error: &str, description: &str| oauth_error(StatusCode::BAD_REQUEST, error, description);
     let client = extensions
         .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
         .map(|info| info.0.ip());
@@ -218,10 +225,18 @@ pub async fn register(
             .iter()
             .filter_map(|v| v.as_str().map(str::to_owned))
             .collect(),
-        _ => return bad("invalid_redirect_uri", "redirect_uris: an array of strings is required"),
+        _ => {
+            return bad(
+                "invalid_redirect_uri",
+                "redirect_uris: an array of strings is required",
+            );
+        }
     };
     if uris.is_empty() {
-        return bad("invalid_redirect_uri", "redirect_uris: at least one is required");
+        return bad(
+            "invalid_redirect_uri",
+            "redirect_uris: at least one is required",
+        );
     }
     for uri in &uris {
         if let Err(why) = redirect::check(uri) {
@@ -280,7 +295,11 @@ pub async fn revoke(
     }
     let f = Fields(pairs);
     if f.get("token").is_empty() {
-        return oauth_error(StatusCode::BAD_REQUEST, "invalid_request", "token: required");
+        return oauth_error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "token: required",
+        );
     }
     let request = signed(
         &console.key,

@@ -120,7 +120,10 @@ pub fn router(console: Arc<Console>) -> Router {
             "/.well-known/oauth-authorization-server",
             get(endpoints::metadata),
         )
-        .route("/.well-known/openid-configuration", get(endpoints::metadata))
+        .route(
+            "/.well-known/openid-configuration",
+            get(endpoints::metadata),
+        )
         .route("/authorize", get(consent::authorize).post(consent::decide))
         .route("/token", post(endpoints::token))
         .route("/register", post(endpoints::register))

@@ -57,10 +57,8 @@ pub fn serve_options_with(db: Db, key: InternalKey, oauth: oauth::OAuthConfig) -
         service: service.clone(),
     };
     let server = AuthServiceServer::with_interceptor(grpc, Verifier::new(key.clone()));
-    let oauth = OAuthServiceServer::with_interceptor(
-        oauth_grpc::OAuthGrpc { service },
-        Verifier::new(key),
-    );
+    let oauth =
+        OAuthServiceServer::with_interceptor(oauth_grpc::OAuthGrpc { service }, Verifier::new(key));
     let mut routes = Routes::new(server);
     routes = routes.add_service(oauth);
     ServeOptions::new(vec![ithaca_proto::service_names::AUTH], routes)

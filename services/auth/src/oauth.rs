@@ -122,16 +122,14 @@ pub fn s256(verifier: &str) -> String {
 /// RFC 7636's verifier: 43 to 128 unreserved characters.
 fn verifier_ok(v: &str) -> bool {
     (43..=128).contains(&v.len())
-        && v
-            .bytes()
+        && v.bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~'))
 }
 
 /// An S256 challenge: 43 base64url characters.
 fn challenge_ok(c: &str) -> bool {
     c.len() == 43
-        && c
-            .bytes()
+        && c.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
@@ -405,7 +403,9 @@ impl AuthService {
         if let Some(grant_id) = &code.grant_id {
             match self.store.revoke_grant(grant_id, now).await {
                 Ok(_) => tracing::warn!(%grant_id, "oauth code replayed; grant revoked"),
-                Err(error) => tracing::error!(%error, %grant_id, "revoking a replayed code's grant failed"),
+                Err(error) => {
+                    tracing::error!(%error, %grant_id, "revoking a replayed code's grant failed")
+                }
             }
         }
         invalid_grant("code: already used; the tokens issued for it are revoked")
@@ -455,7 +455,11 @@ impl AuthService {
                 "scope: {extra} was not granted (invalid_scope)"
             )));
         }
-        if self.active_key(&grant.key_id, &grant.tenant_id).await?.is_none() {
+        if self
+            .active_key(&grant.key_id, &grant.tenant_id)
+            .await?
+            .is_none()
+        {
             return Err(unknown());
         }
         if self.store.rotate_token(&token_hash, now).await? == 0 {

@@ -75,7 +75,12 @@ impl Rpc for OAuthGrpc {
         let req = request.get_ref();
         let row = self
             .service
-            .put_metadata_client(&caller, &req.client_id, &req.client_name, &req.redirect_uris)
+            .put_metadata_client(
+                &caller,
+                &req.client_id,
+                &req.client_name,
+                &req.redirect_uris,
+            )
             .await?;
         Ok(Response::new(client(row)))
     }

@@ -169,7 +169,8 @@ impl Store {
     /// a race, 0 for every other (a replay).
     pub async fn use_code(&self, code_hash: &str, now_ms: i64) -> Affected {
         let _gate = self.db().write_gate().await;
-        let sql = "UPDATE oauth_codes SET used_at_ms = $2 WHERE code_hash = $1 AND used_at_ms IS NULL";
+        let sql =
+            "UPDATE oauth_codes SET used_at_ms = $2 WHERE code_hash = $1 AND used_at_ms IS NULL";
         with_pool!(self.db(), pool => sqlx::query(sql)
             .bind(code_hash)
             .bind(now_ms)
@@ -266,8 +267,9 @@ impl Store {
 
     pub async fn insert_token(&self, row: &TokenRow) -> Result<(), sqlx::Error> {
         let _gate = self.db().write_gate().await;
-        let sql =
-            format!("INSERT INTO oauth_tokens ({TOKEN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)");
+        let sql = format!(
+            "INSERT INTO oauth_tokens ({TOKEN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)"
+        );
         with_pool!(self.db(), pool => sqlx::query(&sql)
             .bind(&row.token_hash)
             .bind(&row.grant_id)
