@@ -28,6 +28,11 @@ pub fn check(uri: &str) -> Result<(), String> {
     if uri.contains('#') {
         return Err("redirect_uri: must not contain a fragment".to_owned());
     }
+    // The parser would read `https:///x` as host `x`; a URI with an empty
+    // authority is refused as written.
+    if uri.split_once("://").is_some_and(|(_, rest)| rest.starts_with('/')) {
+        return Err("redirect_uri: the authority (host) is empty".to_owned());
+    }
     let url = Url::parse(uri).map_err(|e| format!("redirect_uri: not an absolute URI ({e})"))?;
     match url.scheme() {
         "https" => {
