@@ -476,6 +476,23 @@ async fn a_hosted_agent_connects_through_consent_and_every_attack_is_refused() {
         decided.text()
     );
 
+    // A token of this tenant never reads another tenant's session.
+    let foreign_session = session_of_another_tenant(&up).await;
+    let joined = http::modern(
+        &up.url,
+        &access,
+        "tools/call",
+        json!({"name": "session_context", "arguments": {"session_id": foreign_session, "prompt": "peek"}}),
+    )
+    .await;
+    let body = joined.json();
+    let refused = body.get("error").is_some() || body["result"]["isError"] == json!(true);
+    assert!(
+        refused,
+        "another tenant's session must stay out of reach: {body}"
+    );
+    assert!(!joined.text().contains("tenant b's secret plan"), "{body}");
+
     // Code reuse: refused, and the grant's tokens revoked.
     refused_grant(
         &exchange(&up, &client, &code, VERIFIER, REDIRECT).await,
@@ -644,6 +661,44 @@ async fn metadata_document_clients_connect_and_tokens_expire() {
     let r = http::modern(&up.url, &foreign, "tools/list", json!({})).await;
     assert_eq!(r.status, 401, "{}", r.text());
     assert_eq!(r.json()["error"], "invalid_token");
+}
+
+/// A session opened by an agent of a second tenant; its id.
+async fn session_of_another_tenant(up: &Up) -> String {
+    use ithaca_kit::principal::Principal;
+    use ithaca_proto::auth::v1 as pb;
+    let mut auth = common::auth_client(&up.auth_url, Principal::system(""));
+    let tenant = auth
+        .create_tenant(pb::CreateTenantRequest {
+            name: "tenant b".to_owned(),
+        })
+        .await
+        .expect("tenant b")
+        .into_inner();
+    let key = auth
+        .create_key(pb::CreateKeyRequest {
+            tenant_id: tenant.tenant_id,
+            scopes: vec!["data:read".to_owned()],
+            actor: pb::Actor::Agent as i32,
+            label: "b".to_owned(),
+            env: String::new(),
+        })
+        .await
+        .expect("tenant b's key")
+        .into_inner()
+        .token;
+    let r = http::modern(
+        &up.url,
+        &key,
+        "tools/call",
+        json!({"name": "session_context", "arguments": {"prompt": "tenant b's secret plan"}}),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()["result"]["structuredContent"]["session_id"]
+        .as_str()
+        .expect("a session id")
+        .to_owned()
 }
 
 /// A code for `https://elsewhere.example/mcp`, issued over gRPC with the

@@ -30,7 +30,10 @@ pub fn check(uri: &str) -> Result<(), String> {
     }
     // The parser would read `https:///x` as host `x`; a URI with an empty
     // authority is refused as written.
-    if uri.split_once("://").is_some_and(|(_, rest)| rest.starts_with('/')) {
+    if uri
+        .split_once("://")
+        .is_some_and(|(_, rest)| rest.starts_with('/'))
+    {
         return Err("redirect_uri: the authority (host) is empty".to_owned());
     }
     let url = Url::parse(uri).map_err(|e| format!("redirect_uri: not an absolute URI ({e})"))?;
