@@ -22,6 +22,7 @@ pub mod model;
 pub mod oauth;
 pub mod oauth_grpc;
 pub mod oauth_store;
+pub mod oauth_token;
 pub mod service;
 pub mod store;
 
