@@ -254,7 +254,8 @@ pub async fn start_http(
                 .context("--auth-url is required while authentication is on")?;
             let channel = ithaca_kit::client::channel(url)?;
             let authenticator = Authenticator::new(channel, key.clone(), key_cache)
-                .with_timeout(Duration::from_millis(args.backend_timeout_ms));
+                .with_timeout(Duration::from_millis(args.backend_timeout_ms))
+                .with_resource(format!("{}/mcp", public_url.trim_end_matches('/')));
             // The console's sign-in counts failed key checks with the
             // edge's doors: a client throttled at one is at all.
             console = Some(console_for(
@@ -337,6 +338,9 @@ fn console_for(
         authenticator,
         backends,
         public_url: public_url.to_owned(),
+        // Test stacks serve client metadata documents on loopback.
+        oauth_allow_private_metadata: std::env::var("ITHACA_OAUTH_ALLOW_PRIVATE_METADATA")
+            .is_ok_and(|v| v == "1" || v == "true"),
     }))
 }
 

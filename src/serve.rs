@@ -73,6 +73,27 @@ fn env_secs(name: &str, default: std::time::Duration) -> anyhow::Result<std::tim
     }
 }
 
+/// The authorization server's lifetimes; tests shorten them through
+/// `ITHACA_OAUTH_CODE_TTL_SECS` and `ITHACA_OAUTH_ACCESS_TTL_SECS`.
+fn oauth_config() -> anyhow::Result<ithaca_auth::oauth::OAuthConfig> {
+    let defaults = ithaca_auth::oauth::OAuthConfig::default();
+    let ms = |d: std::time::Duration| d.as_millis() as i64;
+    let secs = |ms: i64| std::time::Duration::from_millis(ms as u64);
+    Ok(ithaca_auth::oauth::OAuthConfig {
+        code_ttl_ms: ms(env_secs(
+            "ITHACA_OAUTH_CODE_TTL_SECS",
+            secs(defaults.code_ttl_ms),
+        )?)
+        .max(1000),
+        access_ttl_ms: ms(env_secs(
+            "ITHACA_OAUTH_ACCESS_TTL_SECS",
+            secs(defaults.access_ttl_ms),
+        )?)
+        .max(1000),
+        ..defaults
+    })
+}
+
 /// Open the service's database, then serve it in a background task.
 pub async fn start(spec: Spec) -> anyhow::Result<JoinHandle<anyhow::Result<()>>> {
     let Spec {
@@ -96,7 +117,7 @@ pub async fn start(spec: Spec) -> anyhow::Result<JoinHandle<anyhow::Result<()>>>
                 .await
                 .with_context(|| format!("opening the {service} database"))?;
             schema_db = Some(db.clone());
-            ithaca_auth::serve_options(db, key)
+            ithaca_auth::serve_options_with(db, key, oauth_config()?)
         }
         Service::Session => {
             let db = ithaca_session::open_db(&database_url, &schema)

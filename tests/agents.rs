@@ -1339,7 +1339,8 @@ async fn the_protocol_answers_a_probe() {
     )
     .await;
     assert_eq!(r.status, 200, "{}", r.text());
-    // OAuth metadata names no authorization server; a 401 says what to do.
+    // OAuth metadata names the built-in authorization server (this origin);
+    // a 401 says what to do.
     let r = http::request(
         &up.url,
         "GET",
@@ -1349,8 +1350,9 @@ async fn the_protocol_answers_a_probe() {
     )
     .await;
     let metadata = r.json();
-    assert!(
-        metadata.get("authorization_servers").is_none(),
+    assert_eq!(
+        metadata["authorization_servers"],
+        json!([up.url.clone()]),
         "{metadata}"
     );
     assert_eq!(

@@ -4,6 +4,7 @@
 use ithaca_kit::principal::{InternalKey, Principal};
 use ithaca_proto::approvals::v1::approvals_service_client::ApprovalsServiceClient;
 use ithaca_proto::auth::v1::auth_service_client::AuthServiceClient;
+use ithaca_proto::auth::v1::o_auth_service_client::OAuthServiceClient;
 use ithaca_proto::broker::v1::filter_service_client::FilterServiceClient;
 use ithaca_proto::broker::v1::gcn_service_client::GcnServiceClient;
 use ithaca_proto::session::v1::session_service_client::SessionServiceClient;
@@ -56,6 +57,11 @@ impl Backends {
 
     pub fn auth(&self) -> AuthServiceClient<Channel> {
         AuthServiceClient::new(self.auth.clone())
+    }
+
+    /// The auth service's authorization-server records.
+    pub fn oauth(&self) -> OAuthServiceClient<Channel> {
+        OAuthServiceClient::new(self.auth.clone())
     }
 
     pub fn session(&self) -> Result<SessionServiceClient<Channel>, CallError> {

@@ -93,7 +93,7 @@ impl Console {
 
     /// DNS-rebinding defence, the edge's rule: `Host` names loopback or the
     /// public URL's host.
-    fn check_host(&self, headers: &HeaderMap) -> Result<(), Response> {
+    pub(crate) fn check_host(&self, headers: &HeaderMap) -> Result<(), Response> {
         let host = headers
             .get(header::HOST)
             .and_then(|h| h.to_str().ok())
@@ -182,18 +182,33 @@ pub async fn home(State(console): State<Arc<Console>>, headers: HeaderMap) -> Re
 struct SignInPage {
     message: String,
     error: String,
+    /// Where to go once signed in (an authorization request), if anywhere.
+    next: String,
 }
 
 #[derive(Deserialize)]
 pub struct SignInQuery {
     reason: Option<String>,
+    next: Option<String>,
+}
+
+/// Where a sign-in may continue to: only an authorization request of this
+/// origin (never another site: that would be an open redirector).
+fn safe_next(next: &str) -> Option<&str> {
+    (next.starts_with("/authorize?") && !next.contains(['\\', '\r', '\n'])).then_some(next)
 }
 
 /// `GET /console/sign-in`.
 pub async fn sign_in_page(Query(query): Query<SignInQuery>) -> Response {
+    let next = query
+        .next
+        .as_deref()
+        .and_then(safe_next)
+        .unwrap_or_default();
     let message = match query.reason.as_deref() {
         Some("ended") => "Your console session ended: the key was revoked or expired.",
         Some("signed-out") => "You are signed out.",
+        _ if !next.is_empty() => "Sign in to decide whether to connect an app.",
         _ => "",
     };
     pages::html(
@@ -201,6 +216,7 @@ pub async fn sign_in_page(Query(query): Query<SignInQuery>) -> Response {
         &SignInPage {
             message: message.to_owned(),
             error: String::new(),
+            next: next.to_owned(),
         },
     )
 }
@@ -208,6 +224,8 @@ pub async fn sign_in_page(Query(query): Query<SignInQuery>) -> Response {
 #[derive(Deserialize)]
 pub struct SignInForm {
     key: String,
+    #[serde(default)]
+    next: String,
 }
 
 /// `POST /console/sign-in`: exchange a human key for the sealed cookie.
@@ -228,6 +246,7 @@ pub async fn sign_in(
             &SignInPage {
                 message: String::new(),
                 error: error.to_owned(),
+                next: safe_next(&form.next).unwrap_or_default().to_owned(),
             },
         )
     };
@@ -287,7 +306,8 @@ pub async fn sign_in(
     let claims = Sealer::claims(token, &sign_in, now_secs(), ttl);
     let value = console.sealer.seal(&claims);
     tracing::info!(key_id = %principal.key_id(), tenant_id = %principal.tenant_id(), "console sign-in");
-    let mut response = Redirect::to("/console/sessions").into_response();
+    let to = safe_next(&form.next).unwrap_or("/console/sessions");
+    let mut response = Redirect::to(to).into_response();
     response
         .headers_mut()
         .append(header::SET_COOKIE, console.cookie_header(&value, ttl));

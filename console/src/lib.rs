@@ -15,6 +15,10 @@
 //!   console, opened at sign-in, checked on every request, ended at
 //!   sign-out or when the key is revoked.
 //! - [`backends`]: the signed gRPC calls every page makes.
+//! - [`oauth`]: the built-in OAuth 2.1 authorization server's endpoints
+//!   (metadata, `/authorize` with the consent page, `/token`, `/register`,
+//!   `/revoke`) beside `/console`; the Connected apps page is
+//!   `pages::apps`.
 //!
 //! Architecture invariant: like the edge, the console owns no durable state.
 //! Everything it shows or does is one gRPC call to the owning service, made
@@ -31,6 +35,7 @@
 pub mod backends;
 pub mod cookie;
 pub mod gate;
+pub mod oauth;
 pub mod pages;
 pub mod signins;
 
@@ -63,6 +68,9 @@ pub struct Config {
     /// The edge's public base URL: its host is accepted besides loopback,
     /// and `https` makes the cookie `Secure`.
     pub public_url: String,
+    /// Fetch client metadata documents from private and loopback addresses
+    /// over plain HTTP too: for tests only.
+    pub oauth_allow_private_metadata: bool,
 }
 
 /// The console: shared by every request.
@@ -75,6 +83,8 @@ pub struct Console {
     /// `host[:port]` of the public URL, for the DNS-rebinding check.
     public_host: String,
     secure_cookie: bool,
+    /// The authorization server's metadata fetcher and registration limit.
+    oauth: oauth::State,
 }
 
 impl Console {
@@ -88,6 +98,7 @@ impl Console {
             secure_cookie: config.public_url.starts_with("https://"),
             public_url: config.public_url,
             public_host,
+            oauth: oauth::State::new(config.oauth_allow_private_metadata),
         })
     }
 
@@ -107,7 +118,7 @@ impl ithaca_edge::http::BrowserAuth for Console {
 
 /// The console's routes, all under `/console`.
 pub fn router(console: Arc<Console>) -> Router {
-    use pages::{approvals, filters, gcn, keys, runs, sessions};
+    use pages::{approvals, apps, filters, gcn, keys, runs, sessions};
     let routes = Router::new()
         .route("/", get(gate::home))
         .route("/sign-in", get(gate::sign_in_page).post(gate::sign_in))
@@ -129,9 +140,12 @@ pub fn router(console: Arc<Console>) -> Router {
         .route("/gcn/{dateobs}", get(gcn::show))
         .route("/keys", get(keys::list).post(keys::create))
         .route("/keys/{id}/revoke", post(keys::revoke))
+        .route("/apps", get(apps::list))
+        .route("/apps/{id}/revoke", post(apps::revoke))
         .fallback(pages::not_found)
-        .with_state(console);
+        .with_state(console.clone());
     Router::new()
+        .merge(oauth::router(console))
         .route("/console/", get(|| async { Redirect::to("/console") }))
         .nest("/console", routes)
         .layer(axum::middleware::map_response(security_headers))
@@ -211,6 +225,7 @@ mod tests {
                 timeout: Duration::from_secs(1),
             },
             public_url: "http://127.0.0.1:8080".to_owned(),
+            oauth_allow_private_metadata: false,
         });
         let _ = router(console);
     }

@@ -64,6 +64,10 @@ pub struct Authenticator {
     /// one process (the edge and its console), so a client throttled at
     /// one is throttled at all.
     failures: Arc<Failures>,
+    /// The canonical MCP URL of this edge: an OAuth access token issued
+    /// for another resource is refused (RFC 8707 audience). `None` checks
+    /// nothing (the console's sign-in, which admits only human keys).
+    resource: Option<String>,
 }
 
 impl Authenticator {
@@ -77,6 +81,24 @@ impl Authenticator {
             timeout: crate::DEFAULT_BACKEND_TIMEOUT,
             cache: Mutex::new(HashMap::new()),
             failures: Arc::default(),
+            resource: None,
+        }
+    }
+
+    /// The same, refusing OAuth access tokens issued for any resource but
+    /// `resource` (this edge's canonical `{public_url}/mcp`).
+    pub fn with_resource(mut self, resource: impl Into<String>) -> Self {
+        self.resource = Some(resource.into());
+        self
+    }
+
+    /// Whether a verified credential's `resource` is acceptable here: an
+    /// API key has none; a token must name this edge.
+    fn resource_ok(&self, resource: &str) -> bool {
+        match &self.resource {
+            _ if resource.is_empty() => true,
+            Some(ours) => ours.trim_end_matches('/') == resource.trim_end_matches('/'),
+            None => true,
         }
     }
 
@@ -195,6 +217,9 @@ impl Authenticator {
                 )));
             }
         };
+        if !self.resource_ok(&verified.resource) {
+            return Err(AuthFailure::Invalid);
+        }
         let principal = Principal::verified(VerifiedKey {
             human: verified.actor == pb::Actor::Human as i32,
             tenant_id: verified.tenant_id,

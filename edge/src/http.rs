@@ -370,9 +370,7 @@ impl Edge {
             "Bearer realm=\"{REALM}\", resource_metadata=\"{}\"",
             self.metadata_url()
         );
-        let what_to_do = "send `Authorization: Bearer dmbg_<env>_<keyid>_<secret>`; \
-            an administrator issues keys with `ithaca keys create` (this server has no OAuth \
-            authorization server)";
+        let what_to_do = self.how_to_authenticate();
         let mut response = (
             StatusCode::UNAUTHORIZED,
             axum::Json(json!({
@@ -385,6 +383,18 @@ impl Edge {
             response.headers_mut().insert(header::WWW_AUTHENTICATE, v);
         }
         response
+    }
+
+    /// What a 401 tells the caller to do.
+    fn how_to_authenticate(&self) -> &'static str {
+        if authorization_servers(self).is_empty() {
+            "send `Authorization: Bearer dmbg_<env>_<keyid>_<secret>`; an administrator issues \
+             keys with `ithaca keys create` (this server names no OAuth authorization server)"
+        } else {
+            "send `Authorization: Bearer <key or OAuth access token>`: an API key \
+             (`ithaca keys create`), or a token for this resource from the authorization server \
+             in the resource metadata (a person consents in the console)"
+        }
     }
 
     fn missing_scope(&self, scope: &str) -> Response {
@@ -1319,17 +1329,30 @@ fn doors(edge: &Edge) -> String {
 
 async fn resource_metadata(State(edge): State<Arc<Edge>>) -> Response {
     let base = edge.options.public_url.trim_end_matches('/');
-    // No authorization server is named: keys are issued by an administrator
-    // (`ithaca keys create`), and naming one that serves no metadata would
-    // send OAuth-capable hosts looking in vain.
-    axum::Json(json!({
+    let mut body = json!({
         "resource": format!("{base}/mcp"),
         "bearer_methods_supported": ["header"],
         "scopes_supported": ithaca_proto::scopes::ALL,
         "resource_name": "Ithaca",
-        "resource_documentation": "API keys (dmbg_<env>_<keyid>_<secret>) are issued with `ithaca keys create`",
-    }))
-    .into_response()
+        "resource_documentation": "API keys (dmbg_<env>_<keyid>_<secret>) are issued with `ithaca keys create`; OAuth clients are sent to a person's consent by the authorization servers listed",
+    });
+    let servers = authorization_servers(&edge);
+    if !servers.is_empty() {
+        body["authorization_servers"] = json!(servers);
+    }
+    axum::Json(body).into_response()
+}
+
+/// The authorization servers this edge trusts: its built-in one (the same
+/// origin) when the console that serves it is mounted, which is whenever
+/// keys are checked. Without it, none is named: naming one that serves no
+/// metadata would send OAuth-capable hosts looking in vain.
+fn authorization_servers(edge: &Edge) -> Vec<String> {
+    let mut servers = Vec::new();
+    if edge.browser.is_some() {
+        servers.push(edge.options.public_url.trim_end_matches('/').to_owned());
+    }
+    servers
 }
 
 /// `GET /api/sessions/{id}/events/stream`: the session's trace as SSE, with

@@ -2,6 +2,7 @@
 //! navigation bar, rendering, error pages and paging.
 
 pub mod approvals;
+pub mod apps;
 pub mod filters;
 pub mod gcn;
 pub mod keys;
@@ -21,7 +22,7 @@ pub struct Nav {
     /// The sign-out form's CSRF token.
     pub csrf: String,
     /// Which area is shown: `sessions`, `approvals`, `runs`, `filters`,
-    /// `gcn` or `keys`.
+    /// `gcn`, `keys` or `apps`.
     pub active: &'static str,
 }
 

@@ -71,6 +71,7 @@ fn verified(v: Verified) -> pb::VerifyKeyResponse {
         key_id: v.key_id.into(),
         scopes: v.scopes,
         actor: actor_to_pb(v.actor),
+        resource: v.resource,
     }
 }
 

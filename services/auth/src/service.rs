@@ -32,6 +32,8 @@ pub struct Verified {
     pub key_id: KeyId,
     pub scopes: Vec<String>,
     pub actor: KeyActor,
+    /// The resource an OAuth access token was issued for; empty for a key.
+    pub resource: String,
 }
 
 /// What CreateKey needs.
@@ -65,7 +67,12 @@ const SWEEP_INTERVAL_MS: i64 = 60_000;
 /// Tenants and keys.
 #[derive(Clone, Debug)]
 pub struct AuthService {
-    store: Store,
+    pub(crate) store: Store,
+    /// Lifetimes of the authorization server's codes, tokens and
+    /// registrations.
+    pub(crate) oauth: crate::oauth::OAuthConfig,
+    /// When expired codes and lapsed registrations were last swept.
+    pub(crate) oauth_swept_at_ms: std::sync::Arc<std::sync::atomic::AtomicI64>,
     /// When ended quota windows were last swept (ms since the epoch), so
     /// the sweep runs about once a minute whatever the lease rate.
     swept_at_ms: std::sync::Arc<std::sync::atomic::AtomicI64>,
@@ -77,6 +84,8 @@ impl AuthService {
     pub fn new(store: Store) -> Self {
         AuthService {
             store,
+            oauth: crate::oauth::OAuthConfig::default(),
+            oauth_swept_at_ms: Default::default(),
             swept_at_ms: Default::default(),
             sign_ins_swept_at_ms: Default::default(),
         }
@@ -227,7 +236,7 @@ impl AuthService {
 
     /// The caller's own key, which must be an active human key: sign-ins
     /// are opened and ended by the person they belong to.
-    async fn own_human_key(&self, caller: &Principal) -> Result<KeyRow, ServiceError> {
+    pub(crate) async fn own_human_key(&self, caller: &Principal) -> Result<KeyRow, ServiceError> {
         if caller.actor() != Actor::Human {
             return Err(ServiceError::denied(
                 "only a person signs in to the console (a human key)",
@@ -372,6 +381,9 @@ impl AuthService {
     /// `sha256(salt + secret)` in constant time.
     pub async fn verify(&self, caller: &Principal, token: &str) -> Result<Verified, ServiceError> {
         require_system(caller)?;
+        if token.starts_with(crate::oauth::ACCESS_PREFIX) {
+            return self.verify_access_token(token).await;
+        }
         let unauthenticated = || ServiceError::new(Code::Unauthenticated, INVALID_KEY);
         let Some(TokenParts {
             env,
@@ -407,12 +419,13 @@ impl AuthService {
             key_id: row.key_id,
             scopes: row.scopes.split_whitespace().map(str::to_owned).collect(),
             actor,
+            resource: String::new(),
         })
     }
 
     /// The tenant a key-administration call acts on. System callers name it;
     /// humans act on their own tenant only; agents may not administer keys.
-    async fn target_tenant(
+    pub(crate) async fn target_tenant(
         &self,
         caller: &Principal,
         requested: &str,
@@ -438,7 +451,7 @@ impl AuthService {
 
 /// Whether a sweep last run at `*last` is due again at `now` (about once a
 /// minute); the one caller that wins the swap runs it.
-fn due(last: &std::sync::atomic::AtomicI64, now: i64) -> bool {
+pub(crate) fn due(last: &std::sync::atomic::AtomicI64, now: i64) -> bool {
     use std::sync::atomic::Ordering;
     let before = last.load(Ordering::Relaxed);
     now - before >= SWEEP_INTERVAL_MS
@@ -447,7 +460,7 @@ fn due(last: &std::sync::atomic::AtomicI64, now: i64) -> bool {
             .is_ok()
 }
 
-fn require_system(caller: &Principal) -> Result<(), ServiceError> {
+pub(crate) fn require_system(caller: &Principal) -> Result<(), ServiceError> {
     if caller.actor() == Actor::System {
         Ok(())
     } else {

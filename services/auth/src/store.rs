@@ -92,6 +92,12 @@ impl Store {
         Store { db }
     }
 
+    /// The database, for the authorization server's queries
+    /// (`oauth_store.rs`).
+    pub(crate) fn db(&self) -> &Db {
+        &self.db
+    }
+
     pub async fn insert_tenant(&self, row: &TenantRow) -> Result<(), sqlx::Error> {
         let _gate = self.db.write_gate().await;
         let sql = "INSERT INTO tenants (tenant_id, name, created_at_ms) VALUES ($1, $2, $3)";
