@@ -365,10 +365,7 @@ impl Edge {
                 .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
             return response;
         }
-        let challenge = format!(
-            "Bearer realm=\"{REALM}\", resource_metadata=\"{}\"",
-            self.metadata_url()
-        );
+        let challenge = self.challenge(failure);
         let what_to_do = "send `Authorization: Bearer dmbg_<env>_<keyid>_<secret>`; \
             an administrator issues keys with `ithaca keys create` (this server has no OAuth \
             authorization server)";
@@ -386,12 +383,32 @@ impl Edge {
         response
     }
 
-    fn missing_scope(&self, scope: &str) -> Response {
+    /// The `WWW-Authenticate` of a 401 (RFC 6750 §3, RFC 9728 §5.1): where
+    /// the resource metadata is, the scope every request needs (so an OAuth
+    /// client asks for at least that), and `invalid_token` when a
+    /// credential was presented and refused (none for a missing one).
+    fn challenge(&self, failure: &AuthFailure) -> String {
+        let error = match failure {
+            AuthFailure::Missing => String::new(),
+            _ => ", error=\"invalid_token\"".to_owned(),
+        };
+        format!(
+            "Bearer realm=\"{REALM}\", resource_metadata=\"{}\", scope=\"{}\"{error}",
+            self.metadata_url(),
+            crate::catalog::BASE_SCOPE,
+        )
+    }
+
+    /// The 403 of a request whose caller lacks `missing`: the challenge
+    /// names every scope the operation `needs` (MCP 2025-11-25), so a
+    /// client stepping up asks for all of them at once.
+    fn missing_scope(&self, needs: &[String], missing: &str) -> Response {
         let challenge = format!(
-            "Bearer realm=\"{REALM}\", error=\"insufficient_scope\", scope=\"{scope}\", resource_metadata=\"{}\"",
+            "Bearer realm=\"{REALM}\", error=\"insufficient_scope\", scope=\"{}\", resource_metadata=\"{}\"",
+            needs.join(" "),
             self.metadata_url()
         );
-        let mut response = plain(StatusCode::FORBIDDEN, format!("missing scope: {scope}"));
+        let mut response = plain(StatusCode::FORBIDDEN, format!("missing scope: {missing}"));
         if let Ok(v) = HeaderValue::from_str(&challenge) {
             response.headers_mut().insert(header::WWW_AUTHENTICATE, v);
         }
@@ -970,7 +987,7 @@ async fn mcp_request(
         Screened::Refused(refused) => return refused,
         Screened::Batch { scopes } => {
             if scoped && let Some(missing) = scopes.iter().find(|s| !principal.has_scope(s)) {
-                return edge.missing_scope(missing);
+                return edge.missing_scope(&scopes, missing);
             }
             return jsonrpc_error(
                 StatusCode::BAD_REQUEST,
@@ -986,7 +1003,7 @@ async fn mcp_request(
         } => (message, scopes, method),
     };
     if scoped && let Some(missing) = scopes.iter().find(|s| !principal.has_scope(s)) {
-        return edge.missing_scope(missing);
+        return edge.missing_scope(&scopes, missing);
     }
 
     // A legacy client's answer to a request a running call made on its
@@ -1266,17 +1283,31 @@ fn doors(edge: &Edge) -> String {
 
 async fn resource_metadata(State(edge): State<Arc<Edge>>) -> Response {
     let base = edge.options.public_url.trim_end_matches('/');
-    // No authorization server is named: keys are issued by an administrator
-    // (`ithaca keys create`), and naming one that serves no metadata would
-    // send OAuth-capable hosts looking in vain.
-    axum::Json(json!({
+    // Only the external issuers configured with `--oauth-issuer` are named:
+    // keys are issued by an administrator (`ithaca keys create`), and
+    // naming a server that serves no metadata would send OAuth-capable
+    // hosts looking in vain.
+    let mut metadata = json!({
         "resource": format!("{base}/mcp"),
         "bearer_methods_supported": ["header"],
         "scopes_supported": ithaca_proto::scopes::ALL,
         "resource_name": "Ithaca",
         "resource_documentation": "API keys (dmbg_<env>_<keyid>_<secret>) are issued with `ithaca keys create`",
-    }))
-    .into_response()
+    });
+    let servers = external_issuers(&edge);
+    if !servers.is_empty() {
+        metadata["authorization_servers"] = json!(servers);
+    }
+    axum::Json(metadata).into_response()
+}
+
+/// The external identity providers whose access tokens this edge accepts
+/// (`--oauth-issuer`), as their tokens' `iss` names them.
+fn external_issuers(edge: &Edge) -> Vec<String> {
+    match &edge.callers {
+        Callers::Keys(auth) => auth.oauth_issuers(),
+        Callers::Local(_) => Vec::new(),
+    }
 }
 
 /// `GET /api/sessions/{id}/events/stream`: the session's trace as SSE, with
