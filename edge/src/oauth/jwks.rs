@@ -135,9 +135,19 @@ impl Issuer {
         Ok(self.cached(alg, kid).1)
     }
 
+    /// Load metadata and keys now (at start), unless a request is loading
+    /// them already; a request arriving meanwhile waits for this load.
+    pub async fn preload(&self) -> Result<(), IssuerError> {
+        let _loading = self.load.lock().await;
+        if self.state.lock().is_ok_and(|s| s.fetched.is_some()) {
+            return Ok(());
+        }
+        self.load_now(false).await
+    }
+
     /// Load metadata (once) and keys now; `miss` marks a refresh caused by
-    /// an unknown kid.
-    pub async fn load_now(&self, miss: bool) -> Result<(), IssuerError> {
+    /// an unknown kid. The caller holds `load`.
+    async fn load_now(&self, miss: bool) -> Result<(), IssuerError> {
         let jwks_uri = {
             let mut s = self.state.lock().map_err(|_| self.backoff())?;
             s.attempted = Some(Instant::now());

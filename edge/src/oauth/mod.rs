@@ -125,7 +125,7 @@ impl Verifier {
         for issuer in &self.issuers {
             let issuer = issuer.clone();
             tokio::spawn(async move {
-                if let Err(error) = issuer.load_now(false).await {
+                if let Err(error) = issuer.preload().await {
                     tracing::warn!(%error, "an oauth issuer's keys could not be loaded; retrying when a token needs them");
                 }
             });
