@@ -3,6 +3,7 @@
 //! identity provider beside the edge on the same machine).
 
 use http_body_util::{BodyExt, Empty, Limited};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use std::time::Duration;
@@ -31,14 +32,22 @@ pub enum FetchError {
 /// An HTTP(S) client for issuers.
 #[derive(Clone)]
 pub struct Fetcher {
-    client: Client<HttpConnector, Empty<bytes::Bytes>>,
+    client: Client<HttpsConnector<HttpConnector>, Empty<bytes::Bytes>>,
 }
 
-impl Default for Fetcher {
-    fn default() -> Self {
-        Fetcher {
-            client: Client::builder(hyper_util::rt::TokioExecutor::new()).build_http(),
-        }
+impl Fetcher {
+    /// A client with Mozilla's roots; `http://` is still possible (and
+    /// [`check_url`] keeps it to loopback).
+    pub fn new() -> Result<Self, FetchError> {
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())
+            .map_err(|e| FetchError::Transport(format!("tls setup: {e}")))?
+            .https_or_http()
+            .enable_http1()
+            .build();
+        Ok(Fetcher {
+            client: Client::builder(hyper_util::rt::TokioExecutor::new()).build(https),
+        })
     }
 }
 

@@ -90,7 +90,7 @@ impl Verifier {
         if config.tenant_claim.trim().is_empty() {
             return Err(ConfigError::TenantClaim);
         }
-        let fetcher = fetch::Fetcher::default();
+        let fetcher = fetch::Fetcher::new().map_err(|e| ConfigError::Issuer(e.to_string()))?;
         let mut issuers = Vec::new();
         for url in config.issuers {
             fetch::check_url(&url).map_err(ConfigError::Issuer)?;
