@@ -167,12 +167,15 @@ async fn a_valid_token_is_an_agent_of_its_tenant_with_known_scopes() {
     assert_ne!(agent_id("a", "bc", ""), agent_id("ab", "c", ""));
 }
 
+/// An edit of a token's claims, one refusal case.
+type Change = Box<dyn Fn(&mut Value)>;
+
 #[tokio::test]
 async fn claims_that_do_not_fit_are_refused() {
     let idp = Idp::start().await;
     let verifier = idp.verifier();
     let now = unix_now();
-    let cases: Vec<(&str, Box<dyn Fn(&mut Value)>, &str)> = vec![
+    let cases: Vec<(&str, Change, &str)> = vec![
         (
             "another audience",
             Box::new(|c| c["aud"] = json!("https://other.example/mcp")),
