@@ -85,6 +85,42 @@ pub struct EdgeArgs {
     pub listener: ListenerArgs,
     #[command(flatten)]
     pub limits: LimitArgs,
+    #[command(flatten)]
+    pub oauth: OAuthArgs,
+}
+
+/// External identity providers whose JWT access tokens the edge accepts
+/// beside `dmbg_` keys (`ithaca serve edge`, `ithaca up`).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct OAuthArgs {
+    /// An OAuth issuer (Keycloak realm, Entra ID tenant, Auth0 or Okta
+    /// domain, exactly as its tokens' `iss` says) whose JWT access tokens
+    /// are accepted (repeatable or comma-separated). Its metadata and JWKS
+    /// are read over https (plain http only to loopback). A token must have
+    /// `aud` = `{public URL}/mcp`, and acts as an agent of the tenant its
+    /// tenant claim names.
+    #[arg(
+        long = "oauth-issuer",
+        env = "ITHACA_OAUTH_ISSUERS",
+        value_delimiter = ','
+    )]
+    pub issuers: Vec<String>,
+    /// The access-token claim whose value is the Ithaca tenant id; a token
+    /// naming a tenant that does not exist is refused.
+    #[arg(long, env = "ITHACA_OAUTH_TENANT_CLAIM", default_value = ithaca_edge::oauth::DEFAULT_TENANT_CLAIM)]
+    pub oauth_tenant_claim: String,
+}
+
+impl OAuthArgs {
+    /// The verifier's configuration for an edge at `public_url`, or `None`
+    /// when no issuer is trusted.
+    fn config(&self, public_url: &str) -> Option<ithaca_edge::oauth::OAuthConfig> {
+        (!self.issuers.is_empty()).then(|| ithaca_edge::oauth::OAuthConfig {
+            issuers: self.issuers.clone(),
+            tenant_claim: self.oauth_tenant_claim.clone(),
+            resource: format!("{}/mcp", public_url.trim_end_matches('/')),
+        })
+    }
 }
 
 /// Rate limits, quotas and backend concurrency (`ithaca serve edge`,
@@ -200,6 +236,10 @@ impl EdgeArgs {
                 backend_max_in_flight: ithaca_edge::backend::DEFAULT_MAX_IN_FLIGHT,
                 ..LimitArgs::default()
             },
+            oauth: OAuthArgs {
+                issuers: Vec::new(),
+                oauth_tenant_claim: ithaca_edge::oauth::DEFAULT_TENANT_CLAIM.to_owned(),
+            },
         }
     }
 }
@@ -253,9 +293,14 @@ pub async fn start_http(
                 .as_deref()
                 .context("--auth-url is required while authentication is on")?;
             let channel = ithaca_kit::client::channel(url)?;
-            let authenticator = Authenticator::new(channel, key.clone(), key_cache)
+            let mut authenticator = Authenticator::new(channel, key.clone(), key_cache)
                 .with_timeout(Duration::from_millis(args.backend_timeout_ms))
                 .with_resource(format!("{}/mcp", public_url.trim_end_matches('/')));
+            if let Some(config) = args.oauth.config(&public_url) {
+                authenticator = authenticator
+                    .with_oauth(config)
+                    .context("configuring --oauth-issuer")?;
+            }
             // The console's sign-in counts failed key checks with the
             // edge's doors: a client throttled at one is at all.
             console = Some(console_for(

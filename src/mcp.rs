@@ -57,6 +57,7 @@ pub async fn run(common: &CommonArgs, args: McpArgs) -> anyhow::Result<()> {
             backend_timeout_ms: args.edge.backend_timeout_ms,
             listener: args.edge.listener,
             limits: args.edge.limits,
+            oauth: args.edge.oauth,
         };
         return up::run(common, up_args).await;
     }

@@ -75,6 +75,8 @@ pub struct UpArgs {
     pub listener: edge::ListenerArgs,
     #[command(flatten)]
     pub limits: edge::LimitArgs,
+    #[command(flatten)]
+    pub oauth: edge::OAuthArgs,
 }
 
 /// A running local stack.
@@ -199,6 +201,7 @@ pub async fn run(common: &CommonArgs, args: UpArgs) -> anyhow::Result<()> {
         backend_timeout_ms: args.backend_timeout_ms,
         listener: args.listener.clone(),
         limits: args.limits.clone(),
+        oauth: args.oauth.clone(),
         ..EdgeArgs::local(|s| stack.url(s), &stack.tenant_id)
     };
     let edge_task = edge::start_http(

@@ -59,7 +59,7 @@ impl Console {
                 principal,
                 claims,
             }),
-            Ok(_) | Err(AuthFailure::Invalid | AuthFailure::Missing) => {
+            Ok(_) | Err(AuthFailure::Invalid | AuthFailure::Missing | AuthFailure::Token(_)) => {
                 Err(self.clear_cookie(to_sign_in(Some("ended"))))
             }
             Err(AuthFailure::Unavailable(why)) => {

@@ -32,6 +32,10 @@ pub enum AuthFailure {
     Missing,
     #[error("invalid api key")]
     Invalid,
+    /// An external access token (`--oauth-issuer`) was refused; the reason
+    /// names what was wrong and never the token.
+    #[error("invalid access token: {0}")]
+    Token(String),
     #[error("the auth service is unavailable: {0}")]
     Unavailable(String),
 }
@@ -68,6 +72,8 @@ pub struct Authenticator {
     /// for another resource is refused (RFC 8707 audience). `None` checks
     /// nothing (the console's sign-in, which admits only human keys).
     resource: Option<String>,
+    /// External issuers' JWT access tokens, when `--oauth-issuer` is set.
+    oauth: Option<Arc<crate::oauth::Verifier>>,
 }
 
 impl Authenticator {
@@ -81,6 +87,7 @@ impl Authenticator {
             timeout: crate::DEFAULT_BACKEND_TIMEOUT,
             cache: Mutex::new(HashMap::new()),
             failures: Arc::default(),
+            oauth: None,
             resource: None,
         }
     }
@@ -180,10 +187,10 @@ impl Authenticator {
                 self.failures.succeeded(key_id);
                 Ok(principal)
             }
-            Err(AuthFailure::Invalid) => {
+            Err(failure @ (AuthFailure::Invalid | AuthFailure::Token(_))) => {
                 self.failures.failed(key_id, client);
                 tracing::debug!(key_id, client = ?client, "a key check failed");
-                Err(AuthFailure::Invalid.into())
+                Err(failure.into())
             }
             Err(other) => Err(other.into()),
         }
@@ -195,6 +202,11 @@ impl Authenticator {
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         if let Some(principal) = self.cached(&digest) {
             return Ok(principal);
+        }
+        if let Some(oauth) = &self.oauth
+            && crate::oauth::looks_like_jwt(token)
+        {
+            return self.verify_jwt(oauth, token, digest).await;
         }
         let mut request = tonic::Request::new(pb::VerifyKeyRequest {
             token: token.to_owned(),
@@ -228,6 +240,53 @@ impl Authenticator {
         });
         self.remember(digest, principal.clone());
         Ok(principal)
+    }
+
+    /// The same, also trusting JWT access tokens of `config`'s issuers
+    /// (their keys start loading in the background now).
+    pub fn with_oauth(
+        mut self,
+        config: crate::oauth::OAuthConfig,
+    ) -> Result<Self, crate::oauth::ConfigError> {
+        let tenants = crate::oauth::tenants::AuthTenants::new(self.client.clone(), self.timeout);
+        let verifier = crate::oauth::Verifier::new(config, Arc::new(tenants))?;
+        verifier.prefetch();
+        self.oauth = Some(Arc::new(verifier));
+        Ok(self)
+    }
+
+    /// The external issuers trusted (`--oauth-issuer`), for the resource
+    /// metadata.
+    pub fn oauth_issuers(&self) -> Vec<String> {
+        self.oauth
+            .as_ref()
+            .map(|o| o.issuer_urls())
+            .unwrap_or_default()
+    }
+
+    /// The verifier of external tokens, if any (tests read its issuers).
+    pub fn oauth(&self) -> Option<&crate::oauth::Verifier> {
+        self.oauth.as_deref()
+    }
+
+    /// Verify an external JWT access token, cached as a key is.
+    async fn verify_jwt(
+        &self,
+        oauth: &crate::oauth::Verifier,
+        token: &str,
+        digest: [u8; 32],
+    ) -> Result<Principal, AuthFailure> {
+        match oauth.verify(token).await {
+            Ok(principal) => {
+                self.remember(digest, principal.clone());
+                Ok(principal)
+            }
+            Err(crate::oauth::TokenFailure::Invalid(why)) => {
+                tracing::info!(reason = %why, "an access token was refused");
+                Err(AuthFailure::Token(why))
+            }
+            Err(crate::oauth::TokenFailure::Unavailable(why)) => Err(AuthFailure::Unavailable(why)),
+        }
     }
 
     fn cached(&self, digest: &[u8; 32]) -> Option<Principal> {

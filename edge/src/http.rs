@@ -366,10 +366,7 @@ impl Edge {
                 .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
             return response;
         }
-        let challenge = format!(
-            "Bearer realm=\"{REALM}\", resource_metadata=\"{}\"",
-            self.metadata_url()
-        );
+        let challenge = self.challenge(failure);
         let what_to_do = self.how_to_authenticate();
         let mut response = (
             StatusCode::UNAUTHORIZED,
@@ -392,17 +389,37 @@ impl Edge {
              keys with `ithaca keys create` (this server names no OAuth authorization server)"
         } else {
             "send `Authorization: Bearer <key or OAuth access token>`: an API key \
-             (`ithaca keys create`), or a token for this resource from the authorization server \
-             in the resource metadata (a person consents in the console)"
+             (`ithaca keys create`), or a token for this resource from an authorization server \
+             in the resource metadata (a person consents)"
         }
     }
 
-    fn missing_scope(&self, scope: &str) -> Response {
+    /// The `WWW-Authenticate` of a 401 (RFC 6750 §3, RFC 9728 §5.1): where
+    /// the resource metadata is, the scope every request needs (so an OAuth
+    /// client asks for at least that), and `invalid_token` when a
+    /// credential was presented and refused (none for a missing one).
+    fn challenge(&self, failure: &AuthFailure) -> String {
+        let error = match failure {
+            AuthFailure::Missing => String::new(),
+            _ => ", error=\"invalid_token\"".to_owned(),
+        };
+        format!(
+            "Bearer realm=\"{REALM}\", resource_metadata=\"{}\", scope=\"{}\"{error}",
+            self.metadata_url(),
+            crate::catalog::BASE_SCOPE,
+        )
+    }
+
+    /// The 403 of a request whose caller lacks `missing`: the challenge
+    /// names every scope the operation `needs` (MCP 2025-11-25), so a
+    /// client stepping up asks for all of them at once.
+    fn missing_scope(&self, needs: &[String], missing: &str) -> Response {
         let challenge = format!(
-            "Bearer realm=\"{REALM}\", error=\"insufficient_scope\", scope=\"{scope}\", resource_metadata=\"{}\"",
+            "Bearer realm=\"{REALM}\", error=\"insufficient_scope\", scope=\"{}\", resource_metadata=\"{}\"",
+            needs.join(" "),
             self.metadata_url()
         );
-        let mut response = plain(StatusCode::FORBIDDEN, format!("missing scope: {scope}"));
+        let mut response = plain(StatusCode::FORBIDDEN, format!("missing scope: {missing}"));
         if let Ok(v) = HeaderValue::from_str(&challenge) {
             response.headers_mut().insert(header::WWW_AUTHENTICATE, v);
         }
@@ -986,7 +1003,7 @@ async fn mcp_request(
         Screened::Refused(refused) => return refused,
         Screened::Batch { scopes, members } => {
             if scoped && let Some(missing) = scopes.iter().find(|s| !principal.has_scope(s)) {
-                return edge.missing_scope(missing);
+                return edge.missing_scope(&scopes, missing);
             }
             if let Err(refused) = crate::batch::check(&parts.headers, &members) {
                 return refused;
@@ -1000,7 +1017,7 @@ async fn mcp_request(
         } => (message, scopes, method),
     };
     if scoped && let Some(missing) = scopes.iter().find(|s| !principal.has_scope(s)) {
-        return edge.missing_scope(missing);
+        return edge.missing_scope(&scopes, missing);
     }
     serve_message(edge, started, parts, principal, message, method, bytes).await
 }
@@ -1345,12 +1362,20 @@ async fn resource_metadata(State(edge): State<Arc<Edge>>) -> Response {
 
 /// The authorization servers this edge trusts: its built-in one (the same
 /// origin) when the console that serves it is mounted, which is whenever
-/// keys are checked. Without it, none is named: naming one that serves no
+/// keys are checked, and the external issuers configured with
+/// `--oauth-issuer`. With none, none is named: naming one that serves no
 /// metadata would send OAuth-capable hosts looking in vain.
 fn authorization_servers(edge: &Edge) -> Vec<String> {
     let mut servers = Vec::new();
     if edge.browser.is_some() {
         servers.push(edge.options.public_url.trim_end_matches('/').to_owned());
+    }
+    if let Callers::Keys(auth) = &edge.callers {
+        for issuer in auth.oauth_issuers() {
+            if !servers.contains(&issuer) {
+                servers.push(issuer);
+            }
+        }
     }
     servers
 }

@@ -15,7 +15,8 @@
 //!   and [`throttle`]: failed key checks per key id and client address;
 //!   [`listener`]: the HTTP listener's connection cap and header, body and
 //!   idle timeouts; [`limits`]: rate limits and quotas per key and tenant
-//!   (counters shared through the auth service).
+//!   (counters shared through the auth service); [`oauth`]: JWT access
+//!   tokens of external identity providers (`--oauth-issuer`).
 //!
 //! Architecture invariant: the edge owns no durable state and opens no
 //! database; everything it knows it asks a service for over gRPC.
@@ -33,6 +34,7 @@ pub mod limits;
 pub mod listener;
 pub mod mcp;
 pub mod metrics;
+pub mod oauth;
 pub mod relay;
 pub mod schema;
 pub mod stream;
