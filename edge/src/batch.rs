@@ -13,6 +13,10 @@
 //! may be served, a member's own refusal, and folding each member's HTTP
 //! answer into the batch's one JSON array.
 
+// Refusals are finished HTTP responses, as in `http.rs`; boxing them would
+// only add noise.
+#![allow(clippy::result_large_err)]
+
 use crate::core::codes;
 use axum::body::Body;
 use axum::http::{HeaderMap, StatusCode, header};
