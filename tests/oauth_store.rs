@@ -50,6 +50,7 @@ on_both_databases!(
     grants_are_listed_and_revoked_within_their_tenant,
     consent_never_grants_more_than_the_key_holds,
     unused_registrations_lapse,
+    a_grant_answers_for_its_token_as_a_key_does,
 );
 
 const RESOURCE: &str = "http://127.0.0.1:8080/mcp";
@@ -463,4 +464,39 @@ async fn unused_registrations_lapse(db: Db) {
         .get_client(&f.system, &kept.client_id)
         .await
         .expect("consented registrations stay");
+}
+
+/// An approved call runs as its requester only while the requester's key
+/// is good (the approvals service asks `GetKey`). A token's key id is its
+/// grant, so the grant answers: an agent key of the tenant with the
+/// grant's scopes, revoked when the grant is; unknown to another tenant.
+async fn a_grant_answers_for_its_token_as_a_key_does(db: Db) {
+    let f = fixture(db).await;
+    let t = tokens(&f).await;
+    let key = f
+        .svc
+        .get_key(&f.system, &f.tenant, &t.grant_id)
+        .await
+        .expect("the grant answers as a key");
+    assert_eq!(key.key_id.as_str(), t.grant_id);
+    assert_eq!(key.actor, KeyActor::Agent);
+    assert_eq!(key.scopes, "data:read runs:write");
+    assert!(key.revoked_at_ms.is_none());
+    assert!(key.secret_hash.is_empty() && key.salt.is_empty());
+    let elsewhere = f
+        .svc
+        .get_key(&f.system, f.stranger.tenant_id(), &t.grant_id)
+        .await
+        .expect_err("another tenant's grant is no key of this one");
+    assert_eq!(elsewhere.code, Code::NotFound);
+    f.svc
+        .revoke_grant(&f.person, &t.grant_id)
+        .await
+        .expect("revoke");
+    let key = f
+        .svc
+        .get_key(&f.system, &f.tenant, &t.grant_id)
+        .await
+        .expect("a revoked grant is still found");
+    assert!(key.revoked_at_ms.is_some(), "and says it was revoked");
 }

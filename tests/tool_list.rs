@@ -11,12 +11,15 @@ use common::{Up, up};
 use serde_json::{Value, json};
 
 /// The most bytes the `tools/list` answer an agent reads may take. The
-/// goal of issue 26 is 30 KiB (about 7,500 tokens); this bound is the size
-/// reached so far (93.5 KB; it was about 100 KB and more before), so that
-/// it cannot grow back, and is lowered as the output schemas shrink.
-/// Without any output schema the list would still be 32.7 KB: the goal
-/// needs shorter prose too (README, "Performance").
-const MAX_TOOL_LIST_BYTES: usize = 96_000;
+/// goal of issue 26 is 30 KiB (about 7,500 tokens), not met. This bound is
+/// a ratchet at the size reached, so that the list cannot grow unnoticed,
+/// lowered as it shrinks: 93.5 KB for 36 tools after the shared `$defs`
+/// and compact output schemas, then 105.5 KB once five tools of issue 26
+/// landed (filter deactivate, delete and list; one GCN circular, circular
+/// search) with the paging fields. Without any output schema the list would
+/// still be over 30 KiB: the goal needs shorter prose too (README,
+/// "Performance").
+const MAX_TOOL_LIST_BYTES: usize = 106_000;
 
 async fn tool_list(up: &Up, token: &str) -> (usize, Vec<Value>) {
     let reply = http::modern(&up.url, token, "tools/list", json!({})).await;

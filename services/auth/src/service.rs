@@ -227,11 +227,58 @@ impl AuthService {
     ) -> Result<KeyRow, ServiceError> {
         let tenant_id = self.target_tenant(caller, tenant_id).await?;
         let key_id = KeyId::parse(key_id.trim())?;
-        self.store
+        if let Some(key) = self
+            .store
             .find_key(&key_id)
             .await?
             .filter(|k| k.tenant_id == tenant_id)
-            .ok_or_else(|| ServiceError::not_found(format!("key_id: no key {key_id}")))
+        {
+            return Ok(key);
+        }
+        // An OAuth access token acts with its grant's id as its key id, so
+        // "is the requester's key still good" (the approvals service asks
+        // before it runs an approved call) is answered for the grant: it
+        // stands while neither it nor the consenting person's key is
+        // revoked.
+        match self.grant_as_key(&key_id, &tenant_id).await? {
+            Some(key) => Ok(key),
+            None => Err(ServiceError::not_found(format!("key_id: no key {key_id}"))),
+        }
+    }
+
+    /// An OAuth grant of `tenant_id` as a key is listed: an agent with the
+    /// grant's scopes, revoked when the grant or its consenting key is.
+    async fn grant_as_key(
+        &self,
+        grant_id: &KeyId,
+        tenant_id: &TenantId,
+    ) -> Result<Option<KeyRow>, ServiceError> {
+        let Some(grant) = self
+            .store
+            .find_grant(grant_id.as_str())
+            .await?
+            .filter(|g| g.tenant_id == tenant_id.as_str())
+        else {
+            return Ok(None);
+        };
+        let consenting = KeyId::parse(&grant.key_id)?;
+        let key_revoked = match self.store.find_key(&consenting).await? {
+            Some(key) => key.revoked_at_ms,
+            None => Some(grant.created_at_ms),
+        };
+        Ok(Some(KeyRow {
+            key_id: grant_id.clone(),
+            tenant_id: tenant_id.clone(),
+            env: "oauth".to_owned(),
+            salt: String::new(),
+            secret_hash: String::new(),
+            scopes: grant.scopes,
+            actor: KeyActor::Agent,
+            label: format!("OAuth grant to {}", grant.client_id),
+            created_at_ms: grant.created_at_ms,
+            revoked_at_ms: grant.revoked_at_ms.or(key_revoked),
+            last_used_at_ms: grant.last_used_at_ms,
+        }))
     }
 
     /// The caller's own key, which must be an active human key: sign-ins
