@@ -1,7 +1,10 @@
 //! The size of what an agent reads before it can work: `tools/list` as the
 //! agent key `ithaca up` prints (every scope an agent may hold) sees it, in
 //! bytes on the wire and in tokens of two real tokenizers (OpenAI's
-//! `cl100k_base` and `o200k_base`), with where the bytes go.
+//! `cl100k_base` and `o200k_base`), with where the bytes go; and the part a
+//! host puts before the model: each tool's name, description and input
+//! schema ([`model_view`]). Output schemas, titles and annotations stay with
+//! the client (it validates results and asks for confirmation with them).
 
 use crate::RunArgs;
 use crate::mcp;
@@ -19,6 +22,10 @@ pub struct ToolListSize {
     pub bytes: usize,
     pub cl100k_tokens: usize,
     pub o200k_tokens: usize,
+    /// What the model reads ([`model_view`]), in bytes and in tokens.
+    pub model_bytes: usize,
+    pub model_cl100k_tokens: usize,
+    pub model_o200k_tokens: usize,
     /// Bytes of the tools' descriptions, input schemas and output schemas
     /// (each serialised compactly on its own).
     pub description_bytes: usize,
@@ -40,6 +47,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     println!("| `tools/list` bytes | {} |", size.bytes);
     println!("| tokens, cl100k_base | {} |", size.cl100k_tokens);
     println!("| tokens, o200k_base | {} |", size.o200k_tokens);
+    println!("| what the model reads: bytes | {} |", size.model_bytes);
+    println!(
+        "| what the model reads: tokens, cl100k_base / o200k_base | {} / {} |",
+        size.model_cl100k_tokens, size.model_o200k_tokens
+    );
     println!("| description bytes | {} |", size.description_bytes);
     println!("| inputSchema bytes | {} |", size.input_schema_bytes);
     println!("| outputSchema bytes | {} |", size.output_schema_bytes);
@@ -79,6 +91,7 @@ pub fn measure_body(body: &[u8]) -> anyhow::Result<ToolListSize> {
             .sum()
     };
     let text = std::str::from_utf8(body).context("tools/list is not UTF-8")?;
+    let model = model_view(tools).to_string();
     let cl100k = tiktoken_rs::cl100k_base().context("loading cl100k_base")?;
     let o200k = tiktoken_rs::o200k_base().context("loading o200k_base")?;
     Ok(ToolListSize {
@@ -86,8 +99,29 @@ pub fn measure_body(body: &[u8]) -> anyhow::Result<ToolListSize> {
         bytes: body.len(),
         cl100k_tokens: cl100k.encode_ordinary(text).len(),
         o200k_tokens: o200k.encode_ordinary(text).len(),
+        model_bytes: model.len(),
+        model_cl100k_tokens: cl100k.encode_ordinary(&model).len(),
+        model_o200k_tokens: o200k.encode_ordinary(&model).len(),
         description_bytes: part("description"),
         input_schema_bytes: part("inputSchema"),
         output_schema_bytes: part("outputSchema"),
     })
+}
+
+/// The tools as a host hands them to the model: name, description and input
+/// schema of each, the three parts of a tool definition in the model APIs
+/// agent hosts call (`input_schema` or `parameters` there).
+pub fn model_view(tools: &[Value]) -> Value {
+    Value::Array(
+        tools
+            .iter()
+            .map(|t| {
+                serde_json::json!({
+                    "name": t["name"],
+                    "description": t["description"],
+                    "inputSchema": t["inputSchema"],
+                })
+            })
+            .collect(),
+    )
 }
