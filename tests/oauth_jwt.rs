@@ -567,6 +567,14 @@ async fn an_approval_a_token_asked_for_runs_while_its_agent_is_live() {
         .args(["policy", "set", "--trading", "on", "--data-dir"])
         .arg(&up.data_dir);
     assert!(policy.status().expect("ithaca policy set").success());
+    let person = tool(
+        &up,
+        &up.human,
+        "session_context",
+        json!({"prompt": "decide"}),
+    )
+    .await;
+    assert_eq!(person["isError"], false, "{person}");
 
     // Live: the approved call runs as the agent.
     let live = idp.sign("k1", &idp.claims(&resource, &up.tenant, "erin", scope));
