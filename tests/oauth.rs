@@ -1014,7 +1014,6 @@ async fn no_secret_reaches_a_log_a_trace_a_page_or_the_database() {
         )],
         std::process::Stdio::from(log),
     );
-    let resource = format!("{}/mcp", up.url);
     let mut secrets: Vec<(&str, String)> = vec![("PKCE verifier", VERIFIER.to_owned())];
 
     // Register: a public client gets no secret to leak.
