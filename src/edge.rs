@@ -378,14 +378,27 @@ fn console_for(
     )
     .with_timeout(Duration::from_millis(args.backend_timeout_ms))
     .sharing_failures_with(edge);
+    // Test stacks serve client metadata documents on loopback, over https
+    // with a certificate the test made (a DER file), or plain http.
+    let allow_private =
+        std::env::var("ITHACA_OAUTH_ALLOW_PRIVATE_METADATA").is_ok_and(|v| v == "1" || v == "true");
+    let mut test_roots = Vec::new();
+    if allow_private
+        && let Ok(path) = std::env::var("ITHACA_OAUTH_METADATA_TEST_CA")
+        && !path.is_empty()
+    {
+        let der = std::fs::read(&path).map_err(|e| {
+            anyhow::anyhow!("ITHACA_OAUTH_METADATA_TEST_CA: cannot read {path}: {e}")
+        })?;
+        test_roots.push(der);
+    }
     Ok(ithaca_console::Console::new(ithaca_console::Config {
         key: key.clone(),
         authenticator,
         backends,
         public_url: public_url.to_owned(),
-        // Test stacks serve client metadata documents on loopback.
-        oauth_allow_private_metadata: std::env::var("ITHACA_OAUTH_ALLOW_PRIVATE_METADATA")
-            .is_ok_and(|v| v == "1" || v == "true"),
+        oauth_allow_private_metadata: allow_private,
+        oauth_metadata_test_roots: test_roots,
     }))
 }
 

@@ -731,3 +731,416 @@ async fn code_for_another_resource(up: &Up, client_id: &str) -> String {
         .into_inner()
         .code
 }
+
+/// `refresh_token` grant with a `scope` parameter (RFC 6749 section 6).
+async fn refresh_scoped(up: &Up, client: &str, token: &str, scope: &str) -> Reply {
+    post_form(
+        up,
+        "/token",
+        None,
+        &form(&[
+            ("grant_type", "refresh_token"),
+            ("refresh_token", token),
+            ("client_id", client),
+            ("scope", scope),
+        ]),
+    )
+    .await
+}
+
+/// `session_context` (which needs `data:read`) with `token`: its status.
+async fn open_status(up: &Up, token: &str) -> u16 {
+    http::modern(
+        &up.url,
+        token,
+        "tools/call",
+        json!({"name": "session_context", "arguments": {"prompt": "scoped"}}),
+    )
+    .await
+    .status
+}
+
+#[tokio::test]
+async fn a_refresh_may_narrow_the_scope_and_never_widen_it() {
+    let up = common::up(&[]);
+    let client = register_client(&up, "narrowing app").await;
+    let (cookie, _) = sign_in(&up, "").await;
+    let code = consent(&up, &cookie, &client).await;
+    let t = tokens(&up, &client, &code).await;
+    assert_eq!(t["scope"], "data:read runs:write");
+    let full = t["access_token"].as_str().expect("at").to_owned();
+    assert_eq!(open_status(&up, &full).await, 200);
+
+    // A wider scope than the grant's is refused, and changes nothing: the
+    // refresh token still works afterwards.
+    let rt = t["refresh_token"].as_str().expect("rt").to_owned();
+    for wider in ["data:read runs:write keys:admin", "approvals:decide"] {
+        let r = refresh_scoped(&up, &client, &rt, wider).await;
+        assert_eq!(r.status, 400, "{wider}: {}", r.text());
+        assert_eq!(r.json()["error"], "invalid_scope", "{wider}: {}", r.text());
+    }
+
+    // A subset: the access token carries just that scope.
+    let r = refresh_scoped(&up, &client, &rt, "runs:write").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let narrow = r.json();
+    assert_eq!(narrow["scope"], "runs:write");
+    let narrow_at = narrow["access_token"].as_str().expect("at").to_owned();
+    let r = http::modern(
+        &up.url,
+        &narrow_at,
+        "tools/call",
+        json!({"name": "session_context", "arguments": {"prompt": "scoped"}}),
+    )
+    .await;
+    assert_eq!(r.status, 403, "{}", r.text());
+    assert!(
+        r.header("www-authenticate")
+            .is_some_and(|c| c.contains("insufficient_scope") && c.contains("data:read")),
+        "{:?}",
+        r.header("www-authenticate")
+    );
+
+    // The new refresh token keeps the grant's whole scope (RFC 6749
+    // section 6): refreshing it without `scope` gives it all back.
+    let rt = narrow["refresh_token"].as_str().expect("rt").to_owned();
+    let r = refresh(&up, &client, &rt).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let again = r.json();
+    assert_eq!(again["scope"], "data:read runs:write");
+    let again_at = again["access_token"].as_str().expect("at").to_owned();
+    assert_eq!(open_status(&up, &again_at).await, 200);
+}
+
+/// A self-signed certificate for `127.0.0.1` and its PKCS#8 key, made here:
+/// a P-256 key from ring, and the few DER fields of an X.509 v3
+/// certificate written out (no certificate generator is in the tree).
+fn loopback_certificate() -> (Vec<u8>, Vec<u8>) {
+    use ring::rand::SystemRandom;
+    use ring::signature::{ECDSA_P256_SHA256_ASN1_SIGNING, EcdsaKeyPair, KeyPair};
+    fn tlv(tag: u8, content: &[u8]) -> Vec<u8> {
+        let mut out = vec![tag];
+        let n = content.len();
+        if n < 0x80 {
+            out.push(n as u8);
+        } else if n < 0x100 {
+            out.extend([0x81, n as u8]);
+        } else {
+            out.extend([0x82, (n >> 8) as u8, n as u8]);
+        }
+        out.extend_from_slice(content);
+        out
+    }
+    let seq = |parts: &[Vec<u8>]| tlv(0x30, &parts.concat());
+    let oid = |bytes: &[u8]| tlv(0x06, bytes);
+    const EC_PUBLIC_KEY: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01];
+    const PRIME256V1: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07];
+    const ECDSA_SHA256: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, 0x02];
+    const COMMON_NAME: &[u8] = &[0x55, 0x04, 0x03];
+    const SUBJECT_ALT_NAME: &[u8] = &[0x55, 0x1d, 0x11];
+    const EXT_KEY_USAGE: &[u8] = &[0x55, 0x1d, 0x25];
+    const SERVER_AUTH: &[u8] = &[0x2b, 0x06, 0x01, 0x05, 0x05, 0x07, 0x03, 0x01];
+
+    let rng = SystemRandom::new();
+    let pkcs8 =
+        EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &rng).expect("a P-256 key");
+    let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, pkcs8.as_ref(), &rng)
+        .expect("the key reads back");
+    let mut point = vec![0u8];
+    point.extend_from_slice(pair.public_key().as_ref());
+    let algorithm = seq(&[oid(ECDSA_SHA256)]);
+    let name = seq(&[tlv(
+        0x31,
+        &seq(&[oid(COMMON_NAME), tlv(0x0c, b"ithaca test document host")]),
+    )]);
+    let spki = seq(&[
+        seq(&[oid(EC_PUBLIC_KEY), oid(PRIME256V1)]),
+        tlv(0x03, &point),
+    ]);
+    let mut serial = uuid::Uuid::new_v4().as_bytes().to_vec();
+    serial[0] &= 0x7f;
+    let extensions = tlv(
+        0xa3,
+        &seq(&[
+            seq(&[
+                oid(SUBJECT_ALT_NAME),
+                tlv(0x04, &seq(&[tlv(0x87, &[127, 0, 0, 1])])),
+            ]),
+            seq(&[oid(EXT_KEY_USAGE), tlv(0x04, &seq(&[oid(SERVER_AUTH)]))]),
+        ]),
+    );
+    let tbs = seq(&[
+        tlv(0xa0, &tlv(0x02, &[2])),
+        tlv(0x02, &serial),
+        algorithm.clone(),
+        name.clone(),
+        seq(&[tlv(0x17, b"200101000000Z"), tlv(0x17, b"491231235959Z")]),
+        name,
+        spki,
+        extensions,
+    ]);
+    let signature = pair.sign(&rng, &tbs).expect("signed");
+    let mut bits = vec![0u8];
+    bits.extend_from_slice(signature.as_ref());
+    let cert = seq(&[tbs, algorithm, tlv(0x03, &bits)]);
+    (cert, pkcs8.as_ref().to_vec())
+}
+
+/// Serve `body` over https on loopback with `cert` (TLS 1.3 or 1.2, one
+/// request per connection, closed with close_notify); the base URL.
+async fn serve_document_tls(
+    cert: &[u8],
+    key: &[u8],
+    body: impl Fn(&str) -> String + Send + Sync + 'static,
+) -> String {
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let config = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("protocol versions")
+    .with_no_client_auth()
+    .with_single_cert(
+        vec![CertificateDer::from(cert.to_vec())],
+        PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.to_vec())),
+    )
+    .expect("the test certificate is usable");
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let base = format!("https://{}", listener.local_addr().expect("addr"));
+    let base2 = base.clone();
+    let body = std::sync::Arc::new(body);
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            let (acceptor, body, base) = (acceptor.clone(), body.clone(), base2.clone());
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(stream).await else {
+                    return;
+                };
+                let mut buf = vec![0u8; 4096];
+                let n = tls.read(&mut buf).await.unwrap_or(0);
+                let head = String::from_utf8_lossy(&buf[..n]).into_owned();
+                let path = head.split_whitespace().nth(1).unwrap_or("/").to_owned();
+                let text = body(&format!("{base}{path}"));
+                let reply = format!(
+                    "HTTP/1.0 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{text}",
+                    text.len()
+                );
+                let _ = tls.write_all(reply.as_bytes()).await;
+                let _ = tls.shutdown().await;
+            });
+        }
+    });
+    base
+}
+
+#[tokio::test]
+async fn metadata_documents_are_fetched_over_https_and_never_from_private_addresses() {
+    let (cert, key) = loopback_certificate();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ca = dir.path().join("document-host.der");
+    std::fs::write(&ca, &cert).expect("write the certificate");
+    let ca = ca.to_str().expect("utf-8 path").to_owned();
+    let document = |url: &str| {
+        json!({"client_id": url, "client_name": "Document App over TLS", "redirect_uris": [REDIRECT]})
+            .to_string()
+    };
+    let host = serve_document_tls(&cert, &key, document).await;
+    let client = format!("{host}/client.json");
+
+    // A test stack (loopback allowed, the test's certificate trusted): the
+    // document is read over TLS and its flow ends in a working token.
+    let up = common::up(&[
+        ("ITHACA_OAUTH_ALLOW_PRIVATE_METADATA", "1"),
+        ("ITHACA_OAUTH_METADATA_TEST_CA", &ca),
+    ]);
+    let resource = format!("{}/mcp", up.url);
+    let (cookie, _) = sign_in(&up, "").await;
+    let page = get(&up, &authorize_path(&client, &[], &resource), Some(&cookie)).await;
+    assert_eq!(page.status, 200, "{}", page.text());
+    assert!(
+        page.text().contains("Document App over TLS"),
+        "{}",
+        page.text()
+    );
+    let code = consent(&up, &cookie, &client).await;
+    let t = tokens(&up, &client, &code).await;
+    let access = t["access_token"].as_str().expect("at").to_owned();
+    assert_eq!(open_status(&up, &access).await, 200);
+
+    // A host whose certificate no root vouches for is refused, even here.
+    let (other_cert, other_key) = loopback_certificate();
+    let untrusted = serve_document_tls(&other_cert, &other_key, document).await;
+    let r = get(
+        &up,
+        &authorize_path(&format!("{untrusted}/client.json"), &[], &resource),
+        Some(&cookie),
+    )
+    .await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("tls"), "{}", r.text());
+    drop(up);
+
+    // A normal stack, even told of the certificate, never fetches from a
+    // loopback address: the same document is refused before any connection.
+    let up = common::up(&[("ITHACA_OAUTH_METADATA_TEST_CA", &ca)]);
+    let resource = format!("{}/mcp", up.url);
+    let (cookie, _) = sign_in(&up, "").await;
+    let r = get(&up, &authorize_path(&client, &[], &resource), Some(&cookie)).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("private"), "{}", r.text());
+}
+
+/// Every secret of the built-in flow, and where it must never be: the
+/// stack's log at debug (trace for Ithaca's own crates), the session's
+/// trace and the console's pages (Connected apps, sessions, the session),
+/// and, stored only as hashes, the stack's databases.
+#[tokio::test]
+async fn no_secret_reaches_a_log_a_trace_a_page_or_the_database() {
+    let logs = tempfile::tempdir().expect("tempdir");
+    let log_path = logs.path().join("stack.log");
+    let log = std::fs::File::create(&log_path).expect("log file");
+    let mut up = common::up_logging_to(
+        &[(
+            "RUST_LOG",
+            "debug,ithaca=trace,ithaca_edge=trace,ithaca_console=trace,ithaca_auth=trace,\
+             ithaca_kit=trace,ithaca_session=trace,ithaca_approvals=trace",
+        )],
+        std::process::Stdio::from(log),
+    );
+    let mut secrets: Vec<(&str, String)> = vec![("PKCE verifier", VERIFIER.to_owned())];
+
+    // Register: a public client gets no secret to leak.
+    let r = register(
+        &up,
+        json!({"client_name": "Leak check", "redirect_uris": [REDIRECT]}),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert!(r.json().get("client_secret").is_none(), "{}", r.text());
+    let client = r.json()["client_id"]
+        .as_str()
+        .expect("client_id")
+        .to_owned();
+
+    // Authorize with consent, exchange, refresh, call, revoke.
+    let (cookie, _) = sign_in(&up, "").await;
+    secrets.push(("human key", up.human.clone()));
+    secrets.push((
+        "sign-in cookie",
+        cookie.split_once('=').expect("name=value").1.to_owned(),
+    ));
+    let code = consent(&up, &cookie, &client).await;
+    secrets.push(("authorization code", code.clone()));
+    let t = tokens(&up, &client, &code).await;
+    let first_access = t["access_token"].as_str().expect("at").to_owned();
+    let first_refresh = t["refresh_token"].as_str().expect("rt").to_owned();
+    assert_eq!(open_status(&up, &first_access).await, 200);
+    let r = refresh(&up, &client, &first_refresh).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let access = r.json()["access_token"].as_str().expect("at").to_owned();
+    let rotated = r.json()["refresh_token"].as_str().expect("rt").to_owned();
+    let opened = http::modern(
+        &up.url,
+        &access,
+        "tools/call",
+        json!({"name": "session_context", "arguments": {"prompt": "leak check"}}),
+    )
+    .await;
+    assert_eq!(opened.status, 200, "{}", opened.text());
+    let session_id = opened.json()["result"]["structuredContent"]["session_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{}", opened.text()))
+        .to_owned();
+    let r = post_form(
+        &up,
+        "/revoke",
+        None,
+        &form(&[("token", &rotated), ("client_id", &client)]),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    refused_within_cache_bound(&up, &access).await;
+    for (what, value) in [
+        ("access token", first_access),
+        ("refresh token", first_refresh),
+        ("refreshed access token", access),
+        ("rotated refresh token", rotated),
+    ] {
+        secrets.push((what, value));
+    }
+
+    // The pages a person reads.
+    let mut pages = Vec::new();
+    for path in [
+        "/console/apps".to_owned(),
+        "/console/sessions".to_owned(),
+        format!("/console/sessions/{session_id}"),
+    ] {
+        let page = get(&up, &path, Some(&cookie)).await;
+        assert_eq!(page.status, 200, "{path}: {}", page.text());
+        pages.push((path, page.text()));
+    }
+    let session_page = &pages[2].1;
+    assert!(
+        session_page.contains("leak check"),
+        "the session page shows its prompt: {session_page}"
+    );
+
+    // The stack stops so every log line is written.
+    let _ = up.process.terminate();
+    let log = std::fs::read_to_string(&log_path).expect("read the log");
+    assert!(
+        log.contains("DEBUG") && log.contains("oauth grant created"),
+        "the log was captured at debug: {} bytes",
+        log.len()
+    );
+    let mut stored = Vec::new();
+    let mut stack = vec![up.data_dir.clone()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read the data directory") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                stored.push((
+                    path.display().to_string(),
+                    std::fs::read(&path).unwrap_or_default(),
+                ));
+            }
+        }
+    }
+    assert!(
+        stored.iter().any(|(p, _)| p.contains("auth")),
+        "the auth database is among {:?}",
+        stored.iter().map(|(p, _)| p).collect::<Vec<_>>()
+    );
+    let contains =
+        |hay: &[u8], needle: &str| hay.windows(needle.len()).any(|w| w == needle.as_bytes());
+    // The session's trace is among them (it streams to the page, so it is
+    // read where it is kept).
+    assert!(
+        stored
+            .iter()
+            .any(|(p, bytes)| p.contains("session") && contains(bytes, "leak check")),
+        "the session's trace is among the files scanned"
+    );
+    for (what, secret) in &secrets {
+        assert!(secret.len() >= 16, "{what} is a real secret");
+        assert!(!log.contains(secret.as_str()), "the {what} is in the log");
+        for (path, text) in &pages {
+            assert!(!text.contains(secret.as_str()), "the {what} is on {path}");
+        }
+        // The human key is stored as a salted hash, codes and tokens as
+        // SHA-256: none of them in any file of the stack.
+        for (path, bytes) in &stored {
+            assert!(!contains(bytes, secret), "the {what} is stored in {path}");
+        }
+    }
+}

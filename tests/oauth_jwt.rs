@@ -474,3 +474,164 @@ async fn up_trusts_the_issuer_and_a_token_is_never_a_person() {
         "{meta}"
     );
 }
+
+/// A tool call's result (the test fails on a transport or protocol error).
+async fn tool(up: &common::Up, token: &str, name: &str, arguments: Value) -> Value {
+    let reply = http::modern(
+        &up.url,
+        token,
+        "tools/call",
+        json!({"name": name, "arguments": arguments}),
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{name}: {}", reply.text());
+    result(&reply)
+}
+
+/// As the agent `token` is: open a session, propose a strategy, backtest
+/// it and ask to promote it (which waits for a person); the approval id.
+async fn request_promotion(up: &common::Up, token: &str, name: &str) -> String {
+    let opened = tool(up, token, "session_context", json!({"prompt": name})).await;
+    assert_eq!(opened["isError"], false, "{opened}");
+    let strategy = tool(
+        up,
+        token,
+        "propose_strategy",
+        json!({"name": name, "universe": ["AAPL", "MSFT"], "lookback": 60, "rebalance": 20}),
+    )
+    .await;
+    let strategy_id = strategy["structuredContent"]["strategy_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("strategy: {strategy}"))
+        .to_owned();
+    let backtest = tool(
+        up,
+        token,
+        "run_skill",
+        json!({"skill_id": "backtest.momentum", "inputs": {"strategy_id": strategy_id}}),
+    )
+    .await;
+    assert_eq!(
+        backtest["structuredContent"]["status"], "succeeded",
+        "{backtest}"
+    );
+    let promoted = tool(
+        up,
+        token,
+        "promote_strategy",
+        json!({"strategy_id": strategy_id, "mode": "paper"}),
+    )
+    .await;
+    promoted["structuredContent"]["approval_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("promotion: {promoted}"))
+        .to_owned()
+}
+
+/// The person approves `approval_id`; its status afterwards, as the person
+/// reads it.
+async fn approve(up: &common::Up, approval_id: &str) -> (Value, String) {
+    let decided = tool(
+        up,
+        &up.human,
+        "decide_approval",
+        json!({"approval_id": approval_id, "decision": "approve"}),
+    )
+    .await;
+    let read = tool(
+        up,
+        &up.human,
+        "get_approval",
+        json!({"approval_id": approval_id}),
+    )
+    .await;
+    let status = read["structuredContent"]["status"]
+        .as_str()
+        .unwrap_or_else(|| panic!("approval: {read}"))
+        .to_owned();
+    (decided, status)
+}
+
+/// An approval asked for by an external provider's token runs once a
+/// person approves (auth answers for the agent the edge recorded); not
+/// once the agent's newest token has expired, nor after the agent was
+/// revoked in this deployment (whose edge then refuses its tokens too).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_a_token_asked_for_runs_while_its_agent_is_live() {
+    let idp = Idp::start().await;
+    let up = common::up(&[("ITHACA_OAUTH_ISSUERS", idp.url.as_str())]);
+    let resource = format!("{}/mcp", up.url);
+    let scope = "data:read strategy:author runs:write approvals:read";
+    let mut policy = common::ithaca();
+    policy
+        .args(["policy", "set", "--trading", "on", "--data-dir"])
+        .arg(&up.data_dir);
+    assert!(policy.status().expect("ithaca policy set").success());
+    let person = tool(
+        &up,
+        &up.human,
+        "session_context",
+        json!({"prompt": "decide"}),
+    )
+    .await;
+    assert_eq!(person["isError"], false, "{person}");
+
+    // Live: the approved call runs as the agent.
+    let live = idp.sign("k1", &idp.claims(&resource, &up.tenant, "erin", scope));
+    let approval = request_promotion(&up, &live, "erin's momentum").await;
+    let (decided, status) = approve(&up, &approval).await;
+    assert_eq!(status, "executed", "{decided}");
+
+    // Expired: the agent's only token lapsed before the person decided
+    // (the edge still accepted it within its clock-skew leeway, so the
+    // request was filed; its expiry is what auth recorded).
+    let mut claims = idp.claims(&resource, &up.tenant, "frank", scope);
+    let exp = now() + 2;
+    claims["exp"] = json!(exp);
+    let short = idp.sign("k1", &claims);
+    let approval = request_promotion(&up, &short, "frank's momentum").await;
+    while now() <= exp {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (decided, status) = approve(&up, &approval).await;
+    assert_eq!(status, "failed", "{decided}");
+    assert!(
+        decided.to_string().contains("REQUESTER_REVOKED"),
+        "{decided}"
+    );
+
+    // Revoked here: RevokeKey names the agent id; its tokens stop working
+    // (within the edge's bound) and its approval never runs.
+    let revoked = idp.sign("k1", &idp.claims(&resource, &up.tenant, "gina", scope));
+    let approval = request_promotion(&up, &revoked, "gina's momentum").await;
+    let agent = ithaca_edge::oauth::agent_id(&idp.url, "gina", "test-client");
+    let mut auth = common::auth_client(&up.auth_url, Principal::system(""));
+    let key = auth
+        .revoke_key(pb::RevokeKeyRequest {
+            tenant_id: up.tenant.clone(),
+            key_id: agent,
+        })
+        .await
+        .expect("revoke the external agent")
+        .into_inner();
+    assert!(!key.revoked_at.is_empty(), "{key:?}");
+    let start = std::time::Instant::now();
+    loop {
+        let r = http::modern(&up.url, &revoked, "tools/list", json!({})).await;
+        if r.status == 401 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(7),
+            "a revoked agent's token still answers {}",
+            r.status
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let (decided, status) = approve(&up, &approval).await;
+    assert_eq!(status, "failed", "{decided}");
+    assert!(
+        decided.to_string().contains("REQUESTER_REVOKED"),
+        "{decided}"
+    );
+}

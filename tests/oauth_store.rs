@@ -51,6 +51,8 @@ on_both_databases!(
     consent_never_grants_more_than_the_key_holds,
     unused_registrations_lapse,
     a_grant_answers_for_its_token_as_a_key_does,
+    a_refresh_narrows_only_its_access_token,
+    an_external_agent_answers_as_a_key_while_live,
 );
 
 const RESOURCE: &str = "http://127.0.0.1:8080/mcp";
@@ -499,4 +501,144 @@ async fn a_grant_answers_for_its_token_as_a_key_does(db: Db) {
         .await
         .expect("a revoked grant is still found");
     assert!(key.revoked_at_ms.is_some(), "and says it was revoked");
+}
+
+async fn a_refresh_narrows_only_its_access_token(db: Db) {
+    let f = fixture(db).await;
+    let t = tokens(&f).await;
+    let wider = f
+        .svc
+        .refresh(
+            &f.system,
+            &t.refresh_token,
+            &f.client_id,
+            &["data:read".to_owned(), "approvals:decide".to_owned()],
+        )
+        .await
+        .expect_err("a wider scope");
+    assert!(wider.message.contains("invalid_scope"), "{}", wider.message);
+    let narrow = f
+        .svc
+        .refresh(
+            &f.system,
+            &t.refresh_token,
+            &f.client_id,
+            &["runs:write".to_owned()],
+        )
+        .await
+        .expect("a narrower scope");
+    assert_eq!(narrow.scope, "runs:write");
+    let verified = f
+        .svc
+        .verify(&f.system, &narrow.access_token)
+        .await
+        .expect("the narrowed token verifies");
+    assert_eq!(verified.scopes, vec!["runs:write".to_owned()]);
+    let full = f
+        .svc
+        .refresh(&f.system, &narrow.refresh_token, &f.client_id, &[])
+        .await
+        .expect("the refresh token kept the grant's scope");
+    assert_eq!(full.scope, "data:read runs:write");
+    // Stored as hashes, the narrowed ones too.
+    let stored = f.store.token_hashes().await.expect("read");
+    for secret in [
+        &narrow.access_token,
+        &narrow.refresh_token,
+        &full.access_token,
+    ] {
+        assert!(!stored.contains(secret));
+        assert!(stored.contains(&oauth::hash(secret)));
+    }
+}
+
+async fn an_external_agent_answers_as_a_key_while_live(db: Db) {
+    use ithaca_auth::oauth_external::ExternalAgent;
+    let f = fixture(db).await;
+    let agent_id = "0123456789abcdef0123456789abcdef";
+    let now = ithaca_kit::clock::now_ms();
+    let seen = |expires_at_ms: i64| ExternalAgent {
+        tenant_id: f.tenant.clone(),
+        agent_id: agent_id.to_owned(),
+        issuer: "https://id.example".to_owned(),
+        subject: "erin".to_owned(),
+        client_id: "app".to_owned(),
+        scopes: vec!["data:read".to_owned()],
+        expires_at_ms,
+    };
+    // Unknown until an edge records it; only the system records.
+    let unknown = f
+        .svc
+        .get_key(&f.system, &f.tenant, agent_id)
+        .await
+        .expect_err("unknown");
+    assert_eq!(unknown.code, Code::NotFound);
+    assert!(
+        f.svc
+            .record_external_agent(&f.person, seen(now + 60_000))
+            .await
+            .is_err()
+    );
+    // An expired token alone: found, and lapsed.
+    let revoked = f
+        .svc
+        .record_external_agent(&f.system, seen(now - 1_000))
+        .await
+        .expect("record");
+    assert!(!revoked);
+    let key = f
+        .svc
+        .get_key(&f.system, &f.tenant, agent_id)
+        .await
+        .expect("found");
+    assert_eq!(key.revoked_at_ms, Some(now - 1_000));
+    assert_eq!(key.actor, KeyActor::Agent);
+    // A newer token makes it live; an older one seen later changes nothing.
+    f.svc
+        .record_external_agent(&f.system, seen(now + 60_000))
+        .await
+        .expect("record");
+    f.svc
+        .record_external_agent(&f.system, seen(now - 5_000))
+        .await
+        .expect("record");
+    let key = f
+        .svc
+        .get_key(&f.system, &f.tenant, agent_id)
+        .await
+        .expect("found");
+    assert!(key.revoked_at_ms.is_none(), "{key:?}");
+    // Another tenant's agent is no key of this one.
+    let elsewhere = f
+        .svc
+        .get_key(&f.system, f.stranger.tenant_id(), agent_id)
+        .await
+        .expect_err("another tenant");
+    assert_eq!(elsewhere.code, Code::NotFound);
+    // Revoked here: GetKey says so, and the next record answers revoked.
+    f.svc
+        .revoke_key(&f.system, &f.tenant, agent_id)
+        .await
+        .expect("revoke the agent");
+    let key = f
+        .svc
+        .get_key(&f.system, &f.tenant, agent_id)
+        .await
+        .expect("found");
+    assert!(key.revoked_at_ms.is_some());
+    assert!(
+        f.svc
+            .record_external_agent(&f.system, seen(now + 120_000))
+            .await
+            .expect("record")
+    );
+    let key = f
+        .svc
+        .get_key(&f.system, &f.tenant, agent_id)
+        .await
+        .expect("found");
+    assert!(
+        key.revoked_at_ms.is_some(),
+        "a newer token does not undo it"
+    );
 }

@@ -71,6 +71,10 @@ pub struct Config {
     /// Fetch client metadata documents from private and loopback addresses
     /// over plain HTTP too: for tests only.
     pub oauth_allow_private_metadata: bool,
+    /// DER certificates trusted beside Mozilla's roots when fetching those
+    /// documents over https; taken only with `oauth_allow_private_metadata`
+    /// (a test's own certificate).
+    pub oauth_metadata_test_roots: Vec<Vec<u8>>,
 }
 
 /// The console: shared by every request.
@@ -98,7 +102,10 @@ impl Console {
             secure_cookie: config.public_url.starts_with("https://"),
             public_url: config.public_url,
             public_host,
-            oauth: oauth::State::new(config.oauth_allow_private_metadata),
+            oauth: oauth::State::new(
+                config.oauth_allow_private_metadata,
+                config.oauth_metadata_test_roots,
+            ),
         })
     }
 
@@ -226,6 +233,7 @@ mod tests {
             },
             public_url: "http://127.0.0.1:8080".to_owned(),
             oauth_allow_private_metadata: false,
+            oauth_metadata_test_roots: Vec::new(),
         });
         let _ = router(console);
     }

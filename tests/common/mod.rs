@@ -191,10 +191,15 @@ pub struct Process {
 }
 
 impl Process {
-    pub fn spawn(mut cmd: Command) -> Process {
+    pub fn spawn(cmd: Command) -> Process {
+        Process::spawn_logging_to(cmd, Stdio::inherit())
+    }
+
+    /// [`Process::spawn`], its log (stderr) going to `stderr`.
+    pub fn spawn_logging_to(mut cmd: Command, stderr: Stdio) -> Process {
         let mut child = cmd
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .expect("spawn ithaca");
         let stdout = child.stdout.take().expect("stdout is piped");
@@ -294,6 +299,11 @@ impl Up {
 
 /// Start `ithaca up` with `env` set, and wait until it is ready.
 pub fn up(env: &[(&str, &str)]) -> Up {
+    up_logging_to(env, Stdio::inherit())
+}
+
+/// [`up`], the stack's log (stderr) going to `stderr` (a test reads it).
+pub fn up_logging_to(env: &[(&str, &str)], stderr: Stdio) -> Up {
     let dir = tempfile::tempdir().expect("tempdir");
     let data_dir = dir.path().join("stack");
     let mut cmd = ithaca();
@@ -303,7 +313,7 @@ pub fn up(env: &[(&str, &str)]) -> Up {
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let process = Process::spawn(cmd);
+    let process = Process::spawn_logging_to(cmd, stderr);
     let lines = process.wait_for("ithaca: ready", Duration::from_secs(90));
     let after = |label: &str| -> String {
         lines

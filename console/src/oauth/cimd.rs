@@ -1,20 +1,26 @@
 //! Client ID Metadata Documents: a `client_id` that is an HTTPS URL names a
-//! JSON document describing the client. It is fetched with a size limit and
-//! a timeout, never from a private, loopback or link-local address (the
-//! server must not become a probe of its own network), and remembered for a
-//! few minutes so a busy consent page does not refetch it.
+//! JSON document describing the client. It is fetched over TLS with a size
+//! limit and a timeout, never from a private, loopback or link-local address
+//! (the server must not become a probe of its own network), and remembered
+//! for a few minutes so a busy consent page does not refetch it.
 //!
-//! The address is resolved once, checked, and connected to directly, so a
-//! DNS answer that changes between check and connect cannot reach an
-//! internal host. Tests serve documents on loopback over plain HTTP, which
-//! only [`Fetcher::allowing_private`] permits.
+//! The address is resolved once, checked, and connected to directly; TLS is
+//! then spoken on that socket (rustls with ring, Mozilla's roots), naming
+//! the URL's host for the certificate check. So a DNS answer that changes
+//! between check and connect cannot reach an internal host, and the
+//! certificate still has to be the named host's.
+//!
+//! Tests serve documents on loopback, which only [`Fetcher::allowing_private`]
+//! permits: there plain HTTP is accepted too, and [`Fetcher::trusting`] adds
+//! the test's own certificate to the roots. A normal fetcher does neither.
 
 use super::redirect;
+use rustls::pki_types::{CertificateDer, ServerName};
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use url::Url;
 
 /// The largest document accepted, in bytes.
@@ -40,6 +46,9 @@ pub struct Document {
 #[derive(Debug, Default)]
 pub struct Fetcher {
     allow_private: bool,
+    /// Certificates trusted beside Mozilla's roots (tests only).
+    extra_roots: Vec<CertificateDer<'static>>,
+    tls: OnceLock<Result<Arc<rustls::ClientConfig>, String>>,
     fetched: Mutex<HashMap<String, Instant>>,
 }
 
@@ -51,6 +60,39 @@ impl Fetcher {
             allow_private: true,
             ..Fetcher::default()
         }
+    }
+
+    /// Also trust these DER certificates as roots (a test's own). Only a
+    /// fetcher [`allowing_private`](Self::allowing_private) takes them: a
+    /// production fetcher trusts Mozilla's roots and nothing else.
+    pub fn trusting(mut self, roots: Vec<Vec<u8>>) -> Self {
+        if self.allow_private {
+            self.extra_roots = roots.into_iter().map(CertificateDer::from).collect();
+        }
+        self
+    }
+
+    /// The TLS client configuration, made once.
+    fn tls(&self) -> Result<Arc<rustls::ClientConfig>, String> {
+        self.tls
+            .get_or_init(|| {
+                let mut roots = rustls::RootCertStore::empty();
+                roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+                for cert in &self.extra_roots {
+                    roots
+                        .add(cert.clone())
+                        .map_err(|e| format!("client_id: a test root is unusable: {e}"))?;
+                }
+                let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+                    rustls::crypto::ring::default_provider(),
+                ))
+                .with_safe_default_protocol_versions()
+                .map_err(|e| format!("client_id: tls setup: {e}"))?
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+                Ok(Arc::new(config))
+            })
+            .clone()
     }
 
     /// Whether `client_id` was fetched within [`CACHE_TTL`].
@@ -109,28 +151,40 @@ impl Fetcher {
                  metadata documents are fetched only from public addresses"
             ));
         }
-        match url.scheme() {
-            "http" if self.allow_private => {}
+        let body = match url.scheme() {
             "https" => {
-                return Err(
-                    "client_id: this build cannot fetch https metadata documents \
-                     (no TLS client); register the client instead (dynamic client registration)"
-                        .to_owned(),
-                );
+                let name = ServerName::try_from(host.to_owned())
+                    .map_err(|_| format!("client_id: {host} is not a valid server name"))?;
+                let connector = tokio_rustls::TlsConnector::from(self.tls()?);
+                let stream = connect(addr).await?;
+                let tls = connector
+                    .connect(name, stream)
+                    .await
+                    .map_err(|e| format!("client_id: tls with {host} failed: {e}"))?;
+                get(tls, &url).await?
             }
+            "http" if self.allow_private => get(connect(addr).await?, &url).await?,
             _ => return Err("client_id: a metadata URL must be https".to_owned()),
-        }
-        let body = get(addr, &url).await?;
+        };
         parse(client_id, &body)
     }
 }
 
-/// One `GET` over HTTP/1.0 (so the body is never chunked), reading at most
-/// the document limit plus room for the head.
-async fn get(addr: SocketAddr, url: &Url) -> Result<Vec<u8>, String> {
-    let mut stream = tokio::net::TcpStream::connect(addr)
+/// A TCP connection to the address that was checked.
+async fn connect(addr: SocketAddr) -> Result<tokio::net::TcpStream, String> {
+    tokio::net::TcpStream::connect(addr)
         .await
-        .map_err(|e| format!("client_id: cannot connect: {e}"))?;
+        .map_err(|e| format!("client_id: cannot connect: {e}"))
+}
+
+/// One `GET` over HTTP/1.0 (so the body is never chunked), reading at most
+/// the document limit plus room for the head. A TLS peer that closes
+/// without `close_notify` is accepted only when the body is as long as its
+/// `Content-Length` says (so a cut document is never taken for a whole one).
+async fn get<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    url: &Url,
+) -> Result<Vec<u8>, String> {
     let path = match url.query() {
         Some(q) => format!("{}?{q}", url.path()),
         None => url.path().to_owned(),
@@ -145,17 +199,24 @@ async fn get(addr: SocketAddr, url: &Url) -> Result<Vec<u8>, String> {
         .map_err(|e| format!("client_id: cannot send the request: {e}"))?;
     let cap = MAX_DOCUMENT_BYTES + 8 * 1024;
     let mut raw = Vec::new();
-    let read = (&mut stream)
+    let mut clean_end = true;
+    if let Err(e) = (&mut stream)
         .take(cap as u64 + 1)
         .read_to_end(&mut raw)
         .await
-        .map_err(|e| format!("client_id: cannot read the document: {e}"))?;
+    {
+        if e.kind() != std::io::ErrorKind::UnexpectedEof {
+            return Err(format!("client_id: cannot read the document: {e}"));
+        }
+        clean_end = false;
+    }
+    let read = raw.len();
     let split = raw
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
         .ok_or("client_id: the response has no complete head")?;
-    let status_line = String::from_utf8_lossy(&raw[..split]);
-    let status = status_line
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let status = head
         .split_whitespace()
         .nth(1)
         .unwrap_or_default()
@@ -170,6 +231,18 @@ async fn get(addr: SocketAddr, url: &Url) -> Result<Vec<u8>, String> {
         return Err(format!(
             "client_id: the metadata document is larger than {MAX_DOCUMENT_BYTES} bytes"
         ));
+    }
+    if !clean_end {
+        let length = head.lines().find_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            name.trim()
+                .eq_ignore_ascii_case("content-length")
+                .then(|| value.trim().parse::<usize>().ok())
+                .flatten()
+        });
+        if length != Some(body.len()) {
+            return Err("client_id: the connection was cut before the document ended".to_owned());
+        }
     }
     Ok(body)
 }

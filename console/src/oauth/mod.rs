@@ -49,12 +49,12 @@ const REGISTRATIONS_PER_ADDRESS: u32 = 10;
 const REGISTRATIONS_TOTAL: u32 = 100;
 
 impl State {
-    /// The state, fetching metadata documents from private addresses too
-    /// when `allow_private` (tests only).
-    pub fn new(allow_private: bool) -> Self {
+    /// The state, fetching metadata documents from private addresses too,
+    /// and trusting `test_roots` for them, when `allow_private` (tests only).
+    pub fn new(allow_private: bool, test_roots: Vec<Vec<u8>>) -> Self {
         State {
             fetcher: if allow_private {
-                cimd::Fetcher::allowing_private()
+                cimd::Fetcher::allowing_private().trusting(test_roots)
             } else {
                 cimd::Fetcher::default()
             },

@@ -68,12 +68,45 @@ pub enum TokenFailure {
     Unavailable(String),
 }
 
-/// Whether a tenant exists (the auth service in production).
+/// An agent whose token verified, as recorded with the auth service.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SeenAgent {
+    pub tenant_id: String,
+    pub agent_id: String,
+    pub issuer: String,
+    pub subject: String,
+    pub client_id: String,
+    pub scopes: Vec<String>,
+    /// The token's `exp`, in Unix milliseconds.
+    pub expires_at_ms: i64,
+}
+
+/// Whether a tenant exists, and the record of external agents (the auth
+/// service in production).
 pub trait Tenants: Send + Sync {
     /// `Ok(false)` for a tenant that does not exist; `Err` when that cannot
     /// be known now.
     fn exists<'a>(&'a self, tenant_id: &'a str) -> BoxFuture<'a, Result<bool, String>>;
+
+    /// Record that `agent`'s token verified; `Ok(true)` when the agent was
+    /// revoked in this deployment. The default keeps no record (a verifier
+    /// without an auth service, as in unit tests): nothing is revoked.
+    fn record<'a>(&'a self, agent: &'a SeenAgent) -> BoxFuture<'a, Result<bool, String>> {
+        let _ = agent;
+        Box::pin(async { Ok(false) })
+    }
 }
+
+/// How long an agent's record answer (revoked or not) is trusted before it
+/// is asked again: the bound key revocation has at the edge too. A token
+/// with a later expiry is recorded at once.
+pub const RECORD_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Agents recorded beyond this are swept of stale answers.
+const RECORDED_MAX: usize = 10_000;
+
+/// The newest expiry recorded for an agent, when, and the answer.
+type Recorded = std::collections::HashMap<(String, String), (i64, std::time::Instant, bool)>;
 
 /// Verifies external access tokens for one edge.
 pub struct Verifier {
@@ -81,6 +114,7 @@ pub struct Verifier {
     tenant_claim: String,
     resource: String,
     tenants: Arc<dyn Tenants>,
+    recorded: std::sync::Mutex<Recorded>,
 }
 
 impl Verifier {
@@ -106,6 +140,7 @@ impl Verifier {
             tenant_claim: config.tenant_claim,
             resource: config.resource,
             tenants,
+            recorded: std::sync::Mutex::default(),
         })
     }
 
@@ -192,14 +227,70 @@ impl Verifier {
             }
             Err(why) => return Err(TokenFailure::Unavailable(why)),
         }
+        let key_id = agent_id(&issuer.url, sub, client);
+        let scopes = scopes(&claims);
+        let exp = claims.get("exp").and_then(Value::as_i64).unwrap_or(0);
+        let seen = SeenAgent {
+            tenant_id: tenant.to_owned(),
+            agent_id: key_id.clone(),
+            issuer: issuer.url.clone(),
+            subject: sub.to_owned(),
+            client_id: client.to_owned(),
+            scopes: scopes.clone(),
+            expires_at_ms: exp.saturating_mul(1000),
+        };
+        if self.revoked_here(&seen).await {
+            return Err(TokenFailure::Invalid(
+                "this agent was revoked in this deployment".into(),
+            ));
+        }
         Ok(Principal::verified(VerifiedKey {
             tenant_id: tenant.to_owned(),
-            key_id: agent_id(&issuer.url, sub, client),
-            scopes: scopes(&claims),
+            key_id,
+            scopes,
             // A token acts as an agent, never as a person: nothing an
             // identity provider says makes it one.
             human: false,
         }))
+    }
+}
+
+impl Verifier {
+    /// Record `seen` with auth (at most once per [`RECORD_INTERVAL`] per
+    /// agent, at once for a token expiring later than any recorded), so an
+    /// approval the agent asks for can be checked for liveness when it is
+    /// decided (auth's `GetKey` answers for the agent id); whether the agent
+    /// was revoked here. When auth cannot be asked the token is still
+    /// accepted (as the tenant check is, from its cache) and the record is
+    /// tried again on the next call: an approval then finds the older
+    /// record, which can only make it stricter.
+    async fn revoked_here(&self, seen: &SeenAgent) -> bool {
+        let key = (seen.tenant_id.clone(), seen.agent_id.clone());
+        if let Ok(recorded) = self.recorded.lock()
+            && let Some((exp, at, revoked)) = recorded.get(&key)
+            && *exp >= seen.expires_at_ms
+            && at.elapsed() < RECORD_INTERVAL
+        {
+            return *revoked;
+        }
+        match self.tenants.record(seen).await {
+            Ok(revoked) => {
+                if let Ok(mut recorded) = self.recorded.lock() {
+                    if recorded.len() >= RECORDED_MAX {
+                        recorded.retain(|_, (_, at, _)| at.elapsed() < RECORD_INTERVAL);
+                    }
+                    let newest = recorded
+                        .get(&key)
+                        .map_or(seen.expires_at_ms, |(e, _, _)| (*e).max(seen.expires_at_ms));
+                    recorded.insert(key, (newest, std::time::Instant::now(), revoked));
+                }
+                revoked
+            }
+            Err(error) => {
+                tracing::warn!(%error, "recording an external agent with auth failed; retrying on its next call");
+                false
+            }
+        }
     }
 }
 

@@ -75,6 +75,27 @@ impl AuthTenants {
 }
 
 impl super::Tenants for AuthTenants {
+    fn record<'a>(&'a self, agent: &'a super::SeenAgent) -> BoxFuture<'a, Result<bool, String>> {
+        Box::pin(async move {
+            let mut request = tonic::Request::new(pb::RecordExternalAgentRequest {
+                tenant_id: agent.tenant_id.clone(),
+                agent_id: agent.agent_id.clone(),
+                issuer: agent.issuer.clone(),
+                subject: agent.subject.clone(),
+                client_id: agent.client_id.clone(),
+                scopes: agent.scopes.clone(),
+                expires_at_ms: agent.expires_at_ms,
+            });
+            request.set_timeout(self.timeout);
+            let mut client = self.client.clone();
+            let reply = tokio::time::timeout(self.timeout, client.record_external_agent(request))
+                .await
+                .map_err(|_| "the auth service did not record the agent in time".to_owned())?
+                .map_err(|status| format!("recording the agent: {}", status.message()))?;
+            Ok(reply.into_inner().revoked)
+        })
+    }
+
     fn exists<'a>(&'a self, tenant_id: &'a str) -> BoxFuture<'a, Result<bool, String>> {
         Box::pin(async move {
             if let Some(known) = self.cached(tenant_id, MISS_INTERVAL) {

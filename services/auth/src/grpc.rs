@@ -173,6 +173,30 @@ impl Rpc for Grpc {
         Ok(Response::new(verified(v)))
     }
 
+    async fn record_external_agent(
+        &self,
+        request: Request<pb::RecordExternalAgentRequest>,
+    ) -> Result<Response<pb::RecordExternalAgentResponse>, Status> {
+        let caller = principal::of(&request)?;
+        let req = request.into_inner();
+        let revoked = self
+            .service
+            .record_external_agent(
+                &caller,
+                crate::oauth_external::ExternalAgent {
+                    tenant_id: req.tenant_id,
+                    agent_id: req.agent_id,
+                    issuer: req.issuer,
+                    subject: req.subject,
+                    client_id: req.client_id,
+                    scopes: req.scopes,
+                    expires_at_ms: req.expires_at_ms,
+                },
+            )
+            .await?;
+        Ok(Response::new(pb::RecordExternalAgentResponse { revoked }))
+    }
+
     async fn get_key(
         &self,
         request: Request<pb::GetKeyRequest>,

@@ -20,6 +20,7 @@
 pub mod grpc;
 pub mod model;
 pub mod oauth;
+pub mod oauth_external;
 pub mod oauth_grpc;
 pub mod oauth_store;
 pub mod oauth_token;

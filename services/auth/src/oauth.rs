@@ -403,10 +403,14 @@ impl AuthService {
         };
         // Never more than the person's key holds now (a key's scopes do not
         // change today, but a token must not outlive a narrowing).
+        // An access token a refresh narrowed carries its own scopes (a
+        // subset of the grant's, checked when it was issued).
         let held: Vec<&str> = key.scopes.split_whitespace().collect();
-        let scopes = grant
-            .scopes
+        let token_scopes = row.scopes.as_deref().unwrap_or(&grant.scopes);
+        let granted: Vec<&str> = grant.scopes.split_whitespace().collect();
+        let scopes = token_scopes
             .split_whitespace()
+            .filter(|s| granted.contains(s))
             .filter(|s| held.contains(s) && *s != Scope::ApprovalsDecide.as_str())
             .map(str::to_owned)
             .collect();
@@ -442,13 +446,25 @@ impl AuthService {
             .filter(|k| k.revoked_at_ms.is_none() && k.tenant_id.as_str() == tenant_id))
     }
 
-    /// Issue an access and a refresh token for `grant`.
-    pub(crate) async fn mint(&self, grant: &GrantRow, now: i64) -> Result<Tokens, ServiceError> {
+    /// Issue an access and a refresh token for `grant`. The access token
+    /// carries `narrowed` when a refresh asked for fewer scopes (RFC 6749
+    /// section 6); the refresh token always keeps the grant's.
+    pub(crate) async fn mint(
+        &self,
+        grant: &GrantRow,
+        narrowed: Option<String>,
+        now: i64,
+    ) -> Result<Tokens, ServiceError> {
         let access_token = format!("{ACCESS_PREFIX}{}", random_secret());
         let refresh_token = format!("{REFRESH_PREFIX}{}", random_secret());
-        for (token, kind, ttl) in [
-            (&access_token, "access", self.oauth.access_ttl_ms),
-            (&refresh_token, "refresh", self.oauth.refresh_ttl_ms),
+        for (token, kind, ttl, scopes) in [
+            (
+                &access_token,
+                "access",
+                self.oauth.access_ttl_ms,
+                narrowed.clone(),
+            ),
+            (&refresh_token, "refresh", self.oauth.refresh_ttl_ms, None),
         ] {
             self.store
                 .insert_token(&TokenRow {
@@ -459,6 +475,7 @@ impl AuthService {
                     expires_at_ms: now + ttl,
                     rotated_at_ms: None,
                     revoked_at_ms: None,
+                    scopes,
                 })
                 .await?;
         }
@@ -466,7 +483,7 @@ impl AuthService {
             access_token,
             refresh_token,
             expires_in_secs: self.oauth.access_ttl_ms / 1000,
-            scope: grant.scopes.clone(),
+            scope: narrowed.unwrap_or_else(|| grant.scopes.clone()),
             grant_id: grant.grant_id.clone(),
         })
     }

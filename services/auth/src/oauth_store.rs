@@ -67,7 +67,31 @@ pub struct TokenRow {
     pub expires_at_ms: i64,
     pub rotated_at_ms: Option<i64>,
     pub revoked_at_ms: Option<i64>,
+    /// Space-separated; `None`: the grant's. An access token a refresh
+    /// narrowed (RFC 6749 section 6) carries its own, a subset of the
+    /// grant's.
+    pub scopes: Option<String>,
 }
+
+/// An agent of an external identity provider, as the edges recorded it
+/// (no token: who, and the newest expiry seen).
+#[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
+pub struct ExternalAgentRow {
+    pub tenant_id: String,
+    pub key_id: String,
+    pub issuer: String,
+    pub subject: String,
+    pub client_id: String,
+    /// Space-separated.
+    pub scopes: String,
+    pub created_at_ms: i64,
+    pub last_seen_at_ms: i64,
+    pub expires_at_ms: i64,
+    pub revoked_at_ms: Option<i64>,
+}
+
+const EXTERNAL_AGENT_COLUMNS: &str = "tenant_id, key_id, issuer, subject, client_id, scopes, \
+     created_at_ms, last_seen_at_ms, expires_at_ms, revoked_at_ms";
 
 const CLIENT_COLUMNS: &str =
     "client_id, kind, client_name, redirect_uris, created_at_ms, expires_at_ms";
@@ -75,8 +99,8 @@ const GRANT_COLUMNS: &str = "grant_id, tenant_id, client_id, key_id, scopes, res
      created_at_ms, last_used_at_ms, revoked_at_ms";
 const CODE_COLUMNS: &str = "code_hash, client_id, redirect_uri, code_challenge, resource, scopes, \
      tenant_id, key_id, created_at_ms, expires_at_ms, used_at_ms, grant_id";
-const TOKEN_COLUMNS: &str =
-    "token_hash, grant_id, kind, created_at_ms, expires_at_ms, rotated_at_ms, revoked_at_ms";
+const TOKEN_COLUMNS: &str = "token_hash, grant_id, kind, created_at_ms, expires_at_ms, rotated_at_ms, \
+     revoked_at_ms, scopes";
 
 /// How many rows a statement changed.
 type Affected = Result<u64, sqlx::Error>;
@@ -268,7 +292,7 @@ impl Store {
     pub async fn insert_token(&self, row: &TokenRow) -> Result<(), sqlx::Error> {
         let _gate = self.db().write_gate().await;
         let sql = format!(
-            "INSERT INTO oauth_tokens ({TOKEN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)"
+            "INSERT INTO oauth_tokens ({TOKEN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
         );
         with_pool!(self.db(), pool => sqlx::query(&sql)
             .bind(&row.token_hash)
@@ -278,6 +302,7 @@ impl Store {
             .bind(row.expires_at_ms)
             .bind(row.rotated_at_ms)
             .bind(row.revoked_at_ms)
+            .bind(&row.scopes)
             .execute(pool)
             .await
             .map(|r| r.rows_affected()))?;
@@ -322,5 +347,71 @@ impl Store {
     pub async fn token_hashes(&self) -> Result<Vec<String>, sqlx::Error> {
         let sql = "SELECT token_hash FROM oauth_tokens UNION ALL SELECT code_hash FROM oauth_codes";
         with_pool!(self.db(), pool => sqlx::query_scalar(sql).fetch_all(pool).await)
+    }
+
+    /// Record an external agent's token: a new row, or the newest expiry,
+    /// scopes and last sight of a known one (an older token never shortens
+    /// the expiry; a revocation stays).
+    pub async fn record_external_agent(&self, row: &ExternalAgentRow) -> Result<(), sqlx::Error> {
+        let _gate = self.db().write_gate().await;
+        let sql = format!(
+            "INSERT INTO oauth_external_agents ({EXTERNAL_AGENT_COLUMNS}) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
+             ON CONFLICT (tenant_id, key_id) DO UPDATE SET \
+             scopes = excluded.scopes, last_seen_at_ms = excluded.last_seen_at_ms, \
+             expires_at_ms = CASE WHEN excluded.expires_at_ms > oauth_external_agents.expires_at_ms \
+             THEN excluded.expires_at_ms ELSE oauth_external_agents.expires_at_ms END"
+        );
+        with_pool!(self.db(), pool => sqlx::query(&sql)
+            .bind(&row.tenant_id)
+            .bind(&row.key_id)
+            .bind(&row.issuer)
+            .bind(&row.subject)
+            .bind(&row.client_id)
+            .bind(&row.scopes)
+            .bind(row.created_at_ms)
+            .bind(row.last_seen_at_ms)
+            .bind(row.expires_at_ms)
+            .bind(row.revoked_at_ms)
+            .execute(pool)
+            .await
+            .map(|r| r.rows_affected()))?;
+        Ok(())
+    }
+
+    /// An external agent of `tenant_id`.
+    pub async fn find_external_agent(
+        &self,
+        tenant_id: &str,
+        key_id: &str,
+    ) -> Result<Option<ExternalAgentRow>, sqlx::Error> {
+        let sql = format!(
+            "SELECT {EXTERNAL_AGENT_COLUMNS} FROM oauth_external_agents \
+             WHERE tenant_id = $1 AND key_id = $2"
+        );
+        with_pool!(self.db(), pool => sqlx::query_as::<_, ExternalAgentRow>(&sql)
+            .bind(tenant_id)
+            .bind(key_id)
+            .fetch_optional(pool)
+            .await)
+    }
+
+    /// Revoke an external agent of `tenant_id` (keeping the first time).
+    pub async fn revoke_external_agent(
+        &self,
+        tenant_id: &str,
+        key_id: &str,
+        now_ms: i64,
+    ) -> Affected {
+        let _gate = self.db().write_gate().await;
+        let sql = "UPDATE oauth_external_agents SET revoked_at_ms = COALESCE(revoked_at_ms, $3) \
+                   WHERE tenant_id = $1 AND key_id = $2";
+        with_pool!(self.db(), pool => sqlx::query(sql)
+            .bind(tenant_id)
+            .bind(key_id)
+            .bind(now_ms)
+            .execute(pool)
+            .await
+            .map(|r| r.rows_affected()))
     }
 }

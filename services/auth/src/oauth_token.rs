@@ -86,7 +86,7 @@ impl AuthService {
             .set_code_grant(&code_hash, &grant.grant_id)
             .await?;
         tracing::info!(grant_id = %grant.grant_id, client_id = %grant.client_id, tenant_id = %grant.tenant_id, "oauth grant created");
-        self.mint(&grant, now).await
+        self.mint(&grant, None, now).await
     }
 
     /// A used code was presented again: refuse, and revoke what the first
@@ -141,12 +141,26 @@ impl AuthService {
         if now >= token.expires_at_ms {
             return Err(unknown());
         }
+        // RFC 6749 section 6: a `scope` on a refresh may only narrow. The
+        // access token then carries just those; the grant (and the new
+        // refresh token) keep everything the person allowed.
         let held: Vec<&str> = grant.scopes.split_whitespace().collect();
         if let Some(extra) = scopes.iter().find(|s| !held.contains(&s.as_str())) {
             return Err(ServiceError::invalid(format!(
                 "scope: {extra} was not granted (invalid_scope)"
             )));
         }
+        let narrowed = if scopes.is_empty() {
+            None
+        } else {
+            // In the grant's order, each once.
+            let asked: Vec<&str> = held
+                .iter()
+                .copied()
+                .filter(|s| scopes.iter().any(|a| a == s))
+                .collect();
+            (asked.len() < held.len()).then(|| asked.join(" "))
+        };
         if self
             .active_key(&grant.key_id, &grant.tenant_id)
             .await?
@@ -157,7 +171,7 @@ impl AuthService {
         if self.store.rotate_token(&token_hash, now).await? == 0 {
             return Err(self.refresh_replayed(&grant.grant_id, now).await);
         }
-        self.mint(&grant, now).await
+        self.mint(&grant, narrowed, now).await
     }
 
     async fn refresh_replayed(&self, grant_id: &str, now: i64) -> ServiceError {

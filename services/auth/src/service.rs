@@ -240,7 +240,13 @@ impl AuthService {
         // before it runs an approved call) is answered for the grant: it
         // stands while neither it nor the consenting person's key is
         // revoked.
-        match self.grant_as_key(&key_id, &tenant_id).await? {
+        if let Some(key) = self.grant_as_key(&key_id, &tenant_id).await? {
+            return Ok(key);
+        }
+        // An external identity provider's token acts with an agent id the
+        // edge derived and recorded (see `oauth_external`): live while its
+        // newest token is unexpired and nobody revoked it here.
+        match self.external_agent_as_key(&key_id, &tenant_id).await? {
             Some(key) => Ok(key),
             None => Err(ServiceError::not_found(format!("key_id: no key {key_id}"))),
         }
@@ -409,11 +415,18 @@ impl AuthService {
     ) -> Result<KeyRow, ServiceError> {
         let tenant_id = self.target_tenant(caller, tenant_id).await?;
         let key_id = KeyId::parse(key_id)?;
-        let row = self
+        let Some(row) = self
             .store
             .revoke_key(&tenant_id, &key_id, clock::now_ms())
             .await?
-            .ok_or_else(|| ServiceError::not_found(format!("key_id: no key {key_id}")))?;
+        else {
+            // An external identity provider's agent: revoked here, its
+            // tokens are refused by the edges from their next check.
+            return self
+                .revoke_external_agent(&key_id, &tenant_id)
+                .await?
+                .ok_or_else(|| ServiceError::not_found(format!("key_id: no key {key_id}")));
+        };
         // Its console sign-ins end with it (verification refuses a revoked
         // key anyway; this makes the record say so too).
         let ended = self
