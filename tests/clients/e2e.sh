@@ -166,6 +166,14 @@ for mode in 2026-07-28 legacy; do
 done
 STORY_SECRETS="$broker_secret,fink.e2e-internal.example" \
   run "the astronomy story (python mcp 1.x latest)" "$tools/bin/python-mcp1" "$here/story.py" --astro "$url" "$key"
+# The GCN story (issue 26): the real circulars and notices, an event's circulars a page at a time,
+# one circular, circular search and extractions.
+"$bin/ithaca" ingest gcn "$data/gcn" --data-dir "$work/stack" >>"$work/ingest.log" 2>&1 \
+  || { echo "e2e: ithaca ingest gcn failed"; cat "$work/ingest.log"; exit 1; }
+for mode in 2026-07-28 legacy; do
+  run "the GCN story (python mcp 2.3, $mode)" "$tools/bin/python" "$here/story.py" --gcn --mode "$mode" "$url" "$key"
+done
+run "the GCN story (python mcp 1.x latest)" "$tools/bin/python-mcp1" "$here/story.py" --gcn "$url" "$key"
 # The filter story (issue 11): a person's session on a filter, the agent joins, activation approved.
 for mode in 2026-07-28 legacy; do
   run "the filter story (python mcp 2.3, $mode)" "$tools/bin/python" "$here/story.py" --filters --mode "$mode" "$url" "$key" "$human"

@@ -351,17 +351,88 @@ async def astro(args: argparse.Namespace) -> None:
                 check(f"resources/read the light curve's {key}", bool(read.get("contents")), uri=uri)
             except Exception as e:
                 check(f"resources/read the light curve's {key}", False, uri=uri, error=f"{type(e).__name__}: {e}")
+        # A long light curve comes a page at a time: the newest points, then older ones by cursor.
+        page = await call(conn, "get_broker_alert_photometry", {"broker_id": "ztf-archive",
+                                                                "objectId": "ZTF17aaacxxf", "limit": 5})
+        points = (page or {}).get("points") or []
+        check("a photometry page holds at most `limit` points and says more are left",
+              len(points) == 5 and page.get("truncated") is True and bool(page.get("next_cursor")),
+              count=len(points), truncated=(page or {}).get("truncated"))
+        if page and page.get("next_cursor"):
+            older = await call(conn, "get_broker_alert_photometry", {"broker_id": "ztf-archive", "objectId": "ZTF17aaacxxf",
+                                                                     "limit": 5, "cursor": page["next_cursor"]})
+            older_points = (older or {}).get("points") or []
+            check("the next page holds older points", bool(older_points) and points
+                  and max(p["jd"] for p in older_points) <= min(p["jd"] for p in points), count=len(older_points))
         # GW170817's host: NGC 4993.
         match = await call(conn, "crossmatch_broker_catalogs", {"broker_id": "ztf-archive", "ra": 197.450354,
                                                                 "dec": -23.381483, "radius_arcsec": 60})
         names = json.dumps(match)
         check("crossmatch finds NGC 4993 near GW170817's host", "4993" in names, match=names[:300])
+        # No match is never a bare zero: the answer says what the catalogs hold, and for an alert
+        # echoes the survey's own crossmatch.
+        empty = await call(conn, "crossmatch_broker_catalogs", {"broker_id": "ztf-archive", "objectId": "ZTF17aaacxxf",
+                                                                "radius_arcsec": 1})
+        check("a crossmatch states each catalog's coverage", bool((empty or {}).get("coverage")), answer=json.dumps(empty)[:300])
+        if not (empty or {}).get("matches"):
+            check("a crossmatch without matches says what that means", bool((empty or {}).get("note")),
+                  answer=json.dumps(empty)[:300])
+        check("a crossmatch of an alert echoes the survey's own crossmatch", bool((empty or {}).get("survey_crossmatch")),
+              answer=json.dumps(empty)[:300])
         await call(conn, "get_broker_alerts", {"broker_id": "ztf-archive", "ra": 10, "dec": 10, "radius_arcsec": -1},
                    expect_error="INVALID_ARGUMENT", hard=False, label="a negative radius is a clear tool error")
         await call(conn, "session_close", {})
     secrets = [x for x in os.environ.get("STORY_SECRETS", "").split(",") if x]
     leaked = [x for x in secrets if any(x in r for r in responses)]
     check("no response carries a broker credential or connection detail", not leaked, leaked=len(leaked))
+
+
+async def gcn(args: argparse.Namespace) -> None:
+    """The GCN story (issue 26) against a stack loaded with the real circulars and notices: find an event
+    by its name, read its circulars a page at a time, one circular in full, search circulars by words,
+    and its extractions, reading back every URI handed out."""
+    async with AsyncExitStack() as stack:
+        conn = await connect(stack, args, args.agent_key, "agent")
+        await opening(conn, args, {"session_context", "get_gcn_events", "get_gcn_event", "get_gcn_circular",
+                                   "search_gcn_circulars", "get_gcn_event_extractions"})
+        await call(conn, "session_context", {"prompt": "What is known of GRB 230812B?"})
+        events = await call(conn, "get_gcn_events", {"partialdateobs": "grb 230812"})
+        found = (events or {}).get("events") or []
+        step("get_gcn_events finds GRB 230812B by its name", len(found) >= 1
+             and any("GRB 230812B" in a for e in found for a in e.get("aliases", [])), events=json.dumps(events)[:300])
+        dateobs = found[0]["dateobs"] if found else "GRB 230812B"
+        event = await call(conn, "get_gcn_event", {"dateobs": "GRB 230812B"})
+        first = (event or {}).get("circulars") or []
+        check("an event's circulars come a page at a time (10 by default)", len(first) == 10
+              and int(event.get("circular_count", 0)) > 10 and bool(event.get("next_cursor")),
+              page=len(first), total=(event or {}).get("circular_count"))
+        check("the event's first page stays under 30 KB", len(json.dumps(event)) < 30_000, size=len(json.dumps(event)))
+        if event and event.get("next_cursor"):
+            second = await call(conn, "get_gcn_event", {"dateobs": dateobs, "cursor": event["next_cursor"]})
+            ids = [c["circular_id"] for c in (second or {}).get("circulars") or []]
+            check("the next page continues where the first ended", bool(ids) and first
+                  and min(ids) > max(c["circular_id"] for c in first), ids=ids[:3])
+        for uri in [(event or {}).get("uri")]:
+            try:
+                read = await conn.read_resource(uri)
+                check("resources/read the event's uri", bool(read.get("contents")), uri=uri)
+            except Exception as e:
+                check("resources/read the event's uri", False, uri=uri, error=f"{type(e).__name__}: {e}")
+        if first:
+            one = await call(conn, "get_gcn_circular", {"circular_id": first[0]["circular_id"]})
+            check("get_gcn_circular reads one circular in full", bool((one or {}).get("body"))
+                  and (one or {}).get("circular_id") == first[0]["circular_id"], circular=json.dumps(one)[:200])
+        hits = await call(conn, "search_gcn_circulars", {"query": "ZTF afterglow", "dateobs": dateobs})
+        circulars = (hits or {}).get("circulars") or []
+        check("search_gcn_circulars finds circulars holding every word, with a snippet, without bodies",
+              bool(circulars) and all(c.get("snippet") and not c.get("body") for c in circulars),
+              count=(hits or {}).get("total"))
+        extractions = await call(conn, "get_gcn_event_extractions", {"dateobs": dateobs})
+        check("the event's circulars yield extractions", int((extractions or {}).get("total", 0)) > 0,
+              total=(extractions or {}).get("total"))
+        await call(conn, "get_gcn_circular", {"circular_id": -1}, expect_error="INVALID_ARGUMENT", hard=False,
+                   label="an impossible circular id is a tool error")
+        await call(conn, "session_close", {})
 
 
 SEED_002 = ("Research AAPL — pull price history, screen peers, check fundamentals and insider activity, "
@@ -504,6 +575,19 @@ async def filters(args: argparse.Namespace) -> None:
         text = ((record.get("contents") or [{}])[0]).get("text") or "{}"
         proposal = json.loads(text).get("proposal") or {}
         check("the record offers the previewed pipeline", proposal.get("pipeline") == pipeline, proposal=proposal)
+        # The filter is found by name, taken off the stream and deleted, all from its session.
+        name = f"bright ({SDK} {conn_label(args)} {os.getpid()})"
+        listed = await call(agent, "list_broker_filters", {"search": name})
+        check("list_broker_filters finds the filter by its name",
+              [f.get("filter_id") for f in (listed or {}).get("filters") or []] == [filter_id], listed=listed)
+        await call(agent, "delete_broker_filter", {"filter_id": filter_id}, expect_error="FILTER_ACTIVE", hard=False,
+                   label="a running filter cannot be deleted")
+        off = await call(agent, "deactivate_broker_filter", {"filter_id": filter_id})
+        check("deactivate_broker_filter names the version it stopped", (off or {}).get("previous_version") == version, off=off)
+        gone = await call(agent, "delete_broker_filter", {"filter_id": filter_id})
+        check("delete_broker_filter counts what it removed", int((gone or {}).get("versions_deleted", 0)) >= 1, gone=gone)
+        await call(agent, "get_broker_filter", {"filter_id": filter_id}, expect_error="UNKNOWN_FILTER", hard=False,
+                   label="a deleted filter is gone")
         await call(agent, "session_close", {})
 
 
@@ -641,6 +725,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--protocol-version", help="mcp 1.x: offer this version in initialize (default: the SDK's latest)")
     p.add_argument("--smoke", action="store_true", help="only the smoke path")
     p.add_argument("--astro", action="store_true", help="the astronomy story (a stack loaded with the ZTF alerts and catalogs)")
+    p.add_argument("--gcn", action="store_true", help="the GCN story (a stack loaded with the GCN circulars and notices)")
     p.add_argument("--filters", action="store_true", help="the filter story (a stack loaded with the ZTF alerts; needs HUMAN_KEY)")
     p.add_argument("--fundamentals", action="store_true",
                    help="seed 002's story (a stack loaded with ../shared/data/fundamentals; needs HUMAN_KEY for the trace)")
@@ -661,7 +746,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
             p.error("URL and AGENT_KEY are required")
         if (a.filters or a.fundamentals) and not a.human_key:
             p.error("the filter and fundamentals stories need HUMAN_KEY")
-        if not a.smoke and not a.astro and not a.filters and not a.fundamentals and not (a.human_key and rest):
+        if not a.smoke and not a.astro and not a.gcn and not a.filters and not a.fundamentals and not (a.human_key and rest):
             p.error("the full story needs HUMAN_KEY and -- POLICY_COMMAND")
     if a.protocol_version and MCP_MAJOR >= 2:
         p.error("--protocol-version is for mcp 1.x; mcp 2.x takes --mode")
@@ -677,7 +762,7 @@ def _leaves(e: BaseException) -> list[BaseException]:
 def main() -> None:
     args = parse(sys.argv[1:])
     try:
-        main_path = (smoke if args.smoke else astro if args.astro else filters if args.filters
+        main_path = (smoke if args.smoke else astro if args.astro else gcn if args.gcn else filters if args.filters
                      else fundamentals if args.fundamentals else story)
         asyncio.run(asyncio.wait_for(main_path(args), timeout=args.timeout))
     except SystemExit:
