@@ -5,6 +5,9 @@
 #
 #   fuzz/run.sh <seconds-per-target> [target ...]
 #
+# FUZZ_PROFILE=dev builds the targets unoptimised (cargo fuzz --dev; into
+# "<FUZZ_TARGET_DIR>-dev"): several times quicker to compile and slower to
+# run, which suits CI's few seconds a target from a cold cache.
 # FUZZ_SANITIZER=none builds without AddressSanitizer (into its own target
 # directory, "<FUZZ_TARGET_DIR>-none", sharing the corpus): the targets are
 # safe Rust, and without ASan they run several times faster, which is how
@@ -31,6 +34,11 @@ export CARGO_TARGET_DIR="$base"
 if [ "$sanitizer" != address ]; then
     export CARGO_TARGET_DIR="$base-$sanitizer"
 fi
+profile=()
+if [ "${FUZZ_PROFILE:-release}" = dev ]; then
+    profile=(--dev)
+    export CARGO_TARGET_DIR="$CARGO_TARGET_DIR-dev"
+fi
 # The pipeline target compiles against the real ZTF alert schema, kept with
 # the shared data beside the checkout.
 if [ -z "${ITHACA_ZTF_SCHEMA_DIR:-}" ]; then
@@ -44,7 +52,7 @@ corpora="$base/corpus"
 
 cd "$here"
 mkdir -p "$CARGO_TARGET_DIR"
-if ! nice -n 10 cargo +nightly fuzz build -s "$sanitizer" --fuzz-dir . >"$CARGO_TARGET_DIR/build.log" 2>&1; then
+if ! nice -n 10 cargo +nightly fuzz build "${profile[@]}" -s "$sanitizer" --fuzz-dir . >"$CARGO_TARGET_DIR/build.log" 2>&1; then
     tail -n 40 "$CARGO_TARGET_DIR/build.log" >&2
     echo "fuzz: build failed" >&2
     exit 1
@@ -65,7 +73,7 @@ for target in "${targets[@]}"; do
         limit+=(-max_len="$FUZZ_MAX_LEN")
     fi
     log="$CARGO_TARGET_DIR/$target.log"
-    if nice -n 10 cargo +nightly fuzz run -s "$sanitizer" --fuzz-dir . "$target" "$corpus" -- \
+    if nice -n 10 cargo +nightly fuzz run "${profile[@]}" -s "$sanitizer" --fuzz-dir . "$target" "$corpus" -- \
         "${limit[@]}" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 >"$log" 2>&1; then
         runs=$(grep -m1 '^stat::number_of_executed_units' "$log" | awk '{print $2}')
         echo "fuzz: $target ok, ${runs:-?} executions, corpus $(ls "$corpus" | wc -l)"
