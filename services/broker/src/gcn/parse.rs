@@ -663,7 +663,8 @@ mod tests {
     fn a_circular_without_created_on_takes_its_date_header() {
         let body = "TITLE:   GCN CIRCULAR\nNUMBER:  34391\nSUBJECT: GRB 230812B: Fermi GBM detection\n\
                     DATE:    23/08/12 19:24:41 GMT\nFROM:    Someone\n\nAt 18:58:12 UT ...";
-        let record = serde_json::json!({"circularId": 34391, "subject": "GRB 230812B", "body": body});
+        let record =
+            serde_json::json!({"circularId": 34391, "subject": "GRB 230812B", "body": body});
         let ParsedFile::Circulars(c) = parse(record.to_string().as_bytes()).expect("parses") else {
             panic!("circulars");
         };
@@ -677,14 +678,20 @@ mod tests {
             date_header("DATE: 2024-06-30T12:00:00Z"),
             super::super::model::civil_ms(2024, 6, 30, 12, 0, 0, 0)
         );
-        for bad in ["DATE: 23/13/12 19:24:41 GMT", "DATE: soon", "no header", "DATE: 23/08/12"] {
+        for bad in [
+            "DATE: 23/13/12 19:24:41 GMT",
+            "DATE: soon",
+            "no header",
+            "DATE: 23/08/12",
+        ] {
             assert_eq!(date_header(bad), None, "{bad}");
         }
         // Neither createdOn nor a DATE line: refused, naming both.
         let none = serde_json::json!({"circularId": 1, "subject": "x", "body": "text"});
         let err = parse(none.to_string().as_bytes()).expect_err("no time");
         assert!(err.contains("createdOn") && err.contains("DATE:"), "{err}");
-        let bad = serde_json::json!({"circularId": 1, "subject": "x", "body": body, "createdOn": "x"});
+        let bad =
+            serde_json::json!({"circularId": 1, "subject": "x", "body": body, "createdOn": "x"});
         assert!(parse(bad.to_string().as_bytes()).is_err());
     }
 
