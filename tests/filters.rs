@@ -1503,6 +1503,21 @@ async fn a_gcn_localisation_bounds_the_preview(broker: &Broker) {
         .expect("event")
         .expect("loc");
     assert_ne!(trigger.error_radius_deg, smallest.error_radius_deg);
+    // GRB 230812B: the trigger's circle is GBM's, not XRT's arcseconds.
+    let grb = events
+        .chosen_localisation("GRB 230812B", None)
+        .await
+        .expect("event")
+        .expect("loc");
+    let xrt = events
+        .best_localisation("GRB 230812B")
+        .await
+        .expect("event")
+        .expect("loc");
+    assert!(
+        grb.error_radius_deg > xrt.error_radius_deg,
+        "{grb:?} {xrt:?}"
+    );
     let answer = c
         .run_broker_filter(run(Some(burst)))
         .await
