@@ -1439,10 +1439,14 @@ async fn a_gcn_localisation_bounds_the_preview(broker: &Broker) {
             .expect("event")
             .expect("a localisation");
         let answer = c
-            .run_broker_filter(run(Some(name)))
+            .run_broker_filter(pb::RunBrokerFilterRequest {
+                localisation: Some("smallest".into()),
+                ..run(Some(name))
+            })
             .await
             .expect("preview in the region")
             .into_inner();
+        assert_eq!(answer.window_alerts, Some(39), "the whole sky's alerts");
         let region = answer.region.clone().expect("the region is described");
         assert!(region.starts_with(&loc.dateobs), "{region}");
         let got: BTreeSet<String> = answer
@@ -1483,6 +1487,95 @@ async fn a_gcn_localisation_bounds_the_preview(broker: &Broker) {
         covered += got.len();
     }
     assert!(covered > 0, "the events chosen cover some alerts");
+
+    // The agent chooses the localisation; by default it is the trigger's
+    // (the earliest issued), not the smallest (SVOM/MXT's 0.027° circle),
+    // and the answer names the one used.
+    let burst = "Fermi 798437606";
+    let smallest = events
+        .best_localisation(burst)
+        .await
+        .expect("event")
+        .expect("loc");
+    let trigger = events
+        .chosen_localisation(burst, None)
+        .await
+        .expect("event")
+        .expect("loc");
+    assert_ne!(trigger.error_radius_deg, smallest.error_radius_deg);
+    // GRB 230812B: the trigger's circle is GBM's, not XRT's arcseconds.
+    let grb = events
+        .chosen_localisation("GRB 230812B", None)
+        .await
+        .expect("event")
+        .expect("loc");
+    let xrt = events
+        .best_localisation("GRB 230812B")
+        .await
+        .expect("event")
+        .expect("loc");
+    assert!(
+        grb.error_radius_deg > xrt.error_radius_deg,
+        "{grb:?} {xrt:?}"
+    );
+    let answer = c
+        .run_broker_filter(run(Some(burst)))
+        .await
+        .expect("trigger's region")
+        .into_inner();
+    let label = answer.region.expect("named");
+    assert!(
+        label.contains(&trigger.description) && label.contains("localisation trigger"),
+        "{label}"
+    );
+    assert!(
+        label.contains(&format!("{}°", trigger.error_radius_deg)),
+        "{label}"
+    );
+    // Nothing in 2026 in the archive: 0 evaluated, but 39 alerts in the
+    // stream and window at all, so the zero is not "nothing there".
+    assert_eq!((answer.evaluated, answer.window_alerts), (0, Some(39)));
+    let ivorn = smallest.ivorn.clone().expect("a notice's");
+    for choice in ["smallest".to_owned(), format!("notice:{ivorn}")] {
+        let answer = c
+            .run_broker_filter(pb::RunBrokerFilterRequest {
+                localisation: Some(choice.clone()),
+                ..run(Some(burst))
+            })
+            .await
+            .expect("chosen region")
+            .into_inner();
+        let label = answer.region.expect("named");
+        assert!(label.contains(&smallest.description), "{choice}: {label}");
+        assert!(label.contains(&choice), "{label}");
+    }
+    for (bad, needle) in [("circular:1", "has no"), ("biggest", "none of")] {
+        let err = c
+            .run_broker_filter(pb::RunBrokerFilterRequest {
+                localisation: Some(bad.into()),
+                ..run(Some(burst))
+            })
+            .await
+            .expect_err(bad);
+        assert_eq!(err.code(), Code::InvalidArgument, "{bad}");
+        assert!(
+            err.message().starts_with("localisation") && err.message().contains(needle),
+            "{}",
+            err.message()
+        );
+    }
+    let err = c
+        .run_broker_filter(pb::RunBrokerFilterRequest {
+            localisation: Some("smallest".into()),
+            ..run(None)
+        })
+        .await
+        .expect_err("no event");
+    assert!(
+        err.message().starts_with("localisation"),
+        "{}",
+        err.message()
+    );
 
     // Unknown events and events without a position are named.
     let err = c

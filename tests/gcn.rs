@@ -285,21 +285,36 @@ async fn real_data_events(db: Db) {
         (best.ra, best.dec, smallest)
     );
 
-    // GW170817: the GW candidate and the GBM burst 2 s later stay two
-    // events (an association is a claim for people to make).
+    // GW170817: the GW candidate and the GBM burst 1.7 s after it are one
+    // event (inside the documented -1 s..+5 s coincidence window), found
+    // by every name either gave, and by the names astronomers use.
     let gw = svc.event(&reader, "G298048").await.expect("GW170817");
     let grb170817 = svc
         .event(&reader, "Fermi 524666471")
         .await
         .expect("GRB 170817A");
-    assert_ne!(gw.summary.row.dateobs, grb170817.summary.row.dateobs);
-    assert_eq!(gw.summary.row.kind, "GW");
-    assert!(
-        svc.best_localisation("G298048")
-            .await
-            .expect("known")
-            .is_none()
-    );
+    assert_eq!(gw.summary.row.dateobs, grb170817.summary.row.dateobs);
+    assert_eq!(gw.notices.len(), 2, "the LVC and the GBM notice");
+    for name in ["GW170817", "gw 170817", "GW170817_124104"] {
+        let by = svc.event(&reader, name).await.expect(name);
+        assert_eq!(by.summary.row.dateobs, gw.summary.row.dateobs, "{name}");
+    }
+    for name in ["G298048", "GW170817", "Fermi 524666471"] {
+        assert!(
+            gw.summary.aliases.iter().any(|a| a == name),
+            "{name} in {:?}",
+            gw.summary.aliases
+        );
+    }
+    // The merged event has the burst's localisation.
+    let loc = svc
+        .best_localisation("GW170817")
+        .await
+        .expect("known")
+        .expect("GBM's circle");
+    assert_eq!(loc.error_radius_deg, 17.45);
+    // A GW name of a date without a candidate is unknown.
+    assert!(svc.event(&reader, "GW170818").await.is_err());
 }
 
 async fn reingest_and_bad_files(db: Db) {

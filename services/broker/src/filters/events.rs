@@ -1,6 +1,6 @@
-//! GCN events as preview regions: an event's best localisation (the
-//! smallest error circle among its notices and circulars) becomes the MOC of
-//! that circle, which the preview reads through the `hpx` index.
+//! GCN events as preview regions: the localisation the caller chose (by
+//! default the trigger's, the earliest issued) becomes the MOC of that
+//! circle, which the preview reads through the `hpx` index.
 
 use super::model::codes;
 use super::preview::Region;
@@ -15,9 +15,10 @@ impl EventRegions for GcnService {
         &self,
         _caller: &Principal,
         dateobs: &str,
+        choice: Option<&str>,
     ) -> Result<EventRegion, ServiceError> {
         // GCN events are reference data shared by every tenant.
-        let Some(loc) = self.best_localisation(dateobs).await? else {
+        let Some(loc) = self.chosen_localisation(dateobs, choice).await? else {
             return Err(ServiceError::precondition(format!(
                 "dateobs: event {dateobs:?} has no localisation (no notice or circular gave a position with an error), \
                  so there is no region to search"
@@ -34,8 +35,16 @@ impl EventRegions for GcnService {
         Ok(EventRegion {
             region,
             label: format!(
-                "{}: {}° around RA {}, Dec {} ({})",
-                loc.dateobs, loc.error_radius_deg, loc.ra_deg, loc.dec_deg, loc.description
+                "{}: {}° around RA {}, Dec {} ({}, localisation {})",
+                loc.dateobs,
+                loc.error_radius_deg,
+                loc.ra_deg,
+                loc.dec_deg,
+                loc.description,
+                choice
+                    .map(str::trim)
+                    .filter(|c| !c.is_empty())
+                    .unwrap_or("trigger")
             ),
         })
     }

@@ -237,6 +237,7 @@ impl Rpc for Grpc {
             stream_id: r.stream_id,
             broker_id: r.broker_id,
             dateobs: r.dateobs,
+            localisation: r.localisation,
             jd_start: r.jd_start,
             jd_end: r.jd_end,
             sort_by: r.sort_by,
@@ -258,6 +259,9 @@ impl Rpc for Grpc {
             broker_id: a.broker_id,
             stream_id: a.stream_id,
             region: a.region,
+            window_alerts: a
+                .window_alerts
+                .map(|n| i32::try_from(n).unwrap_or(i32::MAX)),
             pipeline: Some(to_list(a.pipeline)),
             stages: a
                 .kept

@@ -25,7 +25,13 @@ pub trait EventRegions: Send + Sync {
     /// The region of the event `dateobs` (or an alias), and a line saying
     /// what it is. `UNKNOWN_GCN_EVENT` when there is no such event,
     /// `NO_LOCALISATION` when it has no position.
-    async fn region(&self, caller: &Principal, dateobs: &str) -> Result<EventRegion, ServiceError>;
+    /// `choice` picks the localisation (`trigger` when `None`).
+    async fn region(
+        &self,
+        caller: &Principal,
+        dateobs: &str,
+        choice: Option<&str>,
+    ) -> Result<EventRegion, ServiceError>;
 }
 
 /// A GCN event's localisation as a preview region.
@@ -45,6 +51,9 @@ pub struct RunArgs {
     pub stream_id: Option<String>,
     pub broker_id: Option<String>,
     pub dateobs: Option<String>,
+    /// Which localisation of the event (`trigger`, `smallest`,
+    /// `notice:<ivorn>`, `circular:<number>`).
+    pub localisation: Option<String>,
     pub jd_start: Option<f64>,
     pub jd_end: Option<f64>,
     pub sort_by: Option<String>,
@@ -64,6 +73,8 @@ pub struct RunAnswer {
     pub broker_id: String,
     pub stream_id: String,
     pub region: Option<String>,
+    /// With a region: the alerts of the stream and window on the whole sky.
+    pub window_alerts: Option<u64>,
     /// The canonical pipeline that ran.
     pub pipeline: Json,
     /// `(stage index, alerts kept)` of each `$match` stage.
@@ -96,8 +107,21 @@ impl FilterService {
         let (stream, broker_id) = self.run_target(tenant, &args).await?;
         let region = match args.dateobs.as_deref().map(str::trim) {
             None | Some("") => None,
-            Some(dateobs) => Some(self.event_region(caller, dateobs).await?),
+            Some(dateobs) => Some(
+                self.event_region(caller, dateobs, args.localisation.as_deref())
+                    .await?,
+            ),
         };
+        if region.is_none()
+            && args
+                .localisation
+                .as_deref()
+                .is_some_and(|l| !l.trim().is_empty())
+        {
+            return Err(ServiceError::invalid(
+                "localisation: chooses among a GCN event's localisations; give dateobs with it",
+            ));
+        }
 
         let compiled = self.compile_for(&stream.stream_id, &args.pipeline).await?;
         let checked = compiled.map_err(|problems| {
@@ -124,6 +148,23 @@ impl FilterService {
             withheld: stream.withheld(),
         };
         let result = preview::preview(self.alerts.store(), &checked.pipeline, &query).await?;
+        // The same stream and window on the whole sky: how many alerts
+        // there were to match at all.
+        let window_alerts = match &query.region {
+            None => None,
+            Some(_) => {
+                let everywhere = PreviewQuery {
+                    region: None,
+                    sort_by: None,
+                    ..query.clone()
+                };
+                Some(
+                    preview::preview(self.alerts.store(), &checked.pipeline, &everywhere)
+                        .await?
+                        .evaluated,
+                )
+            }
+        };
 
         let recorded = match caller.session_id() {
             Some(session) => {
@@ -159,6 +200,7 @@ impl FilterService {
             broker_id,
             stream_id: stream.stream_id,
             region: region.map(|r| r.label),
+            window_alerts,
             pipeline: canonical,
             kept: result.kept,
         })
@@ -230,6 +272,7 @@ impl FilterService {
         &self,
         caller: &Principal,
         dateobs: &str,
+        choice: Option<&str>,
     ) -> Result<EventRegion, ServiceError> {
         if dateobs.chars().count() > 100 || dateobs.chars().any(char::is_control) {
             return Err(ServiceError::invalid(
@@ -242,6 +285,6 @@ impl FilterService {
             )
             .with_domain(codes::EVENTS_UNAVAILABLE));
         };
-        regions.region(caller, dateobs).await
+        regions.region(caller, dateobs, choice).await
     }
 }

@@ -26,6 +26,15 @@ pub const TIME_WINDOW_MS: i64 = 10_000;
 /// several degrees beyond their statistical radius.
 pub const POSITION_SLACK_DEG: f64 = 5.0;
 
+/// The coincidence window between a gravitational-wave candidate and a
+/// gamma-ray (or X-ray) burst on the same trigger: the burst from 1 s
+/// before to 5 s after the merger time, the window LVK's own GRB
+/// coincidence search uses for prompt emission. GRB 170817A followed
+/// GW170817 by 1.7 s. Both events must have exact times (from a notice or
+/// a circular's stated trigger time); a circular's date alone never merges.
+pub const GW_BURST_BEFORE_MS: i64 = 1_000;
+pub const GW_BURST_AFTER_MS: i64 = 5_000;
+
 /// Who the built-in rows are created by.
 const SYSTEM: &str = "ithaca";
 
@@ -623,6 +632,9 @@ pub async fn circulars<T: IngestTx>(
             if estimate.exact && kind.groups_by_time() {
                 event = nearest_burst(tx, estimate.dateobs).await?;
             }
+            if event.is_none() && estimate.exact {
+                event = coincident(tx, estimate.dateobs, kind).await?;
+            }
             if event.is_none() {
                 let d = create_event(
                     tx,
@@ -694,6 +706,59 @@ async fn nearest_burst<T: IngestTx>(
     Ok(near.into_iter().next().map(|(d, _, _)| d))
 }
 
+/// The event on the same trigger across messengers: for a
+/// gravitational-wave candidate at `t`, the nearest burst-like event from
+/// [`GW_BURST_BEFORE_MS`] before to [`GW_BURST_AFTER_MS`] after it; for a
+/// burst, the nearest GW candidate in the mirrored window. Both keep their
+/// names as aliases of the one event.
+pub async fn coincident<T: IngestTx>(
+    tx: &mut T,
+    t: DateObs,
+    kind: EventKind,
+) -> Result<Option<String>, ServiceError> {
+    let t = t.ms();
+    let (lo, hi, wanted): (i64, i64, fn(EventKind) -> bool) = if kind == EventKind::Gw {
+        (
+            t - GW_BURST_BEFORE_MS,
+            t + GW_BURST_AFTER_MS,
+            EventKind::groups_by_time,
+        )
+    } else if kind.groups_by_time() {
+        (t - GW_BURST_AFTER_MS, t + GW_BURST_BEFORE_MS, |k| {
+            k == EventKind::Gw
+        })
+    } else {
+        return Ok(None);
+    };
+    let mut near: Vec<(String, i64, String)> = tx
+        .events_between(lo, hi)
+        .await?
+        .into_iter()
+        .filter(|(_, _, k)| wanted(EventKind::parse(k)))
+        .collect();
+    near.sort_by_key(|(d, ms, _)| ((ms - t).abs(), d.clone()));
+    Ok(near.into_iter().next().map(|(d, _, _)| d))
+}
+
+/// The names astronomers give a gravitational-wave event: `GW` and the
+/// UTC date (`GW170817`), and the catalogue form with the time
+/// (`GW170817_124104`). The short form goes to the first candidate of a
+/// date; a second one that day keeps only the long form (an alias another
+/// event owns stays that event's).
+pub fn gw_names(t: DateObs) -> Vec<super::model::Name> {
+    let iso = t.to_string();
+    let b = iso.as_bytes();
+    if iso.len() < 19 || !b[..19].is_ascii() {
+        return Vec::new();
+    }
+    let date = format!("{}{}{}", &iso[2..4], &iso[5..7], &iso[8..10]);
+    let clock = format!("{}{}{}", &iso[11..13], &iso[14..16], &iso[17..19]);
+    vec![
+        super::model::Name::new(format!("GW{date}")),
+        super::model::Name::new(format!("GW{date}_{clock}")),
+    ]
+}
+
 /// Ingest one notice.
 pub async fn notice<T: IngestTx>(
     tx: &mut T,
@@ -720,6 +785,9 @@ pub async fn notice<T: IngestTx>(
     if event.is_none() && n.kind.groups_by_time() {
         event = by_time(tx, n).await?;
     }
+    if event.is_none() {
+        event = coincident(tx, n.time, n.kind).await?;
+    }
     let dateobs = match event {
         Some(d) => d,
         None => {
@@ -730,7 +798,11 @@ pub async fn notice<T: IngestTx>(
         }
     };
     let from = format!("{} notice {}", n.notice_type, n.key);
-    add_aliases(tx, n.names.iter(), &dateobs, &from, &mut out, now).await?;
+    let mut names = n.names.clone();
+    if n.kind == EventKind::Gw {
+        names.extend(gw_names(n.time));
+    }
+    add_aliases(tx, names.iter(), &dateobs, &from, &mut out, now).await?;
     tx.insert_notice(n, &dateobs, source, checksum, now).await?;
     if let Some((ra, dec, r)) = n.position {
         let instrument = n

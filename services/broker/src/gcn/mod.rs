@@ -16,7 +16,7 @@
 //! - [`ingest`]: one file per transaction, written once for both databases.
 //! - [`store`]: the tables' SQL for reading, comments and producers' writes.
 //! - [`service`]: the domain behind `ithaca.broker.v1.GcnService`, and
-//!   [`GcnService::best_localisation`] for filter previews.
+//!   [`GcnService::chosen_localisation`] for filter previews.
 //! - [`grpc`]: the tonic adapter.
 //!
 //! Events, circulars, notices, localisations and the built-in extractions

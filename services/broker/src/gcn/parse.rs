@@ -181,11 +181,15 @@ fn circular(v: &Json) -> Result<Circular, String> {
     }
     let body = text("body", MAX_BODY, true)?.unwrap_or_default();
     let submitter = text("submitter", MAX_SUBJECT, false)?.unwrap_or_default();
-    let created_on_ms = v
-        .get("createdOn")
-        .and_then(Json::as_i64)
-        .filter(|ms| DateObs::from_ms(*ms).is_some())
-        .ok_or("createdOn: required, Unix milliseconds")?;
+    let created_on_ms = match v.get("createdOn") {
+        None | Some(Json::Null) => date_header(&body).ok_or(
+            "createdOn: required, Unix milliseconds (or a `DATE: yy/mm/dd hh:mm:ss GMT` header line in the body)",
+        )?,
+        Some(given) => given
+            .as_i64()
+            .filter(|ms| DateObs::from_ms(*ms).is_some())
+            .ok_or("createdOn: Unix milliseconds between 1950 and 2200")?,
+    };
     let event_id = text("eventId", 200, false)?.filter(|s| !s.trim().is_empty());
     let bibcode = text("bibcode", 100, false)?.filter(|s| !s.trim().is_empty());
     let checksum = hex::encode(Sha256::digest(
@@ -211,6 +215,53 @@ fn circular(v: &Json) -> Result<Circular, String> {
         checksum,
     })
 }
+
+/// The time of a circular in its classic plain-text form, whose header
+/// (`TITLE:`, `NUMBER:`, `SUBJECT:`, `DATE:`, `FROM:`) precedes the text:
+/// the `DATE: yy/mm/dd hh:mm:ss GMT` line among the first lines, read as
+/// UTC (two-digit years from 90 are 19yy: GCN began in the 1990s). An ISO
+/// 8601 time on that line is read too.
+pub fn date_header(body: &str) -> Option<i64> {
+    let line = body
+        .lines()
+        .take(HEADER_LINES)
+        .map(str::trim)
+        .find_map(|l| l.strip_prefix("DATE:"))?
+        .trim();
+    if let Ok(t) = DateObs::parse(line) {
+        return Some(t.ms());
+    }
+    let line = line
+        .strip_suffix("GMT")
+        .or_else(|| line.strip_suffix("UT"))
+        .unwrap_or(line)
+        .trim();
+    let (date, clock) = line.split_once(char::is_whitespace)?;
+    let num = |s: &str| -> Option<i64> {
+        (!s.is_empty() && s.len() <= 4 && s.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| s.parse().ok())
+            .flatten()
+    };
+    let mut d = date.split('/');
+    let (Some(y), Some(mo), Some(day), None) = (d.next(), d.next(), d.next(), d.next()) else {
+        return None;
+    };
+    let mut c = clock.trim().split(':');
+    let (Some(h), Some(mi), Some(s), None) = (c.next(), c.next(), c.next(), c.next()) else {
+        return None;
+    };
+    let y = match (y.len(), num(y)?) {
+        (2, yy) if yy >= 90 => 1900 + yy,
+        (2, yy) => 2000 + yy,
+        (4, yyyy) => yyyy,
+        _ => return None,
+    };
+    let ms = super::model::civil_ms(y, num(mo)?, num(day)?, num(h)?, num(mi)?, num(s)?, 0)?;
+    DateObs::from_ms(ms).map(DateObs::ms)
+}
+
+/// How many lines from the top a `DATE:` header may be.
+const HEADER_LINES: usize = 12;
 
 // ---- VOEvent ------------------------------------------------------------------
 
@@ -606,6 +657,42 @@ mod tests {
             let err = parse(bytes).expect_err("refused");
             assert!(err.contains(needle), "{err:?} should mention {needle:?}");
         }
+    }
+
+    #[test]
+    fn a_circular_without_created_on_takes_its_date_header() {
+        let body = "TITLE:   GCN CIRCULAR\nNUMBER:  34391\nSUBJECT: GRB 230812B: Fermi GBM detection\n\
+                    DATE:    23/08/12 19:24:41 GMT\nFROM:    Someone\n\nAt 18:58:12 UT ...";
+        let record =
+            serde_json::json!({"circularId": 34391, "subject": "GRB 230812B", "body": body});
+        let ParsedFile::Circulars(c) = parse(record.to_string().as_bytes()).expect("parses") else {
+            panic!("circulars");
+        };
+        let want = super::super::model::civil_ms(2023, 8, 12, 19, 24, 41, 0).expect("valid");
+        assert_eq!(c[0].created_on_ms, want);
+        assert_eq!(
+            date_header("DATE: 97/02/28 23:59:59 GMT"),
+            super::super::model::civil_ms(1997, 2, 28, 23, 59, 59, 0)
+        );
+        assert_eq!(
+            date_header("DATE: 2024-06-30T12:00:00Z"),
+            super::super::model::civil_ms(2024, 6, 30, 12, 0, 0, 0)
+        );
+        for bad in [
+            "DATE: 23/13/12 19:24:41 GMT",
+            "DATE: soon",
+            "no header",
+            "DATE: 23/08/12",
+        ] {
+            assert_eq!(date_header(bad), None, "{bad}");
+        }
+        // Neither createdOn nor a DATE line: refused, naming both.
+        let none = serde_json::json!({"circularId": 1, "subject": "x", "body": "text"});
+        let err = parse(none.to_string().as_bytes()).expect_err("no time");
+        assert!(err.contains("createdOn") && err.contains("DATE:"), "{err}");
+        let bad =
+            serde_json::json!({"circularId": 1, "subject": "x", "body": body, "createdOn": "x"});
+        assert!(parse(bad.to_string().as_bytes()).is_err());
     }
 
     #[test]

@@ -433,6 +433,74 @@ impl GcnService {
         Ok(best.map(|l| localisation(&row.dateobs, l)))
     }
 
+    /// The localisation of an event `choice` names, for a filter preview:
+    /// `trigger` (the default: the earliest issued, the triggering
+    /// instrument's, not a later afterglow's arcsecond circle), `smallest`,
+    /// `notice:<ivorn>` or `circular:<number>`. `None` when the event has no
+    /// localisation; a choice the event does not have is refused, naming
+    /// what it has.
+    pub async fn chosen_localisation(
+        &self,
+        dateobs_or_alias: &str,
+        choice: Option<&str>,
+    ) -> Result<Option<Localisation>, ServiceError> {
+        let row = self.resolve(dateobs_or_alias).await?;
+        let all = self
+            .store
+            .localisations(std::slice::from_ref(&row.dateobs))
+            .await?;
+        if all.is_empty() {
+            return Ok(None);
+        }
+        let choice = choice.map(str::trim).filter(|c| !c.is_empty());
+        let picked = match choice.unwrap_or("trigger") {
+            "trigger" => all
+                .iter()
+                .min_by(|a, b| {
+                    a.time_ms
+                        .cmp(&b.time_ms)
+                        .then(a.error_radius_deg.total_cmp(&b.error_radius_deg))
+                })
+                .cloned(),
+            "smallest" => all.first().cloned(),
+            other => {
+                if other.chars().count() > 300 {
+                    return Err(ServiceError::invalid(
+                        "localisation: at most 300 characters",
+                    ));
+                }
+                let found = if let Some(ivorn) = other.strip_prefix("notice:") {
+                    all.iter()
+                        .find(|l| l.ivorn.as_deref() == Some(ivorn.trim()))
+                } else if let Some(id) = other.strip_prefix("circular:") {
+                    let id: Option<i64> = id.trim().parse().ok();
+                    all.iter().find(|l| id.is_some() && l.circular_id == id)
+                } else {
+                    return Err(ServiceError::invalid(format!(
+                        "localisation: {other:?} is none of trigger, smallest, notice:<ivorn>, circular:<number>"
+                    )));
+                };
+                let Some(found) = found else {
+                    let has: Vec<String> = all
+                        .iter()
+                        .map(|l| match (&l.ivorn, l.circular_id) {
+                            (Some(i), _) => format!("notice:{i}"),
+                            (None, Some(c)) => format!("circular:{c}"),
+                            (None, None) => l.loc_key.clone(),
+                        })
+                        .collect();
+                    return Err(ServiceError::invalid(format!(
+                        "localisation: event {} has no {other:?}; it has {}",
+                        row.dateobs,
+                        has.join(", ")
+                    )));
+                };
+                Some(found.clone())
+            }
+        };
+        Ok(picked.map(|l| localisation(&row.dateobs, l)))
+    }
+
     // ---- extractions --------------------------------------------------------
 
     /// `get_gcn_event_extractions`: the shared extractions and the caller's
@@ -643,6 +711,20 @@ impl GcnService {
 /// normal GRB form (`GRB230812B` → `grb 230812b`).
 fn alias_keys(input: &str) -> Vec<String> {
     let mut keys = vec![Name::new(input).key()];
+    // `GW 170817` and `gw170817_124104` are `GW170817` and its long form.
+    let compact: String = input.split_whitespace().collect();
+    if compact.len() >= 8
+        && compact.is_char_boundary(2)
+        && compact[..2].eq_ignore_ascii_case("gw")
+        && compact[2..]
+            .bytes()
+            .all(|b| b.is_ascii_digit() || b == b'_')
+    {
+        let k = compact.to_lowercase();
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
     if let Some(g) = identify::grb_name(input) {
         let k = g.key();
         if !keys.contains(&k) {
@@ -681,6 +763,62 @@ async fn run<T: IngestTx>(
             let outcome = ingest::notice(tx, n, source, checksum, now).await?;
             ingest::report(progress, 1, 1);
             Ok(outcome)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn notices() -> std::path::PathBuf {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../../shared/data/gcn/notices/gw170817_grb170817a")
+    }
+
+    /// GW170817 and GRB 170817A, in either order, are one event that every
+    /// name of both finds, `GW170817` among them.
+    #[tokio::test]
+    async fn a_gw_candidate_and_its_burst_are_one_event() {
+        let files = [
+            "LVC_INITIAL_G298048-1-Initial.xml",
+            "FERMI_GBM_GND_POS_524666471_GRB170817A.xml",
+        ];
+        for order in [[0, 1], [1, 0]] {
+            let dir = std::env::temp_dir().join(format!(
+                "ithaca-gcn-merge-{}-{}",
+                std::process::id(),
+                order[0]
+            ));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).expect("dir");
+            let url = dir.join("broker.db").display().to_string();
+            let db = crate::open_db(&url, "unused").await.expect("db");
+            let svc = crate::gcn_service(db);
+            for i in order {
+                let bytes = std::fs::read(notices().join(files[i])).expect("notice");
+                svc.ingest_file(&Principal::system(""), files[i], bytes)
+                    .await
+                    .expect("ingested");
+            }
+            let gw = svc.resolve("G298048").await.expect("GW");
+            for name in [
+                "Fermi 524666471",
+                "GW170817",
+                "gw 170817",
+                "GW170817_124104",
+            ] {
+                let row = svc.resolve(name).await.expect(name);
+                assert_eq!(row.dateobs, gw.dateobs, "{name}, order {order:?}");
+            }
+            assert!(svc.resolve("GW170818").await.is_err());
+            let loc = svc
+                .best_localisation("GW170817")
+                .await
+                .expect("known")
+                .expect("GBM's circle");
+            assert_eq!(loc.error_radius_deg, 17.45);
+            let _ = std::fs::remove_dir_all(&dir);
         }
     }
 }
