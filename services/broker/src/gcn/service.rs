@@ -725,8 +725,21 @@ fn alias_keys(input: &str) -> Vec<String> {
             keys.push(k);
         }
     }
-    if let Some(g) = identify::grb_name(input) {
+    // GRB names in any case and spacing (`grb230812b`), and the start of one
+    // without its letter (`grb230812` finds `GRB 230812A` and `GRB 230812B`).
+    if let Some(g) = identify::grb_name(&input.to_ascii_uppercase()) {
         let k = g.key();
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    if let Some(digits) = compact
+        .get(..3)
+        .filter(|p| p.eq_ignore_ascii_case("grb"))
+        .map(|_| &compact[3..])
+        .filter(|d| !d.is_empty() && d.len() <= 6 && d.bytes().all(|b| b.is_ascii_digit()))
+    {
+        let k = format!("grb {digits}");
         if !keys.contains(&k) {
             keys.push(k);
         }
@@ -769,6 +782,19 @@ async fn run<T: IngestTx>(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_grb_name_is_found_in_any_case_and_spacing() {
+        let keys = alias_keys("grb230812b");
+        assert!(keys.contains(&"grb 230812b".to_owned()), "{keys:?}");
+        let keys = alias_keys("GRB230812");
+        assert!(keys.contains(&"grb 230812".to_owned()), "{keys:?}");
+        let keys = alias_keys("grb 2308");
+        assert!(keys.contains(&"grb 2308".to_owned()), "{keys:?}");
+        // Not a GRB name: nothing but the text itself.
+        assert_eq!(alias_keys("grbx"), vec!["grbx".to_owned()]);
+        assert_eq!(alias_keys("é"), vec!["é".to_owned()]);
+    }
     use super::*;
 
     fn notices() -> std::path::PathBuf {
