@@ -458,6 +458,43 @@ async fn bad_keys_are_401_with_a_challenge() {
     assert_eq!(meta.json()["resource"], format!("{}/mcp", s.url));
 }
 
+/// RFC 9728 §2 makes these members URLs. A client that validates the
+/// document (the official Python SDK does) discards all of it when one is
+/// prose, and then neither finds the authorization server nor sends the
+/// `resource` parameter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resource_metadata_url_members_are_urls() {
+    let s = stack().await;
+    for path in [
+        "/.well-known/oauth-protected-resource",
+        "/.well-known/oauth-protected-resource/mcp",
+    ] {
+        let meta = http::request(&s.url, "GET", path, &[], b"").await;
+        assert_eq!(meta.status, 200, "{path}");
+        let meta = meta.json();
+        let is_url = |v: &Value| {
+            v.as_str().is_some_and(|u| {
+                (u.starts_with("https://") || u.starts_with("http://"))
+                    && !u.contains(char::is_whitespace)
+            })
+        };
+        for member in [
+            "resource",
+            "jwks_uri",
+            "resource_documentation",
+            "resource_policy_uri",
+            "resource_tos_uri",
+        ] {
+            if let Some(v) = meta.get(member) {
+                assert!(is_url(v), "{path}: {member} is not a URL: {v}");
+            }
+        }
+        for server in meta["authorization_servers"].as_array().into_iter().flatten() {
+            assert!(is_url(server), "{path}: authorization server {server}");
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn revoked_keys_stop_working_within_the_cache_bound() {
     let s = stack().await;

@@ -265,6 +265,12 @@ async fn a_hosted_agent_connects_through_consent_and_every_attack_is_refused() {
         .await
         .json();
     assert_eq!(prm["authorization_servers"], json!([up.url.clone()]));
+    // A URL, as RFC 9728 has it (prose made the Python SDK discard the
+    // whole document).
+    assert_eq!(
+        prm["resource_documentation"],
+        json!(format!("{}/console", up.url))
+    );
     for path in [
         "/.well-known/oauth-authorization-server",
         "/.well-known/openid-configuration",

@@ -1351,8 +1351,13 @@ async fn resource_metadata(State(edge): State<Arc<Edge>>) -> Response {
         "bearer_methods_supported": ["header"],
         "scopes_supported": ithaca_proto::scopes::ALL,
         "resource_name": "Ithaca",
-        "resource_documentation": "API keys (dmbg_<env>_<keyid>_<secret>) are issued with `ithaca keys create`; OAuth clients are sent to a person's consent by the authorization servers listed",
     });
+    // A URL (RFC 9728 §2): clients that validate the document (the
+    // official Python SDK) discard all of it when this is prose. The
+    // console, where there is one, is where a person connects an app.
+    if edge.browser.is_some() {
+        body["resource_documentation"] = json!(format!("{base}/console"));
+    }
     let servers = authorization_servers(&edge);
     if !servers.is_empty() {
         body["authorization_servers"] = json!(servers);

@@ -301,6 +301,8 @@ check "story.py parses" "$venv_dir/bin/python" -c 'import ast, sys; ast.parse(op
 check "story.mjs parses" "$node22" --check "$script_dir/story.mjs"
 check "mcp_smoke.py parses" "$venv_dir/bin/python" -c 'import ast, sys; ast.parse(open(sys.argv[1]).read())' "$script_dir/mcp_smoke.py"
 check "mcp_smoke.mjs parses" "$node22" --check "$script_dir/mcp_smoke.mjs"
+check "oauth_client.py parses" "$venv_dir/bin/python" -c 'import ast, sys; ast.parse(open(sys.argv[1]).read())' "$script_dir/oauth_client.py"
+check "mcp.client.auth (OAuthClientProvider)" "$venv_dir/bin/python" -c 'from mcp.client.auth import OAuthClientProvider; print(OAuthClientProvider.__name__)'
 [[ "$fail" == 0 ]] || die "verification failed (see FAIL lines above)"
 
 cat <<EOF
