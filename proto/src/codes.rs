@@ -182,13 +182,13 @@ domain_codes! {
 
 impl DomainCode {
     /// This code's row of [`TABLE`].
-    pub fn row(self) -> &'static Row {
+    pub const fn row(self) -> &'static Row {
         // The table lists the variants in declaration order.
         &TABLE[self as usize]
     }
 
     /// The wire string (`"NO_ACTIVE_SESSION"`).
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         self.row().wire
     }
 
@@ -198,17 +198,17 @@ impl DomainCode {
     }
 
     /// The gRPC status the code travels with.
-    pub fn grpc(self) -> Grpc {
+    pub const fn grpc(self) -> Grpc {
         self.row().grpc
     }
 
     /// The HTTP status the console answers with.
-    pub fn http(self) -> u16 {
+    pub const fn http(self) -> u16 {
         self.row().http
     }
 
     /// The MCP tool error an agent reads.
-    pub fn mcp(self) -> McpError {
+    pub const fn mcp(self) -> McpError {
         self.row().mcp
     }
 
@@ -251,9 +251,7 @@ mod tests {
             assert_eq!(row.code.to_string(), row.wire);
             assert!(wires.insert(row.wire), "{} twice", row.wire);
             assert!(
-                row.wire
-                    .chars()
-                    .all(|c| c.is_ascii_uppercase() || c == '_'),
+                row.wire.chars().all(|c| c.is_ascii_uppercase() || c == '_'),
                 "{}",
                 row.wire
             );

@@ -69,27 +69,24 @@ pub fn failed(err: CallError) -> Response {
         }
         CallError::Status(status) => status,
     };
-    use tonic::Code;
-    match status.code() {
-        Code::NotFound => error(StatusCode::NOT_FOUND, "Not found."),
-        Code::InvalidArgument => error(StatusCode::BAD_REQUEST, status.message()),
-        Code::FailedPrecondition | Code::AlreadyExists | Code::Aborted => {
-            error(StatusCode::CONFLICT, status.message())
-        }
-        Code::PermissionDenied | Code::Unauthenticated => {
-            error(StatusCode::FORBIDDEN, status.message())
-        }
-        Code::Unavailable | Code::DeadlineExceeded => error(
+    // The table's code of the status, and its HTTP status; the message
+    // says no more than the status does.
+    use ithaca_kit::error::DomainCode;
+    let http = DomainCode::from_grpc(status.code()).http();
+    match StatusCode::from_u16(http).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR) {
+        StatusCode::NOT_FOUND => error(StatusCode::NOT_FOUND, "Not found."),
+        StatusCode::SERVICE_UNAVAILABLE => error(
             StatusCode::SERVICE_UNAVAILABLE,
             "A service is unavailable; retry in a moment.",
         ),
-        _ => {
+        StatusCode::INTERNAL_SERVER_ERROR => {
             tracing::warn!(code = ?status.code(), error = %status.message(), "console: backend call failed");
             error(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "Something went wrong; it was logged.",
             )
         }
+        http => error(http, status.message()),
     }
 }
 

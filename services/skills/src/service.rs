@@ -13,6 +13,7 @@ use crate::store::{ArtifactRow, JobRow, RunRow, Store};
 use crate::validate;
 use futures::FutureExt;
 use ithaca_kit::clock;
+use ithaca_kit::error::DomainCode;
 use ithaca_kit::error::{Code, ServiceError};
 use ithaca_kit::id::TenantId;
 use ithaca_kit::principal::{InternalKey, Principal};
@@ -509,7 +510,7 @@ impl SkillsService {
                 "run_id: run {} already {}; only queued or running runs can be cancelled",
                 run.run_id, run.status
             ))
-            .with_domain("RUN_FINISHED"));
+            .with_domain(DomainCode::RunFinished));
         }
         if !self
             .step(
@@ -529,7 +530,7 @@ impl SkillsService {
                 "run_id: run {} already {}",
                 run.run_id, now.run.status
             ))
-            .with_domain("RUN_FINISHED"));
+            .with_domain(DomainCode::RunFinished));
         }
         // Its computation, when it is here, stops now.
         self.stop_computing(&run.run_id);
@@ -750,7 +751,7 @@ impl SkillsService {
                 ))
             }
         };
-        err.with_domain("UNKNOWN_SKILL")
+        err.with_domain(DomainCode::UnknownSkill)
     }
 }
 
@@ -799,7 +800,7 @@ fn quoted(text: &str) -> String {
 
 /// Whether `err` is a run stopped because nobody waits for it any more.
 fn is_cancellation(err: &ServiceError) -> bool {
-    err.domain == Some(skills::RUN_CANCELLED)
+    err.domain == Some(skills::RUN_CANCELLED.as_str())
 }
 
 /// Check an id's shape (a UUID) and return its canonical form.

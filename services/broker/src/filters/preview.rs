@@ -18,6 +18,7 @@ use crate::alerts::service::time_window;
 use crate::alerts::store::AlertStore;
 use crate::sky;
 use apache_avro::Schema;
+use ithaca_kit::error::DomainCode;
 use ithaca_kit::error::{Code, ServiceError};
 use ithaca_kit::with_pool;
 use moc::elem::cellcellrange::CellOrCellRange;
@@ -185,7 +186,7 @@ pub async fn preview(
     if store.broker(broker_id).await?.is_none() {
         return Err(
             ServiceError::not_found(format!("broker_id: no broker {broker_id:?}"))
-                .with_domain("UNKNOWN_BROKER"),
+                .with_domain(DomainCode::UnknownBroker),
         );
     }
     let window = time_window(q.jd_start, q.jd_end)?.unwrap_or((f64::MIN, f64::MAX));

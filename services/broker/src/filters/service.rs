@@ -12,6 +12,7 @@ use crate::alerts::schema::FlatField;
 use crate::alerts::service::ARCHIVE_BROKER;
 use crate::alerts::store::BrokerRow;
 use ithaca_kit::clock;
+use ithaca_kit::error::DomainCode;
 use ithaca_kit::error::{Code, ServiceError};
 use ithaca_kit::principal::{Actor, Principal};
 use ithaca_proto::scopes;
@@ -327,7 +328,7 @@ impl FilterService {
             return Err(ServiceError::not_found(format!(
                 "broker_id: no broker {id:?}; get_filter_targets lists the brokers that run filters"
             ))
-            .with_domain("UNKNOWN_BROKER"));
+            .with_domain(DomainCode::UnknownBroker));
         };
         if !can_filter(&broker, std::slice::from_ref(stream)) {
             return Err(ServiceError::invalid(format!(

@@ -8,6 +8,7 @@
 
 use super::service::GcnService;
 use super::store::{CircularRow, like_escape};
+use ithaca_kit::error::DomainCode;
 use ithaca_kit::error::ServiceError;
 use ithaca_kit::principal::Principal;
 
@@ -197,7 +198,7 @@ impl GcnService {
                 ServiceError::not_found(format!(
                     "circular_id: no GCN Circular {circular_id} is stored; search_gcn_circulars finds circulars by their words"
                 ))
-                .with_domain("UNKNOWN_GCN_CIRCULAR")
+                .with_domain(DomainCode::UnknownGcnCircular)
             })
     }
 

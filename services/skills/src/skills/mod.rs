@@ -24,6 +24,7 @@ use crate::catalog::Manifest;
 use crate::service::SkillsService;
 use crate::stop::Stop;
 use crate::store::StrategyRow;
+use ithaca_kit::error::DomainCode;
 use ithaca_kit::error::{Code, ServiceError};
 use ithaca_kit::principal::Principal;
 use serde_json::{Map, Value, json};
@@ -238,7 +239,7 @@ impl Context<'_> {
             return Err(ServiceError::invalid(format!(
                 "inputs: the run would read more than {MAX_PRICES_PER_RUN} prices; name fewer symbols or a shorter range"
             ))
-            .with_domain("RUN_TOO_LARGE"));
+            .with_domain(DomainCode::RunTooLarge));
         }
         Ok(Series { dates, prices })
     }
@@ -304,7 +305,7 @@ pub(crate) fn cancelled(reason: crate::stop::Reason) -> ServiceError {
 }
 
 /// The domain code of a run stopped because nobody waits for it.
-pub(crate) const RUN_CANCELLED: &str = "RUN_CANCELLED";
+pub(crate) const RUN_CANCELLED: DomainCode = DomainCode::RunCancelled;
 
 /// The schema of a `symbol` input.
 fn symbol_schema() -> Value {
@@ -331,7 +332,7 @@ fn too_long(field: &str, needed: usize, symbol: &str, have: usize) -> ServiceErr
         needed + 1,
         symbol.to_uppercase()
     ))
-    .with_domain("INSUFFICIENT_DATA")
+    .with_domain(DomainCode::InsufficientData)
 }
 
 /// The `symbol` input of a skill whose schema requires it.
