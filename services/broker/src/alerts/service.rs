@@ -909,7 +909,7 @@ impl AlertService {
             }
             Some(n) => n as usize,
         };
-        let super::producers::SchemaOf {
+        let super::schema::SchemaOf {
             source,
             versions,
             paths: union,
@@ -920,7 +920,7 @@ impl AlertService {
             .filter(|s| !s.is_empty());
         // `real-bogus` finds `RealBogus` and `real bogus`: separators are
         // compared away as well.
-        let squashed = search.as_deref().map(super::producers::squash);
+        let squashed = search.as_deref().map(super::schema::squash);
         let prefix = prefix
             .map(|p| p.trim().trim_end_matches('.').to_owned())
             .filter(|p| !p.is_empty());
@@ -940,7 +940,7 @@ impl AlertService {
                         || f.doc.as_deref().is_some_and(|d| {
                             d.to_ascii_lowercase().contains(s)
                                 || (!squashed.is_empty()
-                                    && super::producers::squash(d).contains(squashed))
+                                    && super::schema::squash(d).contains(squashed))
                         })
                 })
             })
