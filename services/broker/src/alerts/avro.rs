@@ -7,6 +7,7 @@
 //! is decoded on a thread of its own whose stack is sized for the deepest
 //! schema accepted ([`decode_file_on_thread`]).
 
+pub use super::limits::DecodeError;
 use super::container::{self, WalkError};
 use super::walk;
 use apache_avro::Schema;
@@ -52,26 +53,6 @@ pub struct DecodedFile {
     pub alerts: Vec<DecodedAlert>,
 }
 
-/// Why a file could not be read. Every alert of a file is decoded before any
-/// is stored, so a bad file stores nothing.
-#[derive(Debug, thiserror::Error)]
-pub enum DecodeError {
-    #[error("not an Avro object-container file: {0}")]
-    NotAvro(String),
-    #[error("alert {index} cannot be decoded (truncated or corrupt): {reason}")]
-    Record { index: usize, reason: String },
-    #[error("alert {index}: {reason}")]
-    NotAnAlert { index: usize, reason: String },
-    #[error("the file holds no alerts")]
-    Empty,
-    /// The file declares more than an alert packet needs (see
-    /// [`super::container`]'s limits); nothing of it was decoded.
-    #[error("refused: {0}")]
-    Refused(String),
-    /// No thread could decode the file: the broker's trouble, not the file's.
-    #[error("the decoding thread failed: {0}")]
-    Thread(String),
-}
 
 /// [`decode_file`] on a thread of its own with a
 /// [`container::DECODE_STACK_BYTES`] stack: the decoder recurses once per
