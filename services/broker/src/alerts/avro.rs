@@ -7,8 +7,8 @@
 //! is decoded on a thread of its own whose stack is sized for the deepest
 //! schema accepted ([`decode_file_on_thread`]).
 
-pub use super::limits::DecodeError;
 use super::container::{self, WalkError};
+pub use super::limits::DecodeError;
 use super::walk;
 use apache_avro::Schema;
 use apache_avro::schema::ResolvedSchema;
@@ -52,7 +52,6 @@ pub struct DecodedFile {
     pub version: String,
     pub alerts: Vec<DecodedAlert>,
 }
-
 
 /// [`decode_file`] on a thread of its own with a
 /// [`container::DECODE_STACK_BYTES`] stack: the decoder recurses once per

@@ -31,12 +31,12 @@
 //! uncompressed; a writer schema is at most 26 KB and nests 6 levels; an
 //! alert holds at most a few thousand values.
 
+use super::limits::Cursor;
 pub use super::limits::{
     DECODE_STACK_BYTES, DecodeError, MAX_ALERT_VALUES, MAX_BLOCK_BYTES, MAX_BLOCK_RECORDS,
-    MAX_FILE_CANDIDATE_VALUES, MAX_METADATA_ENTRIES, MAX_SCHEMA_BYTES, MAX_SCHEMA_DEPTH,
-    WalkError, limit_allocations,
+    MAX_FILE_CANDIDATE_VALUES, MAX_METADATA_ENTRIES, MAX_SCHEMA_BYTES, MAX_SCHEMA_DEPTH, WalkError,
+    limit_allocations,
 };
-use super::limits::Cursor;
 use apache_avro::Schema;
 use std::io::Read;
 
@@ -55,7 +55,6 @@ pub struct Header<'a> {
     /// The bytes after the header: the blocks.
     rest: &'a [u8],
 }
-
 
 /// Read the header of `bytes` and check its writer schema.
 pub fn read_header(bytes: &[u8]) -> Result<Header<'_>, DecodeError> {
@@ -237,4 +236,3 @@ pub fn inflate(stored: &[u8]) -> Result<Vec<u8>, WalkError> {
     }
     Ok(out)
 }
-

@@ -39,6 +39,11 @@ pub mod codes {
     pub const FOREIGN_PATH: DomainCode = DomainCode::ForeignPath;
 }
 
+/// The resource of a filter.
+pub fn filter_uri(filter_id: &str) -> String {
+    format!("doomberg://filters/{filter_id}")
+}
+
 fn uuid_like(raw: &str) -> Option<String> {
     let t = raw.trim().to_ascii_lowercase();
     uuid::Uuid::parse_str(&t)

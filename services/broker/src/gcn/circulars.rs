@@ -24,7 +24,6 @@ pub const MAX_WORDS: usize = 8;
 /// Characters of a hit's snippet either side of the first word found.
 const SNIPPET_SIDE: usize = 100;
 
-
 /// One page of an event's circulars.
 #[derive(Clone, Debug)]
 pub struct CircularsPage {

@@ -25,7 +25,6 @@ pub const ORIGIN: &str = "ithaca-circular-parser";
 /// Most magnitudes kept from one circular (photometry tables can be long).
 const MAX_MAGNITUDES: usize = 200;
 
-
 static REDSHIFT_WORD: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"(?i)\bredshifts?\s+(?:of\s+|at\s+)?(?:about\s+|approximately\s+)?(?:z\s*(?:=|~|≈)\s*)?(\d{1,2}\.\d{1,4})")
         .expect("valid regex")

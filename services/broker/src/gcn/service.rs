@@ -2,9 +2,9 @@
 //! producers' extractions and each tenant's discussion. Every refusal names
 //! the field at fault; nothing here panics on a caller's input.
 
-use super::model::CircularPage;
 use super::identify;
 use super::ingest::{self, IngestTx, Outcome};
+use super::model::CircularPage;
 use super::model::{DateObs, LocOrigin, Localisation, Name};
 use super::parse::{self, ParsedFile};
 use super::store::{
