@@ -20,8 +20,8 @@ mod returns_summary;
 mod vol_realized;
 mod vol_term_structure;
 
-use crate::catalog::Manifest;
-use crate::service::SkillsService;
+use crate::model::Manifest;
+use crate::sources::Sources;
 use crate::stop::Stop;
 use crate::store::StrategyRow;
 use ithaca_kit::error::DomainCode;
@@ -160,8 +160,7 @@ pub const MAX_SYMBOLS: usize = 200;
 /// The most windows `vol.term_structure` takes (its schema's `maxItems`).
 pub const MAX_WINDOWS: usize = 32;
 
-/// The longest text a symbol input may be (its schema's `maxLength`).
-pub const MAX_SYMBOL_LEN: usize = 32;
+pub use crate::model::MAX_SYMBOL_LEN;
 
 /// The most prices one run may read from the broker, whatever its inputs:
 /// [`MAX_SYMBOLS`] series of 40 years of daily bars. A run that would read
@@ -170,7 +169,8 @@ pub const MAX_PRICES_PER_RUN: usize = 2_000_000;
 
 /// What a computation may ask for, on behalf of the caller.
 pub struct Context<'a> {
-    pub(crate) service: &'a SkillsService,
+    /// Where its data comes from (the service, or a fake in a test).
+    pub(crate) sources: &'a dyn Sources,
     pub(crate) caller: &'a Principal,
     /// Where its progress goes, when someone follows the run.
     pub(crate) progress: Option<&'a Progress>,
@@ -233,7 +233,7 @@ impl Context<'_> {
         end: Option<&str>,
     ) -> Result<Series, ServiceError> {
         self.check()?;
-        let (dates, prices) = self.service.prices(self.caller, symbol, start, end).await?;
+        let (dates, prices) = self.sources.prices(self.caller, symbol, start, end).await?;
         let read = self.prices_read.fetch_add(prices.len(), Ordering::Relaxed) + prices.len();
         if read > MAX_PRICES_PER_RUN {
             return Err(ServiceError::invalid(format!(
@@ -246,7 +246,7 @@ impl Context<'_> {
 
     /// Every symbol the broker has data for.
     pub async fn symbols(&self) -> Result<Vec<String>, ServiceError> {
-        self.service.known_symbols(self.caller).await
+        self.sources.symbols(self.caller).await
     }
 
     /// An object's light curve from a broker's alert archive.
@@ -255,7 +255,7 @@ impl Context<'_> {
         broker_id: &str,
         object_id: &str,
     ) -> Result<ithaca_proto::broker::v1::LightCurve, ServiceError> {
-        self.service
+        self.sources
             .light_curve(self.caller, broker_id, object_id)
             .await
     }
@@ -267,7 +267,7 @@ impl Context<'_> {
         request: ithaca_proto::broker::v1::GetFundamentalsRequest,
     ) -> Result<ithaca_proto::broker::v1::Fundamentals, ServiceError> {
         self.check()?;
-        self.service.fundamentals(self.caller, request).await
+        self.sources.fundamentals(self.caller, request).await
     }
 
     /// The broker's peer screen: symbols ranked by metrics at a date.
@@ -276,12 +276,12 @@ impl Context<'_> {
         request: ithaca_proto::broker::v1::ScreenPeersRequest,
     ) -> Result<ithaca_proto::broker::v1::PeerScreen, ServiceError> {
         self.check()?;
-        self.service.screen_peers(self.caller, request).await
+        self.sources.screen_peers(self.caller, request).await
     }
 
     /// One of the caller's strategies.
     pub async fn strategy(&self, strategy_id: &str) -> Result<StrategyRow, ServiceError> {
-        self.service.strategy(self.caller, strategy_id).await
+        self.sources.strategy(self.caller, strategy_id).await
     }
 }
 
