@@ -433,3 +433,97 @@ mod tests {
         assert!(bare.is_empty(), "numbers without a unit: {bare:#?}");
     }
 }
+
+#[cfg(test)]
+mod fake_sources {
+    //! A skill run against a fake [`Sources`]: no broker, no store.
+
+    use super::*;
+    use crate::stop::Stop;
+    use ithaca_proto::broker::v1 as bpb;
+    use std::sync::Mutex;
+
+    /// Three closes of one symbol; remembers what it was asked.
+    #[derive(Default)]
+    struct Fake {
+        asked: Mutex<Vec<String>>,
+    }
+
+    fn none<T>() -> Result<T, ServiceError> {
+        Err(ServiceError::not_found("the fake has none"))
+    }
+
+    #[tonic::async_trait]
+    impl Sources for Fake {
+        async fn prices(
+            &self,
+            _caller: &Principal,
+            symbol: &str,
+            _start: Option<&str>,
+            _end: Option<&str>,
+        ) -> Result<(Vec<String>, Vec<f64>), ServiceError> {
+            self.asked.lock().unwrap().push(symbol.to_owned());
+            let dates = ["2020-01-02", "2020-01-03", "2020-01-06"];
+            Ok((
+                dates.iter().map(|d| (*d).to_owned()).collect(),
+                vec![100.0, 110.0, 121.0],
+            ))
+        }
+        async fn symbols(&self, _: &Principal) -> Result<Vec<String>, ServiceError> {
+            none()
+        }
+        async fn light_curve(
+            &self,
+            _: &Principal,
+            _: &str,
+            _: &str,
+        ) -> Result<bpb::LightCurve, ServiceError> {
+            none()
+        }
+        async fn fundamentals(
+            &self,
+            _: &Principal,
+            _: bpb::GetFundamentalsRequest,
+        ) -> Result<bpb::Fundamentals, ServiceError> {
+            none()
+        }
+        async fn screen_peers(
+            &self,
+            _: &Principal,
+            _: bpb::ScreenPeersRequest,
+        ) -> Result<bpb::PeerScreen, ServiceError> {
+            none()
+        }
+        async fn strategy(&self, _: &Principal, _: &str) -> Result<StrategyRow, ServiceError> {
+            none()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_skill_runs_against_a_fake_source() {
+        let fake = Fake::default();
+        let caller = Principal::system("t1");
+        let stop = Stop::never();
+        let ctx = Context {
+            sources: &fake,
+            caller: &caller,
+            progress: None,
+            stop: &stop,
+            prices_read: AtomicUsize::new(0),
+        };
+        let mut inputs = Map::new();
+        inputs.insert("symbol".to_owned(), json!("FAKE"));
+        let out = returns_summary::ReturnsSummary
+            .run(&ctx, &Inputs::new(inputs))
+            .await
+            .expect("runs");
+        assert_eq!(*fake.asked.lock().unwrap(), ["FAKE"]);
+        assert_eq!(out.outputs["symbol"], "FAKE");
+        assert_eq!(out.outputs["start"], "2020-01-02");
+        assert_eq!(out.outputs["end"], "2020-01-06");
+        assert_eq!(out.outputs["days"], 3);
+        let total = out.outputs["total_return"].as_f64().expect("a number");
+        assert!((total - 0.21).abs() < 1e-9, "{total}");
+        assert_eq!(ctx.prices_read.load(Ordering::Relaxed), 3);
+    }
+}
