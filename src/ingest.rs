@@ -6,13 +6,12 @@
 //! the broker then commits the whole file in one transaction. Re-ingesting
 //! the same file (same SHA-256) changes nothing.
 
-pub use crate::broker_client::{Client, broker_client};
+pub use crate::broker_client::broker_client;
 use crate::stack::{self, StackInfo};
 use anyhow::Context;
 pub use ithaca_broker::csv::{BarsFile, parse_bars};
-use ithaca_kit::client::{self, Outbound};
+use ithaca_kit::client::Outbound;
 use ithaca_kit::config::CommonArgs;
-use ithaca_kit::principal::{InternalKey, Principal};
 use ithaca_proto::broker::v1 as pb;
 use ithaca_proto::broker::v1::broker_service_client::BrokerServiceClient;
 use ithaca_proto::mcp::v1::call_event::Event;

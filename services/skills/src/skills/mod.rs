@@ -462,7 +462,10 @@ mod fake_sources {
             _start: Option<&str>,
             _end: Option<&str>,
         ) -> Result<(Vec<String>, Vec<f64>), ServiceError> {
-            self.asked.lock().unwrap().push(symbol.to_owned());
+            self.asked
+                .lock()
+                .expect("not poisoned")
+                .push(symbol.to_owned());
             let dates = ["2020-01-02", "2020-01-03", "2020-01-06"];
             Ok((
                 dates.iter().map(|d| (*d).to_owned()).collect(),
@@ -517,7 +520,7 @@ mod fake_sources {
             .run(&ctx, &Inputs::new(inputs))
             .await
             .expect("runs");
-        assert_eq!(*fake.asked.lock().unwrap(), ["FAKE"]);
+        assert_eq!(*fake.asked.lock().expect("not poisoned"), ["FAKE"]);
         assert_eq!(out.outputs["symbol"], "FAKE");
         assert_eq!(out.outputs["start"], "2020-01-02");
         assert_eq!(out.outputs["end"], "2020-01-06");
