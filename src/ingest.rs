@@ -6,12 +6,12 @@
 //! the broker then commits the whole file in one transaction. Re-ingesting
 //! the same file (same SHA-256) changes nothing.
 
+pub use crate::broker_client::broker_client;
 use crate::stack::{self, StackInfo};
 use anyhow::Context;
 pub use ithaca_broker::csv::{BarsFile, parse_bars};
-use ithaca_kit::client::{self, Outbound};
+use ithaca_kit::client::Outbound;
 use ithaca_kit::config::CommonArgs;
-use ithaca_kit::principal::{InternalKey, Principal};
 use ithaca_proto::broker::v1 as pb;
 use ithaca_proto::broker::v1::broker_service_client::BrokerServiceClient;
 use ithaca_proto::mcp::v1::call_event::Event;
@@ -83,11 +83,6 @@ pub enum IngestCommand {
     },
 }
 
-/// A broker client signed as the system.
-pub type Client = BrokerServiceClient<
-    tonic::service::interceptor::InterceptedService<tonic::transport::Channel, Outbound>,
->;
-
 /// Stream a parsed file to the broker; `progress` reports rows sent, then
 /// `written` the rows the broker has written (its progress events).
 pub async fn upload(
@@ -144,22 +139,6 @@ pub async fn upload(
         }
     }
     anyhow::bail!("the ingest ended without its dataset")
-}
-
-/// A broker client signed as the system.
-pub fn broker_client(
-    url: &str,
-    key: InternalKey,
-) -> anyhow::Result<
-    BrokerServiceClient<
-        tonic::service::interceptor::InterceptedService<tonic::transport::Channel, Outbound>,
-    >,
-> {
-    Ok(BrokerServiceClient::with_interceptor(
-        client::channel(url)?,
-        Outbound::new(key, Principal::system("")),
-    )
-    .max_encoding_message_size(32 * 1024 * 1024))
 }
 
 pub async fn run(common: &CommonArgs, cmd: IngestCommand) -> anyhow::Result<()> {

@@ -7,7 +7,7 @@
 //! and the command then exits non-zero saying how many were skipped.
 //! Re-ingesting a file changes nothing.
 
-use crate::ingest::broker_client;
+use crate::broker_client::broker_client;
 use crate::stack::{self, StackInfo};
 use anyhow::Context;
 use ithaca_kit::config::CommonArgs;
@@ -112,7 +112,7 @@ impl Progress {
 /// Stream `bytes` as one file to the broker's alert ingest, handing each
 /// progress report (alerts written of total) to `on_progress`.
 pub async fn send_alert_file(
-    broker: &mut crate::ingest::Client,
+    broker: &mut crate::broker_client::Client,
     broker_id: &str,
     source: &str,
     bytes: Vec<u8>,
@@ -270,7 +270,7 @@ pub async fn catalog(common: &CommonArgs, file: PathBuf, target: Target) -> anyh
 /// Stream a catalog file's chunks to the broker's catalog ingest, handing
 /// each progress report (sources stored of total) to `on_progress`.
 async fn send_catalog(
-    broker: &mut crate::ingest::Client,
+    broker: &mut crate::broker_client::Client,
     chunks: impl tokio_stream::Stream<Item = pb::CatalogFileChunk> + Send + 'static,
     on_progress: impl FnMut(u64, u64),
 ) -> Result<pb::CatalogIngestReport, tonic::Status> {
@@ -281,7 +281,10 @@ async fn send_catalog(
     follow(events, on_progress).await
 }
 
-pub fn connect(common: &CommonArgs, target: &Target) -> anyhow::Result<crate::ingest::Client> {
+pub fn connect(
+    common: &CommonArgs,
+    target: &Target,
+) -> anyhow::Result<crate::broker_client::Client> {
     let url = target
         .broker_url
         .clone()

@@ -17,6 +17,7 @@
 mod accounts;
 mod admin;
 mod approvals;
+mod broker_client;
 mod brokers;
 mod connect;
 mod edge;

@@ -6,6 +6,10 @@ use anyhow::Context;
 use serde_json::json;
 use std::path::{Path, PathBuf};
 
+/// The default server name, the seed's (`doomberg://` resources, the
+/// `doomberg-mcp` realm).
+pub const DEFAULT_NAME: &str = "doomberg";
+
 /// Where `ithaca up` keeps its data unless told otherwise.
 pub const DEFAULT_DATA_DIR: &str = ".ithaca";
 

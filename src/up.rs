@@ -257,7 +257,7 @@ pub async fn run(common: &CommonArgs, args: UpArgs) -> anyhow::Result<()> {
     println!("  client config:");
     println!(
         "    {{\"mcpServers\": {{\"{}\": {{\"type\": \"http\", \"url\": \"{mcp_url}\", \"headers\": {{\"Authorization\": \"Bearer {token}\"}}}}}}}}",
-        crate::connect::DEFAULT_NAME
+        crate::stack::DEFAULT_NAME
     );
     println!("  or let `ithaca connect <agent>` write it into the agent's own file");
     println!("ithaca: ready; press ctrl-c to stop");

@@ -4,7 +4,7 @@
 
 use crate::Console;
 use crate::cookie::{self, Claims, Sealer};
-use crate::pages::{self, Nav};
+use crate::view::{self, Nav};
 use askama::Template;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -64,7 +64,7 @@ impl Console {
             }
             Err(AuthFailure::Unavailable(why)) => {
                 tracing::warn!(error = %why, "console: authentication unavailable");
-                Err(pages::error(
+                Err(view::error(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "The auth service is unavailable; retry in a moment.",
                 ))
@@ -82,7 +82,7 @@ impl Console {
         self.check_same_origin(headers)?;
         let person = self.person(headers).await?;
         if !self.sealer.csrf_ok(&person.claims, csrf) {
-            return Err(pages::error(
+            return Err(view::error(
                 StatusCode::FORBIDDEN,
                 "This form is stale or was sent from another site (CSRF token missing or wrong). \
                  Reload the page and try again.",
@@ -101,7 +101,7 @@ impl Console {
         if ithaca_edge::http::host_allowed(&self.public_host, host) {
             Ok(())
         } else {
-            Err(pages::error(StatusCode::FORBIDDEN, "host not allowed"))
+            Err(view::error(StatusCode::FORBIDDEN, "host not allowed"))
         }
     }
 
@@ -111,7 +111,7 @@ impl Console {
     fn check_same_origin(&self, headers: &HeaderMap) -> Result<(), Response> {
         self.check_host(headers)?;
         let refuse = || {
-            Err(pages::error(
+            Err(view::error(
                 StatusCode::FORBIDDEN,
                 "Cross-site requests are refused: use the console's own pages.",
             ))
@@ -211,7 +211,7 @@ pub async fn sign_in_page(Query(query): Query<SignInQuery>) -> Response {
         _ if !next.is_empty() => "Sign in to decide whether to connect an app.",
         _ => "",
     };
-    pages::html(
+    view::html(
         StatusCode::OK,
         &SignInPage {
             message: message.to_owned(),
@@ -241,7 +241,7 @@ pub async fn sign_in(
         return refused;
     }
     let refuse = |status, error: &str| {
-        pages::html(
+        view::html(
             status,
             &SignInPage {
                 message: String::new(),
@@ -336,7 +336,7 @@ pub async fn sign_out(
         .await
     {
         tracing::warn!(error = %status.message(), "console: ending a sign-in failed");
-        return pages::error(
+        return view::error(
             StatusCode::SERVICE_UNAVAILABLE,
             "Signing out failed: the auth service did not answer, so this sign-in is still              open. Retry in a moment.",
         );

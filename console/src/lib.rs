@@ -38,6 +38,7 @@ pub mod gate;
 pub mod oauth;
 pub mod pages;
 pub mod signins;
+pub mod view;
 
 use axum::Router;
 use axum::http::{HeaderMap, HeaderValue, header};

@@ -19,7 +19,7 @@ use tonic::{Request, Status};
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 256;
 
 /// The domain code of a call refused because its backend is saturated.
-pub const BACKEND_BUSY: &str = "BACKEND_BUSY";
+pub const BACKEND_BUSY: &str = ithaca_kit::error::DomainCode::BackendBusy.as_str();
 
 /// A backend service's channel, call deadline and concurrency gate.
 #[derive(Clone, Debug)]

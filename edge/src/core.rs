@@ -8,7 +8,7 @@ use crate::stream::{self, AskError, CallIo, Rounds, StateSealer, Streamed, Termi
 use crate::transcode;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use ithaca_kit::error::domain_code;
+use ithaca_kit::error::{DomainCode, domain, domain_code};
 use ithaca_kit::json;
 use ithaca_kit::principal::{Actor, InternalKey, Principal, Subject};
 use ithaca_proto::approvals::v1 as apb;
@@ -36,16 +36,6 @@ pub use ithaca_proto::NO_ACTIVE_SESSION_MESSAGE as NO_SESSION_MESSAGE;
 /// How long filing an approval may take: the approvals service asks the
 /// owning service to check the call first (and runs a person's own call).
 const APPROVAL_DEADLINE: std::time::Duration = std::time::Duration::from_secs(20);
-
-/// Failures that are a rule refusing the call (traced as `denial`, not
-/// `error`).
-const DENIAL_CODES: [&str; 5] = [
-    "SUBJECT_MISMATCH",
-    "TRADING_DISABLED",
-    "HUMAN_REQUIRED",
-    "PERMISSION_DENIED",
-    "SUBJECT_REQUIRED",
-];
 
 /// How many lost results the edge remembers to report.
 const MAX_ORPHANS: usize = 1024;
@@ -401,13 +391,13 @@ impl Core {
                 // Not offered here, but not hidden either: the tool error
                 // says how to get to it (a person opens a session on the
                 // object, the agent joins it).
-                Err(status) if domain_code(&status) == Some("SUBJECT_REQUIRED") => {
+                Err(status) if domain(&status) == Some(DomainCode::SubjectRequired) => {
                     return Ok(Answer::Complete(status_failure(&status).to_result()));
                 }
                 // A person may close an agent's session without one of
                 // their own; the call is then recorded in no session.
                 Err(status)
-                    if domain_code(&status) == Some("NO_ACTIVE_SESSION")
+                    if domain(&status) == Some(DomainCode::NoActiveSession)
                         && tool.options.human_session_exempt
                         && caller.actor() == Actor::Human
                         && pin.is_none() => {}
@@ -439,7 +429,7 @@ impl Core {
         let ran = tokio::select! {
             ran = run => ran,
             () = io.cancelled.cancelled() => Ran::Done(Err(ToolFailure::new(
-                "CANCELLED",
+                DomainCode::Cancelled.as_str(),
                 "the client cancelled the call before it finished",
                 false,
             ))),
@@ -457,7 +447,7 @@ impl Core {
             ),
             Ran::Refused(error) => (
                 Err(ToolFailure::new(
-                    "CAPABILITY_MISSING",
+                    DomainCode::CapabilityMissing.as_str(),
                     &error.message,
                     false,
                 )),
@@ -518,7 +508,7 @@ impl Core {
             }
             return Ok(Answer::Complete(
                 ToolFailure::new(
-                    "TRACE_UNAVAILABLE",
+                    DomainCode::TraceUnavailable.as_str(),
                     "the call's result could not be recorded in the session's trace; the trace \
                      will say so, and the call may be retried",
                     true,
@@ -531,7 +521,7 @@ impl Core {
         if let Err(failure) = &outcome
             && !failure.traced
         {
-            let kind = if DENIAL_CODES.contains(&failure.code.as_str()) {
+            let kind = if DomainCode::parse(&failure.code).is_some_and(|c| c.mcp().denial) {
                 spb::EventType::Denial
             } else {
                 spb::EventType::Error
@@ -586,7 +576,7 @@ impl Core {
             let payload = json!({
                 "tool": orphan.tool,
                 "call_seq": orphan.call_seq,
-                "error": "RESULT_NOT_RECORDED",
+                "error": DomainCode::ResultNotRecorded.as_str(),
                 "message": "this call ran, but its result could not be recorded when it finished",
             });
             if self
@@ -618,7 +608,11 @@ impl Core {
         let request = match transcode::to_message(&tool.method.input(), arguments) {
             Ok(request) => request,
             Err(e) => {
-                return Ran::Done(Err(ToolFailure::new("INVALID_ARGUMENT", &e.message, false)));
+                return Ran::Done(Err(ToolFailure::new(
+                    DomainCode::InvalidArgument.as_str(),
+                    &e.message,
+                    false,
+                )));
             }
         };
         let backend = match self.backend(&tool.method) {
@@ -650,7 +644,7 @@ impl Core {
             Streamed::Done(Ok(Terminal::Result(content))) => Ran::Done(Ok(render_content(content))),
             Streamed::Done(Ok(Terminal::Reply(bytes))) => Ran::Done(render_reply(tool, &bytes)),
             Streamed::Done(Ok(_)) => Ran::Done(Err(ToolFailure::new(
-                "INTERNAL",
+                DomainCode::Internal.as_str(),
                 "the service answered a tool call with a prompt",
                 false,
             ))),
@@ -680,12 +674,16 @@ impl Core {
         let request = match transcode::to_message(&tool.method.input(), arguments) {
             Ok(request) => request.encode_to_vec(),
             Err(e) => {
-                return Ran::Done(Err(ToolFailure::new("INVALID_ARGUMENT", &e.message, false)));
+                return Ran::Done(Err(ToolFailure::new(
+                    DomainCode::InvalidArgument.as_str(),
+                    &e.message,
+                    false,
+                )));
             }
         };
         let Some(approvals) = self.routes.get(APPROVALS) else {
             return Ran::Done(Err(ToolFailure::new(
-                "SERVICE_UNAVAILABLE",
+                DomainCode::ServiceUnavailable.as_str(),
                 &format!(
                     "{} needs a person's approval, and no approvals service is configured",
                     tool.name
@@ -730,7 +728,7 @@ impl Core {
                     }
                     Err(Streamed::Done(Err(status))) => Ran::Done(Err(status_failure(&status))),
                     Ok(_) | Err(Streamed::Done(Ok(_))) => Ran::Done(Err(ToolFailure::new(
-                        "INTERNAL",
+                        DomainCode::Internal.as_str(),
                         "confirming the call failed",
                         false,
                     ))),
@@ -754,7 +752,7 @@ impl Core {
                 }
                 Err(error) => {
                     return Ran::Done(Err(ToolFailure::new(
-                        "FAILED_PRECONDITION",
+                        DomainCode::FailedPrecondition.as_str(),
                         &error.to_string(),
                         false,
                     )));
@@ -762,7 +760,7 @@ impl Core {
             }
         }
         Ran::Done(Err(ToolFailure::new(
-            "INTERNAL",
+            DomainCode::Internal.as_str(),
             "the approvals service asked for confirmation too many times",
             false,
         )))
@@ -806,7 +804,7 @@ impl Core {
                     DynamicMessage::decode(tool.method.output(), filed.response.as_slice())
                         .map_err(|e| {
                             ToolFailure::new(
-                                "INTERNAL",
+                                DomainCode::Internal.as_str(),
                                 &format!("decoding the response: {e}"),
                                 false,
                             )
@@ -819,7 +817,9 @@ impl Core {
                     .map(json::from_struct)
                     .unwrap_or(Value::Null);
                 Err(ToolFailure::new(
-                    result["error"].as_str().unwrap_or("INTERNAL"),
+                    result["error"]
+                        .as_str()
+                        .unwrap_or(DomainCode::Internal.as_str()),
                     result["message"]
                         .as_str()
                         .unwrap_or("the approved call failed"),
@@ -843,7 +843,9 @@ impl Core {
             .await
         {
             Ok(reply) => Ok(Gate::from_descriptor(reply)),
-            Err(status) if domain_code(&status) == Some("NO_ACTIVE_SESSION") => Err(no_session()),
+            Err(status) if domain(&status) == Some(DomainCode::NoActiveSession) => {
+                Err(no_session())
+            }
             Err(status) => Err(status_failure(&status)),
         }
     }
@@ -1157,38 +1159,21 @@ pub fn error_code(status: &Status) -> String {
     if let Some(domain) = domain_code(status) {
         return domain.to_owned();
     }
-    match status.code() {
-        Code::InvalidArgument | Code::OutOfRange => "INVALID_ARGUMENT",
-        Code::NotFound => "NOT_FOUND",
-        Code::AlreadyExists => "ALREADY_EXISTS",
-        Code::PermissionDenied => "PERMISSION_DENIED",
-        Code::Unauthenticated => "AUTH_REQUIRED",
-        Code::FailedPrecondition => "FAILED_PRECONDITION",
-        Code::Unavailable => "SERVICE_UNAVAILABLE",
-        // The edge cancels a call only when its deadline passes (tonic
-        // reports a server-side `grpc-timeout` as CANCELLED "Timeout
-        // expired"), so both are timeouts.
-        Code::DeadlineExceeded | Code::Cancelled => "TIMEOUT",
-        // A limit of the service (a message too large for it, a quota) was
-        // reached: not a rate limit the same call gets past by waiting. The
-        // edge's own saturation refusal carries BACKEND_BUSY, above.
-        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
-        _ => "INTERNAL",
-    }
-    .to_owned()
+    // The table's generic code of the status (DomainCode::from_grpc).
+    DomainCode::from_grpc(status.code()).mcp().code.to_owned()
 }
 
 fn status_failure(status: &Status) -> ToolFailure {
     // The session service's refusal reads as the gate's, whichever said it.
-    if domain_code(status) == Some("NO_ACTIVE_SESSION") {
+    if domain(status) == Some(DomainCode::NoActiveSession) {
         return no_session();
     }
-    let retryable = matches!(
-        status.code(),
-        Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled
-    ) || domain_code(status) == Some(crate::backend::BACKEND_BUSY);
+    // Retryable by its status (unavailable, a timeout), or by its domain
+    // code (the edge's BACKEND_BUSY, say), as the table says.
+    let retryable = DomainCode::from_grpc(status.code()).mcp().retryable
+        || domain(status).is_some_and(|d| d.mcp().retryable);
     let code = error_code(status);
-    if code == "INTERNAL" {
+    if code == DomainCode::Internal.as_str() {
         tracing::warn!(code = ?status.code(), error = %status.message(), "backend failed");
     }
     // A service of another team (found through reflection) may not cap its
@@ -1204,7 +1189,11 @@ fn status_failure(status: &Status) -> ToolFailure {
 }
 
 fn no_session() -> ToolFailure {
-    ToolFailure::new("no_active_session", NO_SESSION_MESSAGE, false)
+    ToolFailure::new(
+        DomainCode::NoActiveSession.mcp().code,
+        NO_SESSION_MESSAGE,
+        false,
+    )
 }
 
 /// A successful tool response as `CallToolResult` JSON.
@@ -1230,14 +1219,18 @@ fn render_reply(tool: &Tool, bytes: &[u8]) -> Result<Value, ToolFailure> {
         .get_message_by_name(&tool.options.result)
         .ok_or_else(|| {
             ToolFailure::new(
-                "INTERNAL",
+                DomainCode::Internal.as_str(),
                 "the service answered with a reply, and the tool names no result type",
                 false,
             )
         })
         .and_then(|kind| {
             DynamicMessage::decode(kind, bytes).map_err(|e| {
-                ToolFailure::new("INTERNAL", &format!("decoding the reply: {e}"), false)
+                ToolFailure::new(
+                    DomainCode::Internal.as_str(),
+                    &format!("decoding the reply: {e}"),
+                    false,
+                )
             })
         })?;
     Ok(render_tool_result(&reply))

@@ -1094,7 +1094,7 @@ async fn serve_message(
     let revoked = {
         let edge = edge.clone();
         let headers = parts.headers.clone();
-        crate::mcp::Revoked::new(move || {
+        crate::revoked::Revoked::new(move || {
             Box::pin(still_allowed(edge.clone(), false, headers.clone()))
         })
     };

@@ -36,6 +36,7 @@ pub mod mcp;
 pub mod metrics;
 pub mod oauth;
 pub mod relay;
+pub mod revoked;
 pub mod schema;
 pub mod stream;
 pub mod subscribe;

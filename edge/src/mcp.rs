@@ -10,6 +10,7 @@
 
 use crate::core::{Answer, Core, RpcError};
 use crate::relay::{Asker, Asks, LogLevels, RequestSink};
+pub use crate::revoked::Revoked;
 use crate::schema;
 use crate::stream::{CallIo, ClientCaps, LogLevel, Retry};
 use crate::subscribe::{Deliver, Subscriptions};
@@ -116,41 +117,6 @@ pub struct CallerInfo {
     /// What ends the caller's long-lived work (a listen, a legacy
     /// subscription) once its key no longer verifies.
     pub revoked: Revoked,
-}
-
-/// A future, made on demand, that resolves once a caller's credentials stop
-/// verifying (the HTTP layer re-checks them as often as a verified key may
-/// be cached). Never resolves for a caller with nothing to re-check: stdio,
-/// or authentication off.
-#[derive(Clone, Default)]
-pub struct Revoked(Option<Arc<RevokedFn>>);
-
-type RevokedFn = dyn Fn() -> futures::future::BoxFuture<'static, ()> + Send + Sync;
-
-impl Revoked {
-    pub fn new(
-        watch: impl Fn() -> futures::future::BoxFuture<'static, ()> + Send + Sync + 'static,
-    ) -> Self {
-        Revoked(Some(Arc::new(watch)))
-    }
-
-    /// Resolves once the caller no longer verifies.
-    pub fn wait(&self) -> futures::future::BoxFuture<'static, ()> {
-        match &self.0 {
-            Some(watch) => watch(),
-            None => Box::pin(std::future::pending()),
-        }
-    }
-}
-
-impl std::fmt::Debug for Revoked {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.0.is_some() {
-            "Revoked(re-checked)"
-        } else {
-            "Revoked(never)"
-        })
-    }
 }
 
 /// The MCP handler. Cheap to clone.

@@ -97,7 +97,7 @@ impl Subscriptions {
         caller: &Principal,
         uri: &str,
         deliver: Deliver,
-        revoked: crate::mcp::Revoked,
+        revoked: crate::revoked::Revoked,
     ) -> Result<(), RpcError> {
         let owner = owner_of(caller);
         let key = (owner.clone(), uri.to_owned());

@@ -13,6 +13,7 @@
 //! every caller of the service shares. Before the cap, one agent's
 //! 17,000-character argument, echoed back, failed other tenants' calls.
 
+pub use ithaca_proto::DomainCode;
 use tonic::Status;
 use tonic::metadata::MetadataValue;
 
@@ -51,7 +52,8 @@ pub enum Code {
 pub struct ServiceError {
     pub code: Code,
     pub message: String,
-    /// A typed domain code (`NO_ACTIVE_SESSION`, `SESSION_CLOSED`, …).
+    /// The wire string of a typed domain code (`NO_ACTIVE_SESSION`,
+    /// `SESSION_CLOSED`, …), always one of [`DomainCode`]'s.
     pub domain: Option<&'static str>,
     /// The service already recorded this refusal in the caller's trace.
     pub traced: bool,
@@ -84,9 +86,10 @@ impl ServiceError {
         Self::new(Code::FailedPrecondition, message)
     }
 
-    /// Attach a typed domain code.
-    pub fn with_domain(mut self, domain: &'static str) -> Self {
-        self.domain = Some(domain);
+    /// Attach a typed domain code (its wire string travels in
+    /// [`DOMAIN_CODE_KEY`]).
+    pub fn with_domain(mut self, domain: DomainCode) -> Self {
+        self.domain = Some(domain.as_str());
         self
     }
 
@@ -161,7 +164,7 @@ impl From<ServiceError> for Status {
 impl ServiceError {
     /// Pass on another service's error: its code, its message, and its
     /// domain code when it is one of `known` (domain codes are static).
-    pub fn from_status(status: &Status, known: &[&'static str]) -> ServiceError {
+    pub fn from_status(status: &Status, known: &[DomainCode]) -> ServiceError {
         let code = match status.code() {
             tonic::Code::InvalidArgument | tonic::Code::OutOfRange => Code::InvalidArgument,
             tonic::Code::NotFound => Code::NotFound,
@@ -172,7 +175,9 @@ impl ServiceError {
             tonic::Code::Unavailable | tonic::Code::DeadlineExceeded => Code::Unavailable,
             _ => Code::Internal,
         };
-        let domain = domain_code(status).and_then(|d| known.iter().copied().find(|k| *k == d));
+        let domain = domain(status)
+            .filter(|d| known.contains(d))
+            .map(DomainCode::as_str);
         ServiceError {
             code,
             message: status.message().to_owned(),
@@ -231,7 +236,12 @@ pub fn already_traced(status: &Status) -> bool {
     status.metadata().get(TRACED_KEY).is_some()
 }
 
-/// The typed domain code of a status, if the service set one.
+/// The typed domain code of a status, if the service set a known one.
+pub fn domain(status: &Status) -> Option<DomainCode> {
+    domain_code(status).and_then(DomainCode::parse)
+}
+
+/// The domain code string of a status, if the service set one.
 pub fn domain_code(status: &Status) -> Option<&str> {
     status
         .metadata()
@@ -246,11 +256,15 @@ mod tests {
     #[test]
     fn a_traced_refusal_says_so_and_keeps_saying_so_when_passed_on() {
         let status: Status = ServiceError::precondition("no")
-            .with_domain("X")
+            .with_domain(DomainCode::NoData)
             .traced()
             .into();
         assert!(already_traced(&status));
-        assert!(ServiceError::from_status(&status, &["X"]).traced);
+        let passed = ServiceError::from_status(&status, &[DomainCode::NoData]);
+        assert!(passed.traced);
+        assert_eq!(passed.domain, Some("NO_DATA"));
+        assert_eq!(domain(&status), Some(DomainCode::NoData));
+        assert_eq!(ServiceError::from_status(&status, &[]).domain, None);
         let plain: Status = ServiceError::precondition("no").into();
         assert!(!already_traced(&plain));
     }

@@ -196,6 +196,17 @@ impl Principal {
         &self.tenant_id
     }
 
+    /// The caller's tenant, refused (PERMISSION_DENIED) for a caller without
+    /// one; the system acts without a tenant and gets `""`.
+    pub fn tenant(&self) -> Result<&str, crate::error::ServiceError> {
+        if self.tenant_id.is_empty() && self.actor != Actor::System {
+            return Err(crate::error::ServiceError::denied(
+                "the caller has no tenant",
+            ));
+        }
+        Ok(&self.tenant_id)
+    }
+
     pub fn key_id(&self) -> &str {
         &self.key_id
     }

@@ -11,6 +11,9 @@
 #![allow(clippy::all, missing_docs)]
 
 pub mod annotations;
+pub mod codes;
+
+pub use codes::DomainCode;
 
 /// The encoded `google.protobuf.FileDescriptorSet` of every Ithaca proto file,
 /// with source info (comments) and imported well-known types.

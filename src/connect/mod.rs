@@ -34,9 +34,7 @@ use secret::Masker;
 use std::io::{IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 
-/// The default server name, the seed's (`doomberg://` resources, the
-/// `doomberg-mcp` realm).
-pub const DEFAULT_NAME: &str = "doomberg";
+pub use crate::stack::DEFAULT_NAME;
 
 /// What merging an entry into a file came to.
 #[derive(Debug)]

@@ -9,51 +9,11 @@ pub mod keys;
 pub mod runs;
 pub mod sessions;
 
+pub use crate::view::{Nav, error, html};
+
 use crate::backends::CallError;
-use askama::Template;
 use axum::http::StatusCode;
-use axum::response::{Html, IntoResponse, Response};
-
-/// The navigation bar of a signed-in page.
-#[derive(Clone, Debug)]
-pub struct Nav {
-    pub key_id: String,
-    pub tenant_id: String,
-    /// The sign-out form's CSRF token.
-    pub csrf: String,
-    /// Which area is shown: `sessions`, `approvals`, `runs`, `filters`,
-    /// `gcn`, `keys` or `apps`.
-    pub active: &'static str,
-}
-
-/// A rendered template with `status`.
-pub fn html(status: StatusCode, page: &impl Template) -> Response {
-    match page.render() {
-        Ok(body) => (status, Html(body)).into_response(),
-        Err(err) => {
-            tracing::error!(error = %err, "console: rendering a page failed");
-            (StatusCode::INTERNAL_SERVER_ERROR, "rendering failed").into_response()
-        }
-    }
-}
-
-#[derive(Template)]
-#[template(path = "error.html")]
-struct ErrorPage<'a> {
-    status: u16,
-    message: &'a str,
-}
-
-/// A plain error page.
-pub fn error(status: StatusCode, message: &str) -> Response {
-    html(
-        status,
-        &ErrorPage {
-            status: status.as_u16(),
-            message,
-        },
-    )
-}
+use axum::response::Response;
 
 /// `404` for anything the console does not serve.
 pub async fn not_found() -> Response {
@@ -69,27 +29,24 @@ pub fn failed(err: CallError) -> Response {
         }
         CallError::Status(status) => status,
     };
-    use tonic::Code;
-    match status.code() {
-        Code::NotFound => error(StatusCode::NOT_FOUND, "Not found."),
-        Code::InvalidArgument => error(StatusCode::BAD_REQUEST, status.message()),
-        Code::FailedPrecondition | Code::AlreadyExists | Code::Aborted => {
-            error(StatusCode::CONFLICT, status.message())
-        }
-        Code::PermissionDenied | Code::Unauthenticated => {
-            error(StatusCode::FORBIDDEN, status.message())
-        }
-        Code::Unavailable | Code::DeadlineExceeded => error(
+    // The table's code of the status, and its HTTP status; the message
+    // says no more than the status does.
+    use ithaca_kit::error::DomainCode;
+    let http = DomainCode::from_grpc(status.code()).http();
+    match StatusCode::from_u16(http).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR) {
+        StatusCode::NOT_FOUND => error(StatusCode::NOT_FOUND, "Not found."),
+        StatusCode::SERVICE_UNAVAILABLE => error(
             StatusCode::SERVICE_UNAVAILABLE,
             "A service is unavailable; retry in a moment.",
         ),
-        _ => {
+        StatusCode::INTERNAL_SERVER_ERROR => {
             tracing::warn!(code = ?status.code(), error = %status.message(), "console: backend call failed");
             error(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "Something went wrong; it was logged.",
             )
         }
+        http => error(http, status.message()),
     }
 }
 

@@ -201,7 +201,10 @@ pub async fn start(
         // The subject the person named does not exist for them: say which
         // (it names only what they typed, so it tells nothing of another
         // tenant).
-        Err(status) if ithaca_kit::error::domain_code(&status) == Some("SUBJECT_NOT_FOUND") => {
+        Err(status)
+            if ithaca_kit::error::domain(&status)
+                == Some(ithaca_kit::error::DomainCode::SubjectNotFound) =>
+        {
             super::error(StatusCode::NOT_FOUND, status.message())
         }
         Err(status) => failed(status.into()),

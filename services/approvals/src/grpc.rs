@@ -39,7 +39,7 @@ fn policy(p: PolicyRow) -> pb::Policy {
             max_quantity: p.max_quantity,
             max_freshness_ms: 60_000,
         }),
-        typed_errors: TYPED_ERRORS.iter().map(|s| s.to_string()).collect(),
+        typed_errors: TYPED_ERRORS.iter().map(|c| c.as_str().to_owned()).collect(),
     }
 }
 

@@ -4,22 +4,13 @@
 //! its steps would never reach a trace. Auth and the session service are
 //! asked over gRPC at decision time; neither crate is used.
 
-use crate::service::{ApprovalsService, OWNER_TIMEOUT, REQUESTER_REVOKED, SESSION_CLOSED};
-use ithaca_kit::error::{Code, ServiceError};
+use crate::service::{ApprovalsService, Blocked, OWNER_TIMEOUT};
+use ithaca_kit::error::{Code, DomainCode, ServiceError};
 use ithaca_kit::principal::Principal;
 use ithaca_proto::auth::v1 as apb;
 use ithaca_proto::auth::v1::auth_service_client::AuthServiceClient;
 use ithaca_proto::session::v1 as spb;
 use ithaca_proto::session::v1::session_service_client::SessionServiceClient;
-
-/// Why an approved call may not run as its requester now.
-pub(crate) enum Blocked {
-    /// Never, with this domain code and reason: the request fails.
-    Refused(&'static str, String),
-    /// Auth or the session service could not be asked: nothing changed,
-    /// the person may decide again in a moment.
-    Unavailable(ServiceError),
-}
 
 impl ApprovalsService {
     /// Whether an approved call may run as `requester` now: their key (when
@@ -49,7 +40,7 @@ impl ApprovalsService {
                 Ok(key) if key.get_ref().revoked_at.is_empty() => {}
                 Ok(key) => {
                     return Err(Blocked::Refused(
-                        REQUESTER_REVOKED,
+                        DomainCode::RequesterRevoked,
                         format!(
                             "the requester's key {key_id} was revoked at {}",
                             key.get_ref().revoked_at
@@ -58,7 +49,7 @@ impl ApprovalsService {
                 }
                 Err(status) if status.code() == tonic::Code::NotFound => {
                     return Err(Blocked::Refused(
-                        REQUESTER_REVOKED,
+                        DomainCode::RequesterRevoked,
                         format!("the requester's key {key_id} no longer exists"),
                     ));
                 }
@@ -79,7 +70,7 @@ impl ApprovalsService {
         };
         let Some(session_id) = requester.session_id() else {
             return Err(Blocked::Refused(
-                SESSION_CLOSED,
+                DomainCode::SessionClosed,
                 "the request was filed in no session, so its steps cannot be traced".to_owned(),
             ));
         };
@@ -94,14 +85,14 @@ impl ApprovalsService {
         {
             Ok(s) if s.get_ref().status == "open" => Ok(()),
             Ok(s) => Err(Blocked::Refused(
-                SESSION_CLOSED,
+                DomainCode::SessionClosed,
                 format!(
                     "the requester's session {session_id} is {}",
                     s.get_ref().status
                 ),
             )),
             Err(status) if status.code() == tonic::Code::NotFound => Err(Blocked::Refused(
-                SESSION_CLOSED,
+                DomainCode::SessionClosed,
                 format!("the requester's session {session_id} no longer exists"),
             )),
             Err(status) => {

@@ -10,12 +10,12 @@
 //! service, a method and an encoded request.
 
 use crate::model::{ApprovalStatus, Decision};
-use crate::requester::Blocked;
 use crate::store::{ApprovalRow, Change, PolicyRow, Store};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use ithaca_kit::approval::EncodedCall;
 use ithaca_kit::clock;
+use ithaca_kit::error::DomainCode;
 use ithaca_kit::error::{Code, ServiceError};
 use ithaca_kit::id::TenantId;
 use ithaca_kit::json;
@@ -31,27 +31,27 @@ use tonic::transport::Channel;
 pub const APPROVAL_TTL_MS: i64 = 24 * 60 * 60 * 1000;
 
 /// An approved call was not run: its requester's key was revoked.
-pub const REQUESTER_REVOKED: &str = "REQUESTER_REVOKED";
+pub const REQUESTER_REVOKED: DomainCode = DomainCode::RequesterRevoked;
 
 /// An approved call was not run: its requester's session can record
 /// nothing more (closed, archived or gone), and a call whose steps cannot
 /// be traced never runs.
-pub const SESSION_CLOSED: &str = "SESSION_CLOSED";
+pub const SESSION_CLOSED: DomainCode = DomainCode::SessionClosed;
 
 /// The typed errors tools may return, as the policy lists them.
-pub const TYPED_ERRORS: [&str; 14] = [
-    "AUTH_REQUIRED",
-    "NO_ACTIVE_SESSION",
-    "TRADING_DISABLED",
-    "APPROVAL_REQUIRED",
-    "HUMAN_REQUIRED",
-    "ALREADY_DECIDED",
-    "APPROVAL_EXPIRED",
-    "BROKER_CONNECTION_REQUIRED",
-    "UNKNOWN_STRATEGY",
-    "SUBJECT_MISMATCH",
-    "NOT_VALIDATED",
-    "NOT_PREVIEWED",
+pub const TYPED_ERRORS: [DomainCode; 14] = [
+    DomainCode::AuthRequired,
+    DomainCode::NoActiveSession,
+    DomainCode::TradingDisabled,
+    DomainCode::ApprovalRequired,
+    DomainCode::HumanRequired,
+    DomainCode::AlreadyDecided,
+    DomainCode::ApprovalExpired,
+    DomainCode::BrokerConnectionRequired,
+    DomainCode::UnknownStrategy,
+    DomainCode::SubjectMismatch,
+    DomainCode::NotValidated,
+    DomainCode::NotPreviewed,
     REQUESTER_REVOKED,
     SESSION_CLOSED,
 ];
@@ -100,6 +100,15 @@ pub struct CallRequest {
     /// The caller's client and its answers, from the edge: a person whose
     /// client can elicit confirms their own call first.
     pub context: Option<mcp::CallContext>,
+}
+
+/// Why an approved call may not run as its requester now.
+pub(crate) enum Blocked {
+    /// Never, with this domain code and reason: the request fails.
+    Refused(DomainCode, String),
+    /// Auth or the session service could not be asked: nothing changed,
+    /// the person may decide again in a moment.
+    Unavailable(ServiceError),
 }
 
 /// Why a call was not filed.
@@ -331,11 +340,11 @@ impl ApprovalsService {
             self.trace(
                 caller,
                 spb::EventType::Denial,
-                json!({"tool": tool, "arguments": call.arguments, "error": "TRADING_DISABLED"}),
+                json!({"tool": tool, "arguments": call.arguments, "error": DomainCode::TradingDisabled.as_str()}),
             )
             .await;
             return Err(ServiceError::precondition(format!("{tool}: {message}"))
-                .with_domain("TRADING_DISABLED")
+                .with_domain(DomainCode::TradingDisabled)
                 .traced()
                 .into());
         }
@@ -375,7 +384,7 @@ impl ApprovalsService {
                 self.trace(
                     caller,
                     spb::EventType::Denial,
-                    json!({"tool": tool, "arguments": call.arguments, "error": "NOT_CONFIRMED", "action": action}),
+                    json!({"tool": tool, "arguments": call.arguments, "error": DomainCode::NotConfirmed.as_str(), "action": action}),
                 )
                 .await;
                 return Ok(Filed::NotConfirmed(action));
@@ -481,11 +490,11 @@ impl ApprovalsService {
         note: &str,
     ) -> Result<ApprovalRow, ServiceError> {
         if caller.actor() == Actor::Agent {
-            self.trace(caller, spb::EventType::Denial, json!({"tool": "decide_approval", "approval_id": approval_id, "error": "HUMAN_REQUIRED"})).await;
+            self.trace(caller, spb::EventType::Denial, json!({"tool": "decide_approval", "approval_id": approval_id, "error": DomainCode::HumanRequired.as_str()})).await;
             return Err(ServiceError::denied(
                 "only a person may decide an approval: use a human key",
             )
-            .with_domain("HUMAN_REQUIRED"));
+            .with_domain(DomainCode::HumanRequired));
         }
         let decision = Decision::parse(decision)
             .ok_or_else(|| ServiceError::invalid("decision: must be approve or deny"))?;
@@ -513,12 +522,12 @@ impl ApprovalsService {
             return Err(ServiceError::precondition(
                 "approval_id: the request expired before it was decided",
             )
-            .with_domain("APPROVAL_EXPIRED"));
+            .with_domain(DomainCode::ApprovalExpired));
         }
         let to = decision.status();
         let already = || {
             ServiceError::precondition(format!("approval_id: already {}", approval.status))
-                .with_domain("ALREADY_DECIDED")
+                .with_domain(DomainCode::AlreadyDecided)
         };
         // An approved call runs as its requester: only while their key is
         // active and their session can still record its steps.
@@ -540,7 +549,7 @@ impl ApprovalsService {
             {
                 return Err(already());
             }
-            self.trace(&requester, spb::EventType::Approval, json!({"approval_id": approval.approval_id, "tool": approval.tool, "status": ApprovalStatus::Failed.as_str(), "error": code, "decided_by": decided_by})).await;
+            self.trace(&requester, spb::EventType::Approval, json!({"approval_id": approval.approval_id, "tool": approval.tool, "status": ApprovalStatus::Failed.as_str(), "error": code.as_str(), "decided_by": decided_by})).await;
             return Err(not_run_error(code, &message, false));
         }
         let change = Change {
@@ -586,7 +595,7 @@ impl ApprovalsService {
                 )
             } else {
                 (
-                    "TRACE_UNAVAILABLE",
+                    DomainCode::TraceUnavailable,
                     "the requester's session could not record the approval",
                 )
             };
@@ -612,10 +621,10 @@ impl ApprovalsService {
         approval: &ApprovalRow,
         from: ApprovalStatus,
         change: Change<'_>,
-        code: &str,
+        code: DomainCode,
         message: &str,
     ) -> Result<bool, ServiceError> {
-        let result = json!({"error": code, "message": message}).to_string();
+        let result = json!({"error": code.as_str(), "message": message}).to_string();
         let change = Change {
             result: Some(&result),
             ..change
@@ -631,7 +640,7 @@ impl ApprovalsService {
             )
             .await?;
         if moved {
-            tracing::info!(approval_id = %approval.approval_id, error = code, "approved call not run");
+            tracing::info!(approval_id = %approval.approval_id, error = code.as_str(), "approved call not run");
         }
         Ok(moved)
     }
@@ -648,12 +657,14 @@ impl ApprovalsService {
             STANDARD.decode(&approval.request),
         ) {
             _ if approval.service.is_empty() => Err(
-                json!({"error": "FAILED_PRECONDITION", "message": "filed before approvals were generic; ask again"}),
+                json!({"error": DomainCode::FailedPrecondition.as_str(), "message": "filed before approvals were generic; ask again"}),
             ),
-            (Err(err), _) => Err(json!({"error": "SERVICE_UNAVAILABLE", "message": err.message})),
-            (_, Err(_)) => {
-                Err(json!({"error": "INTERNAL", "message": "the stored request is damaged"}))
-            }
+            (Err(err), _) => Err(
+                json!({"error": DomainCode::ServiceUnavailable.as_str(), "message": err.message}),
+            ),
+            (_, Err(_)) => Err(
+                json!({"error": DomainCode::Internal.as_str(), "message": "the stored request is damaged"}),
+            ),
             (Ok(owner), Ok(body)) => ithaca_kit::approval::call_encoded(
                 owner,
                 EncodedCall {
@@ -750,7 +761,7 @@ impl ApprovalsService {
 
 /// The refusal of a decision whose call did not run: a precondition that
 /// will not change (`retry` false), or a trace that could not be written.
-fn not_run_error(code: &'static str, message: &str, retry: bool) -> ServiceError {
+fn not_run_error(code: DomainCode, message: &str, retry: bool) -> ServiceError {
     let text = format!("approval_id: {message}; the call did not run");
     let err = if retry {
         ServiceError::new(Code::Unavailable, text)

@@ -5,7 +5,7 @@
 //! - [`store`]: the `tenants`, `api_keys` and `quota_usage` tables (SQLite
 //!   and PostgreSQL); the last holds the edges' shared rate-limit counters.
 //! - [`grpc`]: the `ithaca.auth.v1.AuthService` adapter.
-//! - [`oauth`], [`oauth_store`], [`oauth_grpc`]: the built-in OAuth 2.1
+//! - [`oauth`], [`oauth_config`], [`oauth_store`], [`oauth_grpc`]: the built-in OAuth 2.1
 //!   authorization server's clients, codes, grants and tokens (its HTTP
 //!   endpoints are the console's); an access token verifies through
 //!   `VerifyKey` as an agent of the consenting person's tenant.
@@ -20,6 +20,7 @@
 pub mod grpc;
 pub mod model;
 pub mod oauth;
+pub mod oauth_config;
 pub mod oauth_external;
 pub mod oauth_grpc;
 pub mod oauth_store;

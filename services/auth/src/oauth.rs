@@ -22,34 +22,10 @@ use ithaca_kit::id::TenantId;
 use ithaca_kit::principal::Principal;
 use sha2::{Digest, Sha256};
 
-/// The prefix of every access token.
-pub const ACCESS_PREFIX: &str = "ithaca_at_";
-/// The prefix of every refresh token.
-pub const REFRESH_PREFIX: &str = "ithaca_rt_";
+pub use crate::oauth_config::{ACCESS_PREFIX, OAuthConfig, REFRESH_PREFIX};
 
 /// A grant's last use is rewritten at most this often.
 const LAST_USED_INTERVAL_MS: i64 = 10_000;
-
-/// Lifetimes; tests shorten them.
-#[derive(Clone, Copy, Debug)]
-pub struct OAuthConfig {
-    pub code_ttl_ms: i64,
-    pub access_ttl_ms: i64,
-    pub refresh_ttl_ms: i64,
-    /// How long a registration nobody consented to is kept.
-    pub registration_ttl_ms: i64,
-}
-
-impl Default for OAuthConfig {
-    fn default() -> Self {
-        OAuthConfig {
-            code_ttl_ms: 60_000,
-            access_ttl_ms: 600_000,
-            refresh_ttl_ms: 30 * 24 * 3600 * 1000,
-            registration_ttl_ms: 24 * 3600 * 1000,
-        }
-    }
-}
 
 /// What a person consents to (IssueCode).
 #[derive(Clone, Debug, Default)]

@@ -70,7 +70,7 @@ pub struct AuthService {
     pub(crate) store: Store,
     /// Lifetimes of the authorization server's codes, tokens and
     /// registrations.
-    pub(crate) oauth: crate::oauth::OAuthConfig,
+    pub(crate) oauth: crate::oauth_config::OAuthConfig,
     /// When expired codes and lapsed registrations were last swept.
     pub(crate) oauth_swept_at_ms: std::sync::Arc<std::sync::atomic::AtomicI64>,
     /// When ended quota windows were last swept (ms since the epoch), so
@@ -84,7 +84,7 @@ impl AuthService {
     pub fn new(store: Store) -> Self {
         AuthService {
             store,
-            oauth: crate::oauth::OAuthConfig::default(),
+            oauth: crate::oauth_config::OAuthConfig::default(),
             oauth_swept_at_ms: Default::default(),
             swept_at_ms: Default::default(),
             sign_ins_swept_at_ms: Default::default(),
@@ -441,7 +441,7 @@ impl AuthService {
     /// `sha256(salt + secret)` in constant time.
     pub async fn verify(&self, caller: &Principal, token: &str) -> Result<Verified, ServiceError> {
         require_system(caller)?;
-        if token.starts_with(crate::oauth::ACCESS_PREFIX) {
+        if token.starts_with(crate::oauth_config::ACCESS_PREFIX) {
             return self.verify_access_token(token).await;
         }
         let unauthenticated = || ServiceError::new(Code::Unauthenticated, INVALID_KEY);

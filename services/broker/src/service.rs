@@ -5,6 +5,7 @@ use crate::model::{self, DEFAULT_LIMIT, MAX_LIMIT};
 use crate::store::{AccountRow, BarRow, DatasetRow, Store, SymbolRow};
 use crate::vault::Vault;
 use ithaca_kit::clock;
+use ithaca_kit::error::DomainCode;
 use ithaca_kit::error::ServiceError;
 use ithaca_kit::principal::{Actor, Principal};
 use std::collections::{BTreeSet, HashSet};
@@ -165,7 +166,7 @@ impl BrokerService {
 
     /// The caller's tenant's accounts.
     pub async fn accounts(&self, caller: &Principal) -> Result<Vec<AccountRow>, ServiceError> {
-        require_tenant(caller)?;
+        caller.tenant()?;
         Ok(self.store.accounts(caller.tenant_id()).await?)
     }
 
@@ -327,12 +328,12 @@ impl BrokerService {
     }
 
     pub async fn symbols(&self, caller: &Principal) -> Result<Vec<SymbolRow>, ServiceError> {
-        require_tenant(caller)?;
+        caller.tenant()?;
         Ok(self.store.symbols().await?)
     }
 
     pub async fn datasets(&self, caller: &Principal) -> Result<Vec<DatasetRow>, ServiceError> {
-        require_tenant(caller)?;
+        caller.tenant()?;
         Ok(self.store.datasets().await?)
     }
 
@@ -342,7 +343,7 @@ impl BrokerService {
         caller: &Principal,
         query: HistoryQuery,
     ) -> Result<History, ServiceError> {
-        require_tenant(caller)?;
+        caller.tenant()?;
         let symbol = model::parse_symbol(&query.symbol)?;
         let fields = model::parse_fields(&query.fields)?;
         let limit = match query.limit {
@@ -362,7 +363,7 @@ impl BrokerService {
                 "symbol: no market data for {symbol}; known symbols: {}",
                 known.join(", ")
             ))
-            .with_domain("UNKNOWN_SYMBOL"));
+            .with_domain(DomainCode::UnknownSymbol));
         };
         let start = match &query.start {
             Some(s) => model::parse_date("start", s)?,
@@ -394,7 +395,7 @@ impl BrokerService {
                 "no bars for {symbol} between {start} and {end}; it has bars from {} to {}",
                 coverage.first_date, coverage.last_date
             ))
-            .with_domain("NO_DATA"));
+            .with_domain(DomainCode::NoData));
         }
         let truncated = bars.len() as i64 > limit;
         bars.truncate(limit as usize);
@@ -415,11 +416,4 @@ impl BrokerService {
             next_cursor,
         })
     }
-}
-
-fn require_tenant(caller: &Principal) -> Result<(), ServiceError> {
-    if caller.tenant_id().is_empty() && caller.actor() != Actor::System {
-        return Err(ServiceError::denied("the caller has no tenant"));
-    }
-    Ok(())
 }

@@ -7,6 +7,7 @@ use crate::store::{
 };
 use crate::tail::Notifier;
 use ithaca_kit::clock;
+use ithaca_kit::error::DomainCode;
 use ithaca_kit::error::ServiceError;
 use ithaca_kit::id::{SessionId, TenantId};
 use ithaca_kit::principal::{Actor, InternalKey, Principal};
@@ -27,7 +28,7 @@ pub const DEFAULT_LIST_LIMIT: i64 = 25;
 pub const MAX_LIST_LIMIT: i64 = 100;
 
 /// The domain code agents see when they skip `session_context`.
-pub const NO_ACTIVE_SESSION: &str = "NO_ACTIVE_SESSION";
+pub const NO_ACTIVE_SESSION: DomainCode = DomainCode::NoActiveSession;
 
 /// How a session service behaves.
 #[derive(Clone, Debug)]
@@ -316,7 +317,7 @@ impl SessionService {
                 "subject_kind: only a person opens a session on a subject (a human key, or the \
                  console); an agent joins that session with its session_id",
             )
-            .with_domain("HUMAN_REQUIRED"));
+            .with_domain(DomainCode::HumanRequired));
         }
         let now = clock::now_ms();
         let trace_id = propagation::current_trace_id();
@@ -445,7 +446,7 @@ impl SessionService {
             let payload = json!({
                 "tool": tool,
                 "arguments": arguments,
-                "error": "SUBJECT_REQUIRED",
+                "error": DomainCode::SubjectRequired.as_str(),
                 "message": format!(
                     "{tool} writes to a {subject_kind} and is offered only in a session a person opened on one"
                 ),
@@ -457,7 +458,7 @@ impl SessionService {
                 payload,
             )
             .await?;
-            return Err(ServiceError::precondition(hint).with_domain("SUBJECT_REQUIRED"));
+            return Err(ServiceError::precondition(hint).with_domain(DomainCode::SubjectRequired));
         }
         let event = self
             .append_event(
@@ -545,7 +546,7 @@ impl SessionService {
                     "session_id: an agent closes only a session it opened or joined; {session_id} is \
                      another agent's (a person can close it)"
                 ))
-                .with_domain("HUMAN_REQUIRED"));
+                .with_domain(DomainCode::HumanRequired));
             }
         }
         let by = match caller.actor() {
@@ -563,7 +564,7 @@ impl SessionService {
                 "session_id: session {session_id} is {}",
                 row.status
             ))
-            .with_domain("SESSION_NOT_OPEN"));
+            .with_domain(DomainCode::SessionNotOpen));
         }
         Ok(row)
     }
@@ -992,7 +993,7 @@ fn refusal(refusal: Refusal, session_id: &str) -> ServiceError {
         Refusal::NotOpen(status) => ServiceError::precondition(format!(
             "session_id: session {session_id} is {status} and accepts no new events"
         ))
-        .with_domain("SESSION_NOT_OPEN"),
+        .with_domain(DomainCode::SessionNotOpen),
     }
 }
 

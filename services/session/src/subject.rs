@@ -6,6 +6,7 @@
 
 use crate::service::SessionService;
 use ithaca_kit::client::BadUrl;
+use ithaca_kit::error::DomainCode;
 use ithaca_kit::error::{Code, ServiceError};
 use ithaca_kit::principal::{InternalKey, Principal};
 use ithaca_proto::broker::v1 as bpb;
@@ -92,7 +93,7 @@ fn subject_refusal(kind: &str, id: &str, status: &tonic::Status) -> ServiceError
     match status.code() {
         tonic::Code::NotFound => {
             ServiceError::not_found(format!("subject_id: no {kind} {id:?} in this tenant"))
-                .with_domain("SUBJECT_NOT_FOUND")
+                .with_domain(DomainCode::SubjectNotFound)
         }
         tonic::Code::InvalidArgument => {
             let why: String = status.message().chars().take(200).collect();

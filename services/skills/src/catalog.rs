@@ -1,25 +1,8 @@
 //! Skill manifests and ranked search over them. The manifests themselves
 //! live with their skills (`crate::skills`).
 
-use crate::model::Profile;
+pub use crate::model::Manifest;
 use crate::skills::{self, Skill};
-use serde_json::Value;
-
-/// One versioned manifest.
-#[derive(Clone, Debug)]
-pub struct Manifest {
-    pub skill_id: &'static str,
-    pub version: &'static str,
-    pub name: &'static str,
-    pub description: &'static str,
-    pub input_schema: Value,
-    pub output_schema: Value,
-    pub profile: Profile,
-    pub asset_class: &'static str,
-    pub source_classes: &'static [&'static str],
-    pub trigger_compatible: bool,
-    pub intents: &'static [&'static str],
-}
 
 /// The manifests of `skills`, in their order.
 pub fn manifests(skills: &[&'static dyn Skill]) -> Vec<Manifest> {

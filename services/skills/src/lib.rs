@@ -35,6 +35,7 @@ pub mod plot;
 pub mod remote;
 pub mod service;
 pub mod skills;
+pub mod sources;
 pub mod stop;
 pub mod store;
 pub mod strategies;

@@ -4,6 +4,9 @@
 use ithaca_kit::error::ServiceError;
 use serde::{Deserialize, Serialize};
 
+/// The longest text a symbol input may be (its schema's `maxLength`).
+pub const MAX_SYMBOL_LEN: usize = 32;
+
 ithaca_kit::string_id! {
     /// A run (a UUID).
     pub struct RunId;
@@ -142,11 +145,11 @@ impl StrategyProposal {
             .universe
             .iter()
             .enumerate()
-            .find(|(_, s)| s.chars().count() > crate::skills::MAX_SYMBOL_LEN)
+            .find(|(_, s)| s.chars().count() > MAX_SYMBOL_LEN)
         {
             return Err(ServiceError::invalid(format!(
                 "universe[{i}]: at most {} characters, got {}",
-                crate::skills::MAX_SYMBOL_LEN,
+                MAX_SYMBOL_LEN,
                 long.chars().count()
             )));
         }
@@ -213,6 +216,22 @@ impl TryFrom<String> for StrategySpec {
     fn try_from(text: String) -> Result<Self, Self::Error> {
         serde_json::from_str(&text)
     }
+}
+
+/// One versioned manifest.
+#[derive(Clone, Debug)]
+pub struct Manifest {
+    pub skill_id: &'static str,
+    pub version: &'static str,
+    pub name: &'static str,
+    pub description: &'static str,
+    pub input_schema: serde_json::Value,
+    pub output_schema: serde_json::Value,
+    pub profile: Profile,
+    pub asset_class: &'static str,
+    pub source_classes: &'static [&'static str],
+    pub trigger_compatible: bool,
+    pub intents: &'static [&'static str],
 }
 
 #[cfg(test)]

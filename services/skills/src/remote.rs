@@ -5,6 +5,7 @@
 
 use crate::service::SkillsService;
 use crate::store::RunRow;
+use ithaca_kit::error::DomainCode;
 use ithaca_kit::error::{Code, ServiceError};
 use ithaca_kit::json;
 use ithaca_kit::principal::Principal;
@@ -150,9 +151,9 @@ impl SkillsService {
                 ServiceError::from_status(
                     &status,
                     &[
-                        "UNKNOWN_BROKER",
-                        "UNKNOWN_OBJECT",
-                        "OPERATION_NOT_SUPPORTED",
+                        DomainCode::UnknownBroker,
+                        DomainCode::UnknownObject,
+                        DomainCode::OperationNotSupported,
                     ],
                 )
             })
@@ -203,5 +204,5 @@ impl SkillsService {
 
 /// A broker error, passed on with its code and domain.
 fn from_status(status: tonic::Status) -> ServiceError {
-    ServiceError::from_status(&status, &["UNKNOWN_SYMBOL", "NO_DATA"])
+    ServiceError::from_status(&status, &[DomainCode::UnknownSymbol, DomainCode::NoData])
 }

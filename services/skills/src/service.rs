@@ -13,6 +13,7 @@ use crate::store::{ArtifactRow, JobRow, RunRow, Store};
 use crate::validate;
 use futures::FutureExt;
 use ithaca_kit::clock;
+use ithaca_kit::error::DomainCode;
 use ithaca_kit::error::{Code, ServiceError};
 use ithaca_kit::id::TenantId;
 use ithaca_kit::principal::{InternalKey, Principal};
@@ -474,7 +475,7 @@ impl SkillsService {
         let inputs: Map<String, Value> = serde_json::from_str(&run.inputs).unwrap_or_default();
         let inputs = Inputs::new(inputs);
         let ctx = Context {
-            service: self,
+            sources: self,
             caller,
             progress,
             stop,
@@ -509,7 +510,7 @@ impl SkillsService {
                 "run_id: run {} already {}; only queued or running runs can be cancelled",
                 run.run_id, run.status
             ))
-            .with_domain("RUN_FINISHED"));
+            .with_domain(DomainCode::RunFinished));
         }
         if !self
             .step(
@@ -529,7 +530,7 @@ impl SkillsService {
                 "run_id: run {} already {}",
                 run.run_id, now.run.status
             ))
-            .with_domain("RUN_FINISHED"));
+            .with_domain(DomainCode::RunFinished));
         }
         // Its computation, when it is here, stops now.
         self.stop_computing(&run.run_id);
@@ -750,7 +751,7 @@ impl SkillsService {
                 ))
             }
         };
-        err.with_domain("UNKNOWN_SKILL")
+        err.with_domain(DomainCode::UnknownSkill)
     }
 }
 
@@ -799,7 +800,7 @@ fn quoted(text: &str) -> String {
 
 /// Whether `err` is a run stopped because nobody waits for it any more.
 fn is_cancellation(err: &ServiceError) -> bool {
-    err.domain == Some(skills::RUN_CANCELLED)
+    err.domain == Some(skills::RUN_CANCELLED.as_str())
 }
 
 /// Check an id's shape (a UUID) and return its canonical form.
@@ -810,4 +811,54 @@ pub(crate) fn parse_id(field: &str, raw: &str) -> Result<String, ServiceError> {
 
 fn owned(words: Vec<&str>) -> Vec<String> {
     words.into_iter().map(str::to_owned).collect()
+}
+
+#[tonic::async_trait]
+impl crate::sources::Sources for SkillsService {
+    async fn prices(
+        &self,
+        caller: &Principal,
+        symbol: &str,
+        start: Option<&str>,
+        end: Option<&str>,
+    ) -> Result<(Vec<String>, Vec<f64>), ServiceError> {
+        SkillsService::prices(self, caller, symbol, start, end).await
+    }
+
+    async fn symbols(&self, caller: &Principal) -> Result<Vec<String>, ServiceError> {
+        self.known_symbols(caller).await
+    }
+
+    async fn light_curve(
+        &self,
+        caller: &Principal,
+        broker_id: &str,
+        object_id: &str,
+    ) -> Result<ithaca_proto::broker::v1::LightCurve, ServiceError> {
+        SkillsService::light_curve(self, caller, broker_id, object_id).await
+    }
+
+    async fn fundamentals(
+        &self,
+        caller: &Principal,
+        request: ithaca_proto::broker::v1::GetFundamentalsRequest,
+    ) -> Result<ithaca_proto::broker::v1::Fundamentals, ServiceError> {
+        SkillsService::fundamentals(self, caller, request).await
+    }
+
+    async fn screen_peers(
+        &self,
+        caller: &Principal,
+        request: ithaca_proto::broker::v1::ScreenPeersRequest,
+    ) -> Result<ithaca_proto::broker::v1::PeerScreen, ServiceError> {
+        SkillsService::screen_peers(self, caller, request).await
+    }
+
+    async fn strategy(
+        &self,
+        caller: &Principal,
+        strategy_id: &str,
+    ) -> Result<crate::store::StrategyRow, ServiceError> {
+        SkillsService::strategy(self, caller, strategy_id).await
+    }
 }

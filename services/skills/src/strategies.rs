@@ -5,6 +5,7 @@ use crate::model::{StrategyProposal, StrategyStatus};
 use crate::service::{SkillsService, parse_id};
 use crate::store::StrategyRow;
 use ithaca_kit::clock;
+use ithaca_kit::error::DomainCode;
 use ithaca_kit::error::ServiceError;
 use ithaca_kit::id::TenantId;
 use ithaca_kit::principal::Principal;
@@ -27,7 +28,7 @@ impl SkillsService {
                 "universe: no market data for {unknown}; known symbols: {}",
                 known.join(", ")
             ))
-            .with_domain("UNKNOWN_SYMBOL"));
+            .with_domain(DomainCode::UnknownSymbol));
         }
         let row = StrategyRow {
             strategy_id: uuid::Uuid::new_v4().hyphenated().to_string(),
@@ -59,7 +60,7 @@ impl SkillsService {
             .await?
             .ok_or_else(|| {
                 ServiceError::not_found(format!("strategy_id: no strategy {strategy_id}"))
-                    .with_domain("UNKNOWN_STRATEGY")
+                    .with_domain(DomainCode::UnknownStrategy)
             })
     }
 

@@ -8,6 +8,7 @@
 //! schema accepted ([`decode_file_on_thread`]).
 
 use super::container::{self, WalkError};
+pub use super::limits::DecodeError;
 use super::walk;
 use apache_avro::Schema;
 use apache_avro::schema::ResolvedSchema;
@@ -50,27 +51,6 @@ pub struct DecodedFile {
     /// `4.02`, or `4.02/Fink` when the publisher is not ZTF.
     pub version: String,
     pub alerts: Vec<DecodedAlert>,
-}
-
-/// Why a file could not be read. Every alert of a file is decoded before any
-/// is stored, so a bad file stores nothing.
-#[derive(Debug, thiserror::Error)]
-pub enum DecodeError {
-    #[error("not an Avro object-container file: {0}")]
-    NotAvro(String),
-    #[error("alert {index} cannot be decoded (truncated or corrupt): {reason}")]
-    Record { index: usize, reason: String },
-    #[error("alert {index}: {reason}")]
-    NotAnAlert { index: usize, reason: String },
-    #[error("the file holds no alerts")]
-    Empty,
-    /// The file declares more than an alert packet needs (see
-    /// [`super::container`]'s limits); nothing of it was decoded.
-    #[error("refused: {0}")]
-    Refused(String),
-    /// No thread could decode the file: the broker's trouble, not the file's.
-    #[error("the decoding thread failed: {0}")]
-    Thread(String),
 }
 
 /// [`decode_file`] on a thread of its own with a

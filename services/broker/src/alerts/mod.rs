@@ -4,6 +4,7 @@
 //! alert schema as dotted paths.
 //!
 //! - [`avro`]: decoding containers and stored packets.
+//! - [`limits`]: the limits, errors and byte cursor the readers share.
 //! - [`container`]: the container framing read by hand, with the limits a
 //!   file must keep before anything decodes it; [`walk`]: the schema and
 //!   datum checks against those limits.
@@ -15,6 +16,7 @@
 pub mod avro;
 pub mod container;
 pub mod lightcurve;
+pub mod limits;
 pub mod plot;
 pub mod producers;
 pub mod schema;

@@ -8,6 +8,7 @@
 //! ingesting enriched packets never changes what a ZTF filter may name.
 
 use super::schema::{self, FlatField};
+pub use super::schema::{SchemaOf, squash};
 use super::service::AlertService;
 use ithaca_kit::error::ServiceError;
 
@@ -18,29 +19,10 @@ pub const SURVEY: &str = "ZTF";
 /// Version labels with their flattened paths.
 pub type Versions = Vec<(String, Vec<FlatField>)>;
 
-/// One schema as `get_alert_schema` answers it: where it came from, its
-/// version labels, its paths (each with the versions that have it), and
-/// the producers that add fields of their own.
-pub struct SchemaOf {
-    pub source: &'static str,
-    pub versions: Vec<String>,
-    pub paths: Vec<(FlatField, Vec<String>)>,
-    pub producers: Vec<String>,
-}
-
 /// The producer of a version label: `4.02/Fink` is Fink's, `4.02` the
 /// survey's own (`None`).
 pub fn producer_of(label: &str) -> Option<&str> {
     label.split_once('/').map(|(_, p)| p)
-}
-
-/// `text` lower-cased without `-`, `_` and spaces, so that `real-bogus`,
-/// `RealBogus` and `real bogus` compare equal.
-pub fn squash(text: &str) -> String {
-    text.chars()
-        .filter(|c| !matches!(c, '-' | '_' | ' '))
-        .flat_map(char::to_lowercase)
-        .collect()
 }
 
 fn union_of(versions: &Versions) -> Vec<(FlatField, Vec<String>)> {

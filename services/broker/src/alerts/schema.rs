@@ -289,3 +289,22 @@ pub fn flatten_files(dir: &std::path::Path) -> Result<(String, Vec<FlatField>), 
     .unwrap_or_default();
     Ok((version, flatten(alert, known)))
 }
+
+/// One schema as `get_alert_schema` answers it: where it came from, its
+/// version labels, its paths (each with the versions that have it), and
+/// the producers that add fields of their own.
+pub struct SchemaOf {
+    pub source: &'static str,
+    pub versions: Vec<String>,
+    pub paths: Vec<(FlatField, Vec<String>)>,
+    pub producers: Vec<String>,
+}
+
+/// `text` lower-cased without `-`, `_` and spaces, so that `real-bogus`,
+/// `RealBogus` and `real bogus` compare equal.
+pub fn squash(text: &str) -> String {
+    text.chars()
+        .filter(|c| !matches!(c, '-' | '_' | ' '))
+        .flat_map(char::to_lowercase)
+        .collect()
+}

@@ -11,6 +11,7 @@ use crate::sky;
 use crate::vault::Vault;
 use apache_avro::Schema;
 use ithaca_kit::clock;
+use ithaca_kit::error::DomainCode;
 use ithaca_kit::error::ServiceError;
 use ithaca_kit::principal::{Actor, Principal};
 use serde_json::Value as Json;
@@ -315,7 +316,7 @@ impl AlertService {
 
     /// Every broker with what it holds.
     pub async fn brokers(&self, caller: &Principal) -> Result<Vec<BrokerView>, ServiceError> {
-        require_tenant(caller)?;
+        caller.tenant()?;
         let stats: HashMap<String, BrokerStats> = self
             .store
             .broker_stats()
@@ -360,14 +361,14 @@ impl AlertService {
                 "broker_id: no broker {id:?}; brokers: {}",
                 known.join(", ")
             ))
-            .with_domain("UNKNOWN_BROKER"));
+            .with_domain(DomainCode::UnknownBroker));
         };
         if !row.operations.split_whitespace().any(|op| op == operation) {
             return Err(ServiceError::invalid(format!(
                 "broker_id: broker {id:?} does not answer the operation {operation:?}; it lists: {}",
                 if row.operations.is_empty() { "nothing" } else { &row.operations }
             ))
-            .with_domain("OPERATION_NOT_SUPPORTED"));
+            .with_domain(DomainCode::OperationNotSupported));
         }
         Ok(row)
     }
@@ -407,7 +408,7 @@ impl AlertService {
         if self.store.broker(broker_id).await?.is_none() {
             return Err(
                 ServiceError::not_found(format!("broker_id: no broker {broker_id:?}"))
-                    .with_domain("UNKNOWN_BROKER"),
+                    .with_domain(DomainCode::UnknownBroker),
             );
         }
         let source = if source.trim().is_empty() {
@@ -423,9 +424,8 @@ impl AlertService {
             Ok(decoded) => decoded,
             Err(e @ avro::DecodeError::Thread(_)) => return Err(ServiceError::internal(&e)),
             Err(e) => {
-                return Err(
-                    ServiceError::invalid(format!("{source}: {e}")).with_domain("BAD_ALERT_FILE")
-                );
+                return Err(ServiceError::invalid(format!("{source}: {e}"))
+                    .with_domain(DomainCode::BadAlertFile));
             }
         };
         let candids: Vec<i64> = decoded.alerts.iter().map(|a| a.candid).collect();
@@ -596,7 +596,7 @@ impl AlertService {
         caller: &Principal,
         q: AlertQuery,
     ) -> Result<AlertAnswer, ServiceError> {
-        require_tenant(caller)?;
+        caller.tenant()?;
         let broker = self.broker_for(&q.broker_id, "alerts").await?;
         let (default_limit, max_limit) = if q.full {
             (DEFAULT_FULL_LIMIT, MAX_FULL_LIMIT)
@@ -636,7 +636,7 @@ impl AlertService {
                 return Err(ServiceError::not_found(format!(
                     "candid: no alert {candid} in broker {id:?}"
                 ))
-                .with_domain("UNKNOWN_ALERT"));
+                .with_domain(DomainCode::UnknownAlert));
             };
             AlertAnswer {
                 broker_id: id.to_owned(),
@@ -768,7 +768,7 @@ impl AlertService {
         broker_id: &str,
         candid: &str,
     ) -> Result<FoundAlert, ServiceError> {
-        require_tenant(caller)?;
+        caller.tenant()?;
         let broker = self.broker_for(broker_id, "alerts").await?;
         let candid = parse_candid(candid)?;
         let Some(row) = self.store.alert(&broker.broker_id, candid).await? else {
@@ -776,7 +776,7 @@ impl AlertService {
                 "candid: no alert {candid} in broker {:?}",
                 broker.broker_id
             ))
-            .with_domain("UNKNOWN_ALERT"));
+            .with_domain(DomainCode::UnknownAlert));
         };
         let packets = self.store.packets(&broker.broker_id, &[candid]).await?;
         let mut alert = found(row, None)?;
@@ -800,7 +800,7 @@ impl AlertService {
                 None => Err(ServiceError::not_found(format!(
                     "candid: no alert {candid} in broker {broker_id:?}"
                 ))
-                .with_domain("UNKNOWN_ALERT")),
+                .with_domain(DomainCode::UnknownAlert)),
             };
         }
         if let Some(o) = object_id {
@@ -823,7 +823,7 @@ impl AlertService {
         object_id: &str,
         include_forced: bool,
     ) -> Result<LightCurve, ServiceError> {
-        require_tenant(caller)?;
+        caller.tenant()?;
         let broker = self.broker_for(broker_id, "photometry").await?;
         let object_id = parse_object_id(object_id)?;
         let packets = self
@@ -901,7 +901,7 @@ impl AlertService {
         limit: Option<i32>,
         producer: Option<&str>,
     ) -> Result<SchemaAnswer, ServiceError> {
-        require_tenant(caller)?;
+        caller.tenant()?;
         let limit = match limit {
             None => 200,
             Some(n) if !(1..=2000).contains(&n) => {
@@ -909,7 +909,7 @@ impl AlertService {
             }
             Some(n) => n as usize,
         };
-        let super::producers::SchemaOf {
+        let super::schema::SchemaOf {
             source,
             versions,
             paths: union,
@@ -920,7 +920,7 @@ impl AlertService {
             .filter(|s| !s.is_empty());
         // `real-bogus` finds `RealBogus` and `real bogus`: separators are
         // compared away as well.
-        let squashed = search.as_deref().map(super::producers::squash);
+        let squashed = search.as_deref().map(super::schema::squash);
         let prefix = prefix
             .map(|p| p.trim().trim_end_matches('.').to_owned())
             .filter(|p| !p.is_empty());
@@ -940,7 +940,7 @@ impl AlertService {
                         || f.doc.as_deref().is_some_and(|d| {
                             d.to_ascii_lowercase().contains(s)
                                 || (!squashed.is_empty()
-                                    && super::producers::squash(d).contains(squashed))
+                                    && super::schema::squash(d).contains(squashed))
                         })
                 })
             })
@@ -998,7 +998,7 @@ impl AlertService {
             return Err(ServiceError::precondition(
                 "no alert has been ingested and no schema folder is configured (ITHACA_ZTF_SCHEMA_DIR)",
             )
-            .with_domain("NO_ALERT_SCHEMA"));
+            .with_domain(DomainCode::NoAlertSchema));
         };
         let versions = tokio::task::spawn_blocking(move || schema_files(&dir))
             .await
@@ -1008,7 +1008,7 @@ impl AlertService {
                 ServiceError::precondition(
                     "no alert has been ingested and the schema files cannot be read",
                 )
-                .with_domain("NO_ALERT_SCHEMA")
+                .with_domain(DomainCode::NoAlertSchema)
             })?;
         Ok(("schema files", versions))
     }
@@ -1048,7 +1048,7 @@ fn unknown_object(object_id: &str, broker_id: &str) -> ServiceError {
     ServiceError::not_found(format!(
         "objectId: no alerts of {object_id} in broker {broker_id:?}"
     ))
-    .with_domain("UNKNOWN_OBJECT")
+    .with_domain(DomainCode::UnknownObject)
 }
 
 fn window_text(jd: Option<(f64, f64)>) -> String {
@@ -1146,13 +1146,6 @@ pub fn parse_object_id(raw: &str) -> Result<String, ServiceError> {
 fn require_admin(caller: &Principal, what: &str) -> Result<(), ServiceError> {
     if caller.actor() != Actor::System {
         return Err(ServiceError::denied(format!("only administrators {what}")));
-    }
-    Ok(())
-}
-
-fn require_tenant(caller: &Principal) -> Result<(), ServiceError> {
-    if caller.tenant_id().is_empty() && caller.actor() != Actor::System {
-        return Err(ServiceError::denied("the caller has no tenant"));
     }
     Ok(())
 }

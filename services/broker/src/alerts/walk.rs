@@ -3,7 +3,7 @@
 //! per named type, a datum walked as the decoder will read it but
 //! allocating nothing.
 
-use super::container::{Cursor, MAX_ALERT_VALUES, MAX_BLOCK_BYTES, MAX_SCHEMA_DEPTH, WalkError};
+use super::limits::{Cursor, MAX_ALERT_VALUES, MAX_BLOCK_BYTES, MAX_SCHEMA_DEPTH, WalkError};
 use apache_avro::Schema;
 use apache_avro::schema::{Name, NamesRef, Namespace, ResolvedSchema};
 use std::collections::HashMap;

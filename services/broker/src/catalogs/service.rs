@@ -7,6 +7,7 @@ use crate::alerts::service::check_radius;
 use crate::astrotime;
 use crate::sky;
 use ithaca_kit::clock;
+use ithaca_kit::error::DomainCode;
 use ithaca_kit::error::ServiceError;
 use ithaca_kit::principal::{Actor, Principal};
 use sha2::{Digest, Sha256};
@@ -187,7 +188,7 @@ impl CatalogService {
         .to_owned();
         let checksum = hex::encode(Sha256::digest(bytes));
         let (catalog, rows) = parse::parse(bytes).map_err(|e| {
-            ServiceError::invalid(format!("{source}: {e}")).with_domain("BAD_CATALOG_FILE")
+            ServiceError::invalid(format!("{source}: {e}")).with_domain(DomainCode::BadCatalogFile)
         })?;
         if let Some((_, count)) = self.store.file(&checksum).await? {
             let stored = u64::try_from(count).unwrap_or(0);

@@ -3,6 +3,7 @@
 
 use super::defaults;
 use super::model::Finding;
+pub use super::model::filter_uri;
 use super::run::RunArgs;
 use super::service::{FilterService, FilterView, GroupView, NewFilter};
 use super::store::{MatchRow, StreamRow, VersionRow};
@@ -26,11 +27,6 @@ pub struct Grpc {
 
 /// How often a filter's watch reads the store again.
 const WATCH_POLL: std::time::Duration = std::time::Duration::from_millis(500);
-
-/// The resource of a filter.
-pub fn filter_uri(filter_id: &str) -> String {
-    format!("doomberg://filters/{filter_id}")
-}
 
 fn required_pipeline(p: Option<ListValue>) -> Result<Json, Status> {
     p.map(from_list).ok_or_else(|| {

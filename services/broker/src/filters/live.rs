@@ -10,12 +10,12 @@
 //! the batch's matches saved in one transaction (never a database round
 //! trip per alert or per filter).
 
+use super::document::{CUTOUTS, alert_document};
+pub use super::document::{strip, without};
 use super::model::Autosave;
 use super::pipeline::scan::{KeySet, object_subset};
 use super::pipeline::{self, CandidateNeeds, Pipeline};
-use super::preview::alert_document;
 use super::store::{FilterStore, MatchRow};
-use super::versions::bounds;
 use crate::alerts::AlertService;
 use crate::alerts::service::{IngestHook, StoredBatch};
 use crate::alerts::store::NewAlert;
@@ -30,10 +30,6 @@ use std::time::{Duration, Instant};
 
 /// How long a loaded active set is trusted before it is read again.
 pub const RELOAD_AFTER: Duration = Duration::from_secs(5);
-
-/// Fields never shown to a filter: the image cutouts (bytes no cut applies
-/// to; skipping them saves most of the decoding work).
-const CUTOUTS: [&str; 3] = ["cutoutScience", "cutoutTemplate", "cutoutDifference"];
 
 /// One active version, compiled.
 pub struct ActiveFilter {
@@ -139,7 +135,7 @@ impl LiveFilters {
                     continue;
                 }
             };
-            match pipeline::compile(&json, &schema, &bounds(stream, &schema)) {
+            match pipeline::compile(&json, &schema, &stream.bounds(&schema)) {
                 Ok(checked) => out.push(ActiveFilter {
                     programids: stream.programids(),
                     withheld: stream.withheld(),
@@ -400,37 +396,4 @@ pub fn packet(schema: &Schema, datum: &[u8]) -> Result<Json, String> {
         .filter(|(k, _)| !CUTOUTS.contains(&k.as_str()))
         .collect();
     Ok(crate::alerts::avro::to_json(&Value::Record(kept)))
-}
-
-/// `doc` without the `withheld` paths (plain dotted; through arrays too).
-pub fn without(doc: &Json, withheld: &[String]) -> Json {
-    let mut out = doc.clone();
-    strip(&mut out, withheld);
-    out
-}
-
-/// Remove the `withheld` paths from `doc`.
-pub fn strip(doc: &mut Json, withheld: &[String]) {
-    for path in withheld {
-        let segs: Vec<&str> = path.split('.').collect();
-        remove(doc, &segs);
-    }
-}
-
-fn remove(value: &mut Json, segs: &[&str]) {
-    match value {
-        Json::Array(items) => items.iter_mut().for_each(|v| remove(v, segs)),
-        Json::Object(map) => match segs {
-            [] => {}
-            [last] => {
-                map.remove(*last);
-            }
-            [first, rest @ ..] => {
-                if let Some(inner) = map.get_mut(*first) {
-                    remove(inner, rest);
-                }
-            }
-        },
-        _ => {}
-    }
 }

@@ -8,12 +8,14 @@
 //!   schema and the filter's stream, evaluated in Rust.
 //! - [`preview`]: a pipeline over stored alerts, in a time window, a sky
 //!   region (a MOC) and programmes: a count, or the top alerts by a field.
-//! - [`model`]: ids, sort order, auto-save settings, domain codes, the
-//!   canonical text and hash of a pipeline.
+//! - [`model`]: ids, sort order, auto-save settings, domain codes, a
+//!   filter's URI, the canonical text and hash of a pipeline.
+//! - [`document`]: the alert document a filter sees (no cutouts, withheld
+//!   paths removed); [`access`]: tenant, write scope and subject guards.
 //! - [`store`]: the `filter_*` tables and `filters`.
 //! - [`service`]: targets, filters, reading and diffing; [`versions`]:
 //!   posting, validating and activating versions; [`run`]: the preview
-//!   tool and the seam to GCN regions ([`run::EventRegions`]).
+//!   tool; [`regions`]: the seam to GCN regions ([`regions::EventRegions`]).
 //! - [`live`]: the active set and the ingest hook that saves matches.
 //! - [`lifecycle`] (and [`lifecycle_store`]): deactivation, deletion, what
 //!   a filter's watch compares, and the zero-match warning.
@@ -21,7 +23,9 @@
 //! - [`defaults`]: the counterpart-search defaults.
 //! - [`grpc`]: the `ithaca.broker.v1.FilterService` adapter.
 
+pub mod access;
 pub mod defaults;
+pub mod document;
 pub mod events;
 pub mod grpc;
 pub mod lifecycle;
@@ -30,6 +34,7 @@ pub mod live;
 pub mod model;
 pub mod pipeline;
 pub mod preview;
+pub mod regions;
 pub mod run;
 pub mod service;
 pub mod store;

@@ -8,33 +8,40 @@ use sha2::{Digest, Sha256};
 
 /// Domain codes this module answers with (in the `ithaca-error` metadata).
 pub mod codes {
+    use ithaca_kit::error::DomainCode;
+
     /// A subject-scoped write outside a session opened on that filter.
-    pub const SUBJECT_MISMATCH: &str = "SUBJECT_MISMATCH";
+    pub const SUBJECT_MISMATCH: DomainCode = DomainCode::SubjectMismatch;
     /// Activation of a version without a passing verdict.
-    pub const NOT_VALIDATED: &str = "NOT_VALIDATED";
+    pub const NOT_VALIDATED: DomainCode = DomainCode::NotValidated;
     /// Activation of a version whose pipeline was not previewed on the
     /// filter's stream in the caller's session.
-    pub const NOT_PREVIEWED: &str = "NOT_PREVIEWED";
+    pub const NOT_PREVIEWED: DomainCode = DomainCode::NotPreviewed;
     /// A pipeline that does not compile (run_broker_filter).
-    pub const INVALID_PIPELINE: &str = "INVALID_PIPELINE";
-    pub const UNKNOWN_FILTER: &str = "UNKNOWN_FILTER";
-    pub const UNKNOWN_VERSION: &str = "UNKNOWN_VERSION";
-    pub const UNKNOWN_GROUP: &str = "UNKNOWN_GROUP";
-    pub const UNKNOWN_STREAM: &str = "UNKNOWN_STREAM";
+    pub const INVALID_PIPELINE: DomainCode = DomainCode::InvalidPipeline;
+    pub const UNKNOWN_FILTER: DomainCode = DomainCode::UnknownFilter;
+    pub const UNKNOWN_VERSION: DomainCode = DomainCode::UnknownVersion;
+    pub const UNKNOWN_GROUP: DomainCode = DomainCode::UnknownGroup;
+    pub const UNKNOWN_STREAM: DomainCode = DomainCode::UnknownStream;
     /// A stream the group may not use.
-    pub const STREAM_NOT_IN_GROUP: &str = "STREAM_NOT_IN_GROUP";
+    pub const STREAM_NOT_IN_GROUP: DomainCode = DomainCode::StreamNotInGroup;
     /// A broker that cannot run filters on the stream's survey.
-    pub const BROKER_CANNOT_FILTER: &str = "BROKER_CANNOT_FILTER";
+    pub const BROKER_CANNOT_FILTER: DomainCode = DomainCode::BrokerCannotFilter;
     /// `dateobs` names a GCN event with no position to search around (an
     /// unknown event is the GCN service's `UNKNOWN_GCN_EVENT`).
-    pub const NO_LOCALISATION: &str = "NO_LOCALISATION";
+    pub const NO_LOCALISATION: DomainCode = DomainCode::NoLocalisation;
     /// The deployment's broker has no GCN events to take a region from.
-    pub const EVENTS_UNAVAILABLE: &str = "EVENTS_UNAVAILABLE";
+    pub const EVENTS_UNAVAILABLE: DomainCode = DomainCode::EventsUnavailable;
     /// Deleting a filter whose version is active (deactivate it first).
-    pub const FILTER_ACTIVE: &str = "FILTER_ACTIVE";
+    pub const FILTER_ACTIVE: DomainCode = DomainCode::FilterActive;
     /// A path only another producer (Fink, say) adds, in a filter on the
     /// survey's own stream.
-    pub const FOREIGN_PATH: &str = "FOREIGN_PATH";
+    pub const FOREIGN_PATH: DomainCode = DomainCode::ForeignPath;
+}
+
+/// The resource of a filter.
+pub fn filter_uri(filter_id: &str) -> String {
+    format!("doomberg://filters/{filter_id}")
 }
 
 fn uuid_like(raw: &str) -> Option<String> {

@@ -10,7 +10,8 @@
 //! `candidate` is read only for the fields the pipeline needs, and parsed
 //! whole only for the alerts that enter the top `limit`.
 
-use super::live::strip;
+use super::document::strip;
+pub use super::document::{alert_document, packet_document};
 use super::pipeline::scan::{KeySet, fill_subset};
 use super::pipeline::{CandidateNeeds, Pipeline, compare_values, needs_of, value_at};
 use crate::alerts::avro;
@@ -18,6 +19,7 @@ use crate::alerts::service::time_window;
 use crate::alerts::store::AlertStore;
 use crate::sky;
 use apache_avro::Schema;
+use ithaca_kit::error::DomainCode;
 use ithaca_kit::error::{Code, ServiceError};
 use ithaca_kit::with_pool;
 use moc::elem::cellcellrange::CellOrCellRange;
@@ -185,7 +187,7 @@ pub async fn preview(
     if store.broker(broker_id).await?.is_none() {
         return Err(
             ServiceError::not_found(format!("broker_id: no broker {broker_id:?}"))
-                .with_domain("UNKNOWN_BROKER"),
+                .with_domain(DomainCode::UnknownBroker),
         );
     }
     let window = time_window(q.jd_start, q.jd_end)?.unwrap_or((f64::MIN, f64::MAX));
@@ -304,33 +306,11 @@ pub async fn preview(
     Ok(scanner.finish())
 }
 
-/// What the ingest path runs on each newly stored alert for an active
-/// filter: the document that passed, or `None`.
+/// One alert document through `pipeline`: the document that passed, or
+/// `None`. The reference the preview's scan is tested against; the live
+/// path (`live.rs`) evaluates its compiled pipelines itself.
 pub fn matches(pipeline: &Pipeline, alert_doc: &Value) -> Option<Value> {
     pipeline.eval(alert_doc)
-}
-
-/// The alert document a pipeline sees, from the stored parts of an alert:
-/// `objectId`, `candid`, `schemavsn` and the `candidate` record.
-pub fn alert_document(object_id: &str, candid: i64, schemavsn: &str, candidate: Value) -> Value {
-    let mut m = Map::new();
-    m.insert("objectId".to_owned(), Value::from(object_id));
-    m.insert("candid".to_owned(), Value::from(candid));
-    m.insert("schemavsn".to_owned(), Value::from(schemavsn));
-    m.insert("candidate".to_owned(), candidate);
-    Value::Object(m)
-}
-
-/// The alert document from a whole decoded packet (for pipelines that read
-/// `prv_candidates`, `fp_hists` or a broker's own fields): the packet
-/// without its image cutouts.
-pub fn packet_document(mut packet: Value) -> Value {
-    if let Value::Object(m) = &mut packet {
-        for cutout in ["cutoutScience", "cutoutTemplate", "cutoutDifference"] {
-            m.remove(cutout);
-        }
-    }
-    packet
 }
 
 /// Refill a document made by [`alert_document`] for the next alert, reading

@@ -4,9 +4,11 @@
 //! ran is recorded against the caller's session (the evidence activation
 //! asks for).
 
+use super::access::tenant_of;
 use super::model::{self, FilterId, Finding, SortOrder, codes};
-use super::preview::{self, PreviewQuery, Region};
-use super::service::{FilterService, tenant_of};
+use super::preview::{self, PreviewQuery};
+pub use super::regions::{EventRegion, EventRegions};
+use super::service::FilterService;
 use super::store::{PreviewRecord, StreamRow};
 use crate::alerts::service::time_window;
 use ithaca_kit::clock;
@@ -17,30 +19,6 @@ use serde_json::Value as Json;
 /// Default and largest number of alerts a sorted preview returns.
 pub const DEFAULT_LIMIT: usize = 20;
 pub const MAX_LIMIT: usize = 200;
-
-/// Where a GCN event's localisation comes from: the seam between filters
-/// and the GCN events of the same broker.
-#[tonic::async_trait]
-pub trait EventRegions: Send + Sync {
-    /// The region of the event `dateobs` (or an alias), and a line saying
-    /// what it is. `UNKNOWN_GCN_EVENT` when there is no such event,
-    /// `NO_LOCALISATION` when it has no position.
-    /// `choice` picks the localisation (`trigger` when `None`).
-    async fn region(
-        &self,
-        caller: &Principal,
-        dateobs: &str,
-        choice: Option<&str>,
-    ) -> Result<EventRegion, ServiceError>;
-}
-
-/// A GCN event's localisation as a preview region.
-#[derive(Clone, Debug)]
-pub struct EventRegion {
-    pub region: Region,
-    /// For example `GRB 170817A 2017-08-17T12:41:06: 17.45° around (186.62, -48.84)`.
-    pub label: String,
-}
 
 /// A `run_broker_filter` request.
 #[derive(Clone, Debug, Default)]

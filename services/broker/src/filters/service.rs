@@ -3,18 +3,19 @@
 //! every RPC shares (tenant, scope, subject). Versions, validation and
 //! activation are in [`super::versions`]; the preview in [`super::run`].
 
+pub(super) use super::access::{require_subject, require_write_scope, tenant_of, unknown_filter};
 use super::live::LiveFilters;
 use super::model::{self, Autosave, FilterId, GroupId, StreamId, codes};
-use super::run::EventRegions;
+use super::regions::EventRegions;
 use super::store::{FilterRow, FilterStore, GroupRow, MatchRow, StreamRow, VersionRow};
 use crate::alerts::AlertService;
 use crate::alerts::schema::FlatField;
 use crate::alerts::service::ARCHIVE_BROKER;
 use crate::alerts::store::BrokerRow;
 use ithaca_kit::clock;
+use ithaca_kit::error::DomainCode;
 use ithaca_kit::error::{Code, ServiceError};
 use ithaca_kit::principal::{Actor, Principal};
-use ithaca_proto::scopes;
 use std::sync::Arc;
 
 /// The name of the group a tenant gets on first use.
@@ -327,7 +328,7 @@ impl FilterService {
             return Err(ServiceError::not_found(format!(
                 "broker_id: no broker {id:?}; get_filter_targets lists the brokers that run filters"
             ))
-            .with_domain("UNKNOWN_BROKER"));
+            .with_domain(DomainCode::UnknownBroker));
         };
         if !can_filter(&broker, std::slice::from_ref(stream)) {
             return Err(ServiceError::invalid(format!(
@@ -506,53 +507,6 @@ fn can_filter(broker: &BrokerRow, streams: &[StreamRow]) -> bool {
         && streams
             .iter()
             .any(|s| s.survey.eq_ignore_ascii_case(&broker.survey))
-}
-
-/// The caller's tenant; refused for callers without one.
-pub(super) fn tenant_of(caller: &Principal) -> Result<&str, ServiceError> {
-    let tenant = caller.tenant_id();
-    if tenant.is_empty() {
-        return Err(ServiceError::denied(
-            "filters belong to a tenant and the caller has none",
-        ));
-    }
-    Ok(tenant)
-}
-
-/// Writes need `filters:write` (the edge checks it too).
-pub(super) fn require_write_scope(caller: &Principal) -> Result<(), ServiceError> {
-    if caller.actor() == Actor::System || caller.has_scope(scopes::FILTERS_WRITE) {
-        return Ok(());
-    }
-    Err(ServiceError::denied(format!(
-        "missing scope: {}",
-        scopes::FILTERS_WRITE
-    )))
-}
-
-/// A subject-scoped write: only inside a session opened on this filter.
-pub(super) fn require_subject(
-    caller: &Principal,
-    filter_id: &FilterId,
-    tool: &str,
-) -> Result<(), ServiceError> {
-    if caller.may_write("filter", filter_id) {
-        return Ok(());
-    }
-    let scoped = match caller.subject() {
-        Some(s) => format!("this session is scoped to {s}"),
-        None => "this session has no subject".to_owned(),
-    };
-    Err(ServiceError::denied(format!(
-        "filter_id: {tool} writes only to the filter its session was opened on, and {scoped}, not filter {filter_id}; \
-         a person opens a session on the filter from its page"
-    ))
-    .with_domain(codes::SUBJECT_MISMATCH))
-}
-
-pub(super) fn unknown_filter(filter_id: &FilterId) -> ServiceError {
-    ServiceError::not_found(format!("filter_id: no filter {filter_id}"))
-        .with_domain(codes::UNKNOWN_FILTER)
 }
 
 fn unknown_stream(field: &str, id: &StreamId, known: &[StreamRow]) -> ServiceError {

@@ -24,6 +24,39 @@ pub struct StreamRow {
 }
 
 impl StreamRow {
+    /// What a stream lets a pipeline see: its programmes, and the schema paths
+    /// it carries as prefixes (`None`: every path). A stream that withholds
+    /// `candidate.programpi` carries `candidate.jd`, `candidate.magpsf`, … but
+    /// not `candidate` as a whole, which would include what it withholds.
+    pub fn bounds(
+        &self,
+        schema: &[crate::alerts::schema::FlatField],
+    ) -> super::pipeline::StreamBounds {
+        let withheld = self.withheld();
+        let under = |path: &str, prefix: &str| {
+            path == prefix
+                || path
+                    .strip_prefix(prefix)
+                    .is_some_and(|rest| rest.starts_with('.'))
+        };
+        let fields = (!withheld.is_empty()).then(|| {
+            let mut carried: Vec<String> = Vec::new();
+            for f in schema {
+                let field = f.field.as_str();
+                let hidden = withheld.iter().any(|w| under(field, w));
+                let holds_hidden = withheld.iter().any(|w| under(w, field));
+                if !hidden && !holds_hidden && !carried.iter().any(|c| under(field, c)) {
+                    carried.push(field.to_owned());
+                }
+            }
+            carried
+        });
+        super::pipeline::StreamBounds {
+            programids: self.programids(),
+            fields,
+        }
+    }
+
     pub fn programids(&self) -> Vec<i32> {
         self.programids
             .split_whitespace()

@@ -10,11 +10,11 @@
 //! 3. that exact pipeline (SHA-256 of its canonical JSON) was previewed on
 //!    the filter's stream in the caller's session (`NOT_PREVIEWED`).
 
+use super::access::{require_subject, require_write_scope, tenant_of};
 use super::model::{self, FilterId, Finding, codes};
-use super::pipeline::{self, Checked, StreamBounds};
-use super::service::{FilterService, require_subject, require_write_scope, tenant_of};
+use super::pipeline::{self, Checked};
+use super::service::FilterService;
 use super::store::{FilterRow, StreamRow, Verdict, VersionRow};
-use crate::alerts::schema::FlatField;
 use ithaca_kit::clock;
 use ithaca_kit::error::ServiceError;
 use ithaca_kit::principal::Principal;
@@ -50,36 +50,6 @@ pub struct Activation {
 /// A pipeline compiled for a stream: the compiled form with its warnings,
 /// or the problems that stopped it.
 pub type Compiled = Result<Checked, Vec<Finding>>;
-
-/// What a stream lets a pipeline see: its programmes, and the schema paths
-/// it carries as prefixes (`None`: every path). A stream that withholds
-/// `candidate.programpi` carries `candidate.jd`, `candidate.magpsf`, … but
-/// not `candidate` as a whole, which would include what it withholds.
-pub fn bounds(stream: &StreamRow, schema: &[FlatField]) -> StreamBounds {
-    let withheld = stream.withheld();
-    let under = |path: &str, prefix: &str| {
-        path == prefix
-            || path
-                .strip_prefix(prefix)
-                .is_some_and(|rest| rest.starts_with('.'))
-    };
-    let fields = (!withheld.is_empty()).then(|| {
-        let mut carried: Vec<String> = Vec::new();
-        for f in schema {
-            let field = f.field.as_str();
-            let hidden = withheld.iter().any(|w| under(field, w));
-            let holds_hidden = withheld.iter().any(|w| under(w, field));
-            if !hidden && !holds_hidden && !carried.iter().any(|c| under(field, c)) {
-                carried.push(field.to_owned());
-            }
-        }
-        carried
-    });
-    StreamBounds {
-        programids: stream.programids(),
-        fields,
-    }
-}
 
 /// `pipeline` must be a JSON array of at most [`MAX_PIPELINE_BYTES`].
 pub fn check_shape(pipeline: &Json) -> Result<(), ServiceError> {
@@ -159,7 +129,7 @@ impl FilterService {
                 )
             })?;
         let schema = self.schema().await?;
-        let bounds = bounds(&stream, &schema);
+        let bounds = stream.bounds(&schema);
         match pipeline::compile(pipeline, &schema, &bounds) {
             Ok(checked) => Ok(Ok(checked)),
             Err(problems) => {
@@ -405,7 +375,7 @@ impl FilterService {
                 "filter_id": filter.filter_id,
                 "name": filter.name,
                 "stream_id": filter.stream_id,
-                "uri": super::grpc::filter_uri(&filter.filter_id),
+                "uri": super::model::filter_uri(&filter.filter_id),
             },
             "version": stored.version,
             "pipeline": cut(&model::pretty_text(pipeline), 2_000),

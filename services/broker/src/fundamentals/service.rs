@@ -20,7 +20,7 @@ use ithaca_proto::broker::v1 as pb;
 use sha2::{Digest, Sha256};
 
 /// The domain error code of a file refused by its content.
-pub const BAD_SEC_FILE: &str = "BAD_SEC_FILE";
+pub const BAD_SEC_FILE: ithaca_kit::error::DomainCode = ithaca_kit::error::DomainCode::BadSecFile;
 
 /// Most filings per page.
 const MAX_FILINGS_PAGE: i32 = 500;

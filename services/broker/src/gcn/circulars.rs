@@ -6,8 +6,10 @@
 //! the page boundary is a circular number, so a page stays right when
 //! circulars arrive between calls.
 
+pub use super::model::CircularPage;
 use super::service::GcnService;
 use super::store::{CircularRow, like_escape};
+use ithaca_kit::error::DomainCode;
 use ithaca_kit::error::ServiceError;
 use ithaca_kit::principal::Principal;
 
@@ -21,15 +23,6 @@ pub const MAX_HITS: i64 = 100;
 pub const MAX_WORDS: usize = 8;
 /// Characters of a hit's snippet either side of the first word found.
 const SNIPPET_SIDE: usize = 100;
-
-/// Which page of an event's circulars to return.
-#[derive(Clone, Debug, Default)]
-pub struct CircularPage {
-    /// Circulars per page (default [`DEFAULT_CIRCULARS`]).
-    pub limit: Option<i32>,
-    /// `after:N`, the `next_cursor` of the previous page.
-    pub cursor: Option<String>,
-}
 
 /// One page of an event's circulars.
 #[derive(Clone, Debug)]
@@ -184,7 +177,7 @@ impl GcnService {
         caller: &Principal,
         circular_id: i32,
     ) -> Result<CircularRow, ServiceError> {
-        super::service::require_tenant(caller)?;
+        caller.tenant()?;
         if circular_id < 1 {
             return Err(ServiceError::invalid(format!(
                 "circular_id: {circular_id} is not a circular number (GCN Circular 34397 is 34397)"
@@ -197,7 +190,7 @@ impl GcnService {
                 ServiceError::not_found(format!(
                     "circular_id: no GCN Circular {circular_id} is stored; search_gcn_circulars finds circulars by their words"
                 ))
-                .with_domain("UNKNOWN_GCN_CIRCULAR")
+                .with_domain(DomainCode::UnknownGcnCircular)
             })
     }
 
@@ -208,7 +201,7 @@ impl GcnService {
         caller: &Principal,
         q: &CircularQuery,
     ) -> Result<SearchAnswer, ServiceError> {
-        super::service::require_tenant(caller)?;
+        caller.tenant()?;
         let words = words(&q.query)?;
         let limit = page_size(q.limit, DEFAULT_HITS, MAX_HITS)?;
         let before = parse_cursor(q.cursor.as_deref(), "before")?;

@@ -11,7 +11,7 @@
 //! mentions (the first that has one) with no other object named in between. Without either, the
 //! position is null: nothing is guessed.
 
-use super::extract::Extraction;
+use super::model::Extraction;
 use regex::Regex;
 use serde_json::{Value as Json, json};
 use std::sync::LazyLock;

@@ -12,6 +12,7 @@
 
 use super::counterpart::{Spanned, counterparts};
 use super::epoch;
+pub use super::model::Extraction;
 use super::model::check_circle;
 use super::parse::Circular;
 use regex::Regex;
@@ -23,19 +24,6 @@ pub const ORIGIN: &str = "ithaca-circular-parser";
 
 /// Most magnitudes kept from one circular (photometry tables can be long).
 const MAX_MAGNITUDES: usize = 200;
-
-/// One value read from a circular.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Extraction {
-    /// `redshift`, `position`, `magnitude`, `counterpart` or `instrument`.
-    pub kind: &'static str,
-    /// The value, in the parser's own shape (always with `kind`,
-    /// `circular_id` and the matched `text`).
-    pub payload: Json,
-    /// A position with an error circle (degrees), which is also a
-    /// localisation of the event.
-    pub circle: Option<(f64, f64, f64)>,
-}
 
 static REDSHIFT_WORD: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"(?i)\bredshifts?\s+(?:of\s+|at\s+)?(?:about\s+|approximately\s+)?(?:z\s*(?:=|~|≈)\s*)?(\d{1,2}\.\d{1,4})")

@@ -295,6 +295,28 @@ pub fn separation_deg(ra1: f64, dec1: f64, ra2: f64, dec2: f64) -> f64 {
     crate::sky::separation_arcsec(ra1, dec1, ra2, dec2) / 3600.0
 }
 
+/// Which page of an event's circulars to return.
+#[derive(Clone, Debug, Default)]
+pub struct CircularPage {
+    /// Circulars per page (default: the circulars module's `DEFAULT_CIRCULARS`).
+    pub limit: Option<i32>,
+    /// `after:N`, the `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+}
+
+/// One value read from a circular.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Extraction {
+    /// `redshift`, `position`, `magnitude`, `counterpart` or `instrument`.
+    pub kind: &'static str,
+    /// The value, in the parser's own shape (always with `kind`,
+    /// `circular_id` and the matched `text`).
+    pub payload: serde_json::Value,
+    /// A position with an error circle (degrees), which is also a
+    /// localisation of the event.
+    pub circle: Option<(f64, f64, f64)>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,9 +2,9 @@
 //! producers' extractions and each tenant's discussion. Every refusal names
 //! the field at fault; nothing here panics on a caller's input.
 
-use super::circulars::CircularPage;
 use super::identify;
 use super::ingest::{self, IngestTx, Outcome};
+use super::model::CircularPage;
 use super::model::{DateObs, LocOrigin, Localisation, Name};
 use super::parse::{self, ParsedFile};
 use super::store::{
@@ -12,6 +12,7 @@ use super::store::{
     LocalisationRow, NoticeRow, like_escape,
 };
 use ithaca_kit::clock;
+use ithaca_kit::error::DomainCode;
 use ithaca_kit::error::ServiceError;
 use ithaca_kit::principal::{Actor, Principal};
 use ithaca_kit::with_pool;
@@ -114,10 +115,7 @@ pub struct GcnService {
 }
 
 pub(super) fn require_tenant(caller: &Principal) -> Result<(), ServiceError> {
-    if caller.tenant_id().is_empty() && caller.actor() != Actor::System {
-        return Err(ServiceError::denied("the caller has no tenant"));
-    }
-    Ok(())
+    caller.tenant().map(|_| ())
 }
 
 fn bounded(value: Option<i32>, default: i64, max: i64, field: &str) -> Result<i64, ServiceError> {
@@ -189,7 +187,7 @@ impl GcnService {
             .await
             .map_err(|e| ServiceError::internal(&e))?
             .map_err(|e| {
-                ServiceError::invalid(format!("{source}: {e}")).with_domain("BAD_GCN_FILE")
+                ServiceError::invalid(format!("{source}: {e}")).with_domain(DomainCode::BadGcnFile)
             })?;
         let kind = parsed.kind();
         let now = clock::now_ms();
@@ -267,7 +265,7 @@ impl GcnService {
                 "dateobs: no GCN event at {canonical}; get_gcn_events with partialdateobs (a date prefix such as {} or a name) finds events",
                 &canonical[..10]
             ))
-            .with_domain("UNKNOWN_GCN_EVENT"));
+            .with_domain(DomainCode::UnknownGcnEvent));
         }
         for key in alias_keys(&input) {
             if let Some(d) = self.store.by_alias(&key).await?
@@ -280,7 +278,7 @@ impl GcnService {
             "dateobs: {input:?} is neither the time of a known GCN event nor one of its names; \
              get_gcn_events with partialdateobs finds events by date prefix or name"
         ))
-        .with_domain("UNKNOWN_GCN_EVENT"))
+        .with_domain(DomainCode::UnknownGcnEvent))
     }
 
     /// `get_gcn_events`: events newest first, filtered by a dateobs prefix or
@@ -553,7 +551,7 @@ impl GcnService {
             return Err(ServiceError::denied(
                 "AddGcnEventExtraction: agents may not add extractions; producers (people and services) do",
             )
-            .with_domain("AGENT_NOT_ALLOWED"));
+            .with_domain(DomainCode::AgentNotAllowed));
         }
         require_tenant(caller)?;
         let origin = new.origin.trim();
@@ -690,7 +688,7 @@ impl GcnService {
                     row.dateobs
                 ),
             };
-            return Err(ServiceError::denied(message).with_domain("SUBJECT_MISMATCH"));
+            return Err(ServiceError::denied(message).with_domain(DomainCode::SubjectMismatch));
         }
         let comment = CommentRow {
             comment_id: uuid::Uuid::now_v7().to_string(),

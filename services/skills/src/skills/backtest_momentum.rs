@@ -10,7 +10,7 @@
 //! rebalance day cannot change that rebalance.
 
 use super::{Artifact, Context, Inputs, Output, Skill, date_schema, too_long};
-use crate::catalog::Manifest;
+use crate::model::Manifest;
 use crate::model::Profile;
 use crate::{compute, plot};
 use ithaca_kit::error::Code;

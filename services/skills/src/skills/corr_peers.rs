@@ -5,8 +5,8 @@ use super::{
     Artifact, Context, Inputs, MAX_SYMBOLS, Output, Skill, date_schema, required_symbol,
     symbol_schema, symbols_schema,
 };
-use crate::catalog::Manifest;
 use crate::compute;
+use crate::model::Manifest;
 use crate::model::Profile;
 use ithaca_kit::error::ServiceError;
 use serde_json::json;

@@ -4,7 +4,7 @@
 //! ratios are the ones a researcher could have computed that day.
 
 use super::{Artifact, Context, Inputs, Output, Skill, required_symbol, symbol_schema};
-use crate::catalog::Manifest;
+use crate::model::Manifest;
 use crate::model::Profile;
 use ithaca_kit::chart::{self, Chart, Line, LineStyle, Panel, Scale, XAxis, YFormat};
 use ithaca_kit::error::ServiceError;

@@ -3,7 +3,7 @@
 //! g−r colour near the peak — from the broker's de-duplicated photometry.
 
 use super::{Artifact, Context, Inputs, Output, Skill};
-use crate::catalog::Manifest;
+use crate::model::Manifest;
 use crate::model::Profile;
 use ithaca_kit::error::ServiceError;
 use ithaca_proto::broker::v1 as bpb;

@@ -20,10 +20,11 @@ mod returns_summary;
 mod vol_realized;
 mod vol_term_structure;
 
-use crate::catalog::Manifest;
-use crate::service::SkillsService;
+use crate::model::Manifest;
+use crate::sources::Sources;
 use crate::stop::Stop;
 use crate::store::StrategyRow;
+use ithaca_kit::error::DomainCode;
 use ithaca_kit::error::{Code, ServiceError};
 use ithaca_kit::principal::Principal;
 use serde_json::{Map, Value, json};
@@ -159,8 +160,7 @@ pub const MAX_SYMBOLS: usize = 200;
 /// The most windows `vol.term_structure` takes (its schema's `maxItems`).
 pub const MAX_WINDOWS: usize = 32;
 
-/// The longest text a symbol input may be (its schema's `maxLength`).
-pub const MAX_SYMBOL_LEN: usize = 32;
+pub use crate::model::MAX_SYMBOL_LEN;
 
 /// The most prices one run may read from the broker, whatever its inputs:
 /// [`MAX_SYMBOLS`] series of 40 years of daily bars. A run that would read
@@ -169,7 +169,8 @@ pub const MAX_PRICES_PER_RUN: usize = 2_000_000;
 
 /// What a computation may ask for, on behalf of the caller.
 pub struct Context<'a> {
-    pub(crate) service: &'a SkillsService,
+    /// Where its data comes from (the service, or a fake in a test).
+    pub(crate) sources: &'a dyn Sources,
     pub(crate) caller: &'a Principal,
     /// Where its progress goes, when someone follows the run.
     pub(crate) progress: Option<&'a Progress>,
@@ -232,20 +233,20 @@ impl Context<'_> {
         end: Option<&str>,
     ) -> Result<Series, ServiceError> {
         self.check()?;
-        let (dates, prices) = self.service.prices(self.caller, symbol, start, end).await?;
+        let (dates, prices) = self.sources.prices(self.caller, symbol, start, end).await?;
         let read = self.prices_read.fetch_add(prices.len(), Ordering::Relaxed) + prices.len();
         if read > MAX_PRICES_PER_RUN {
             return Err(ServiceError::invalid(format!(
                 "inputs: the run would read more than {MAX_PRICES_PER_RUN} prices; name fewer symbols or a shorter range"
             ))
-            .with_domain("RUN_TOO_LARGE"));
+            .with_domain(DomainCode::RunTooLarge));
         }
         Ok(Series { dates, prices })
     }
 
     /// Every symbol the broker has data for.
     pub async fn symbols(&self) -> Result<Vec<String>, ServiceError> {
-        self.service.known_symbols(self.caller).await
+        self.sources.symbols(self.caller).await
     }
 
     /// An object's light curve from a broker's alert archive.
@@ -254,7 +255,7 @@ impl Context<'_> {
         broker_id: &str,
         object_id: &str,
     ) -> Result<ithaca_proto::broker::v1::LightCurve, ServiceError> {
-        self.service
+        self.sources
             .light_curve(self.caller, broker_id, object_id)
             .await
     }
@@ -266,7 +267,7 @@ impl Context<'_> {
         request: ithaca_proto::broker::v1::GetFundamentalsRequest,
     ) -> Result<ithaca_proto::broker::v1::Fundamentals, ServiceError> {
         self.check()?;
-        self.service.fundamentals(self.caller, request).await
+        self.sources.fundamentals(self.caller, request).await
     }
 
     /// The broker's peer screen: symbols ranked by metrics at a date.
@@ -275,12 +276,12 @@ impl Context<'_> {
         request: ithaca_proto::broker::v1::ScreenPeersRequest,
     ) -> Result<ithaca_proto::broker::v1::PeerScreen, ServiceError> {
         self.check()?;
-        self.service.screen_peers(self.caller, request).await
+        self.sources.screen_peers(self.caller, request).await
     }
 
     /// One of the caller's strategies.
     pub async fn strategy(&self, strategy_id: &str) -> Result<StrategyRow, ServiceError> {
-        self.service.strategy(self.caller, strategy_id).await
+        self.sources.strategy(self.caller, strategy_id).await
     }
 }
 
@@ -304,7 +305,7 @@ pub(crate) fn cancelled(reason: crate::stop::Reason) -> ServiceError {
 }
 
 /// The domain code of a run stopped because nobody waits for it.
-pub(crate) const RUN_CANCELLED: &str = "RUN_CANCELLED";
+pub(crate) const RUN_CANCELLED: DomainCode = DomainCode::RunCancelled;
 
 /// The schema of a `symbol` input.
 fn symbol_schema() -> Value {
@@ -331,7 +332,7 @@ fn too_long(field: &str, needed: usize, symbol: &str, have: usize) -> ServiceErr
         needed + 1,
         symbol.to_uppercase()
     ))
-    .with_domain("INSUFFICIENT_DATA")
+    .with_domain(DomainCode::InsufficientData)
 }
 
 /// The `symbol` input of a skill whose schema requires it.
@@ -430,5 +431,102 @@ mod tests {
             walk(m.skill_id, "outputs", &m.output_schema, &mut bare);
         }
         assert!(bare.is_empty(), "numbers without a unit: {bare:#?}");
+    }
+}
+
+#[cfg(test)]
+mod fake_sources {
+    //! A skill run against a fake [`Sources`]: no broker, no store.
+
+    use super::*;
+    use crate::stop::Stop;
+    use ithaca_proto::broker::v1 as bpb;
+    use std::sync::Mutex;
+
+    /// Three closes of one symbol; remembers what it was asked.
+    #[derive(Default)]
+    struct Fake {
+        asked: Mutex<Vec<String>>,
+    }
+
+    fn none<T>() -> Result<T, ServiceError> {
+        Err(ServiceError::not_found("the fake has none"))
+    }
+
+    #[tonic::async_trait]
+    impl Sources for Fake {
+        async fn prices(
+            &self,
+            _caller: &Principal,
+            symbol: &str,
+            _start: Option<&str>,
+            _end: Option<&str>,
+        ) -> Result<(Vec<String>, Vec<f64>), ServiceError> {
+            self.asked
+                .lock()
+                .expect("not poisoned")
+                .push(symbol.to_owned());
+            let dates = ["2020-01-02", "2020-01-03", "2020-01-06"];
+            Ok((
+                dates.iter().map(|d| (*d).to_owned()).collect(),
+                vec![100.0, 110.0, 121.0],
+            ))
+        }
+        async fn symbols(&self, _: &Principal) -> Result<Vec<String>, ServiceError> {
+            none()
+        }
+        async fn light_curve(
+            &self,
+            _: &Principal,
+            _: &str,
+            _: &str,
+        ) -> Result<bpb::LightCurve, ServiceError> {
+            none()
+        }
+        async fn fundamentals(
+            &self,
+            _: &Principal,
+            _: bpb::GetFundamentalsRequest,
+        ) -> Result<bpb::Fundamentals, ServiceError> {
+            none()
+        }
+        async fn screen_peers(
+            &self,
+            _: &Principal,
+            _: bpb::ScreenPeersRequest,
+        ) -> Result<bpb::PeerScreen, ServiceError> {
+            none()
+        }
+        async fn strategy(&self, _: &Principal, _: &str) -> Result<StrategyRow, ServiceError> {
+            none()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_skill_runs_against_a_fake_source() {
+        let fake = Fake::default();
+        let caller = Principal::system("t1");
+        let stop = Stop::never();
+        let ctx = Context {
+            sources: &fake,
+            caller: &caller,
+            progress: None,
+            stop: &stop,
+            prices_read: AtomicUsize::new(0),
+        };
+        let mut inputs = Map::new();
+        inputs.insert("symbol".to_owned(), json!("FAKE"));
+        let out = returns_summary::ReturnsSummary
+            .run(&ctx, &Inputs::new(inputs))
+            .await
+            .expect("runs");
+        assert_eq!(*fake.asked.lock().expect("not poisoned"), ["FAKE"]);
+        assert_eq!(out.outputs["symbol"], "FAKE");
+        assert_eq!(out.outputs["start"], "2020-01-02");
+        assert_eq!(out.outputs["end"], "2020-01-06");
+        assert_eq!(out.outputs["days"], 3);
+        let total = out.outputs["total_return"].as_f64().expect("a number");
+        assert!((total - 0.21).abs() < 1e-9, "{total}");
+        assert_eq!(ctx.prices_read.load(Ordering::Relaxed), 3);
     }
 }

@@ -5,7 +5,7 @@
 use super::{
     Artifact, Context, Inputs, MAX_SYMBOL_LEN, Output, Skill, required_symbol, symbol_schema,
 };
-use crate::catalog::Manifest;
+use crate::model::Manifest;
 use crate::model::Profile;
 use ithaca_kit::error::ServiceError;
 use ithaca_proto::broker::v1 as bpb;

@@ -4,8 +4,8 @@
 use super::{
     Artifact, Context, Inputs, Output, Skill, date_schema, required_symbol, symbol_schema, too_long,
 };
-use crate::catalog::Manifest;
 use crate::compute;
+use crate::model::Manifest;
 use crate::model::Profile;
 use ithaca_kit::error::ServiceError;
 use serde_json::json;

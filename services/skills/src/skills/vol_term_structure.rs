@@ -5,7 +5,7 @@ use super::{
     Artifact, Context, Inputs, MAX_WINDOWS, Output, Skill, date_schema, required_symbol,
     symbol_schema, too_long,
 };
-use crate::catalog::Manifest;
+use crate::model::Manifest;
 use crate::model::Profile;
 use crate::{compute, plot};
 use ithaca_kit::error::ServiceError;
