@@ -17,7 +17,7 @@
 #   ITHACA_LOCAL_BIND    the balancer's address (default 127.0.0.1)
 #   ITHACA_LOCAL_SCHEMA  prefix of the schemas (default ithaca: ithaca_auth, ithaca_session, …)
 #
-# tests/replicas.rs and tests/faults.rs run the same haproxy.cfg.
+# tests/suite/replicas.rs and tests/suite/faults.rs run the same haproxy.cfg.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 PG_URL="${1:-${ITHACA_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/ithaca}}"

@@ -10,7 +10,7 @@ every second (its watch RPC says so), in one protocol mode:
   on the caller's GET stream, and `mcp` 2.3 opens a GET stream only when the
   server issued an `Mcp-Session-Id`, which the stateless edge never does
   (tests/clients/subscribe.mjs checks them with the Node SDK 1.x, which opens
-  it after `initialized` regardless; tests/subscriptions.rs over raw HTTP);
+  it after `initialized` regardless; tests/suite/subscriptions.rs over raw HTTP);
 - 2026-07-28: `Client.listen(resource_subscriptions=[URI])` must be
   acknowledged with the URI and yield a `ResourceUpdated` for it.
 

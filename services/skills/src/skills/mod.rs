@@ -8,7 +8,7 @@
 //!
 //! Adding a skill: write a module here with a unit struct implementing
 //! [`Skill`], and list it in [`BUILTIN`]. The catalog, `run_skill`, batch
-//! runs and the checks of `tests/skills.rs` that drive every skill pick it
+//! runs and the checks of `tests/suite/skills.rs` that drive every skill pick it
 //! up from there; nothing else changes.
 
 mod backtest_momentum;
