@@ -16,7 +16,7 @@ use ithaca_proto::skills::v1::skills_service_client::SkillsServiceClient;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
-const DEMO: &[u8] = include_bytes!("../data/demo/stocks_daily_ohlcv_2000-2013.csv.gz");
+const DEMO: &[u8] = include_bytes!("../../data/demo/stocks_daily_ohlcv_2000-2013.csv.gz");
 
 type Approvals = ApprovalsServiceClient<InterceptedService<Channel, Outbound>>;
 type Skills = SkillsServiceClient<InterceptedService<Channel, Outbound>>;

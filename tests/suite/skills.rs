@@ -19,7 +19,7 @@ use tonic::transport::Channel;
 
 type Client = SkillsServiceClient<InterceptedService<Channel, Outbound>>;
 
-const DEMO: &[u8] = include_bytes!("../data/demo/stocks_daily_ohlcv_2000-2013.csv.gz");
+const DEMO: &[u8] = include_bytes!("../../data/demo/stocks_daily_ohlcv_2000-2013.csv.gz");
 
 struct Stack {
     skills_url: String,

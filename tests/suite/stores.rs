@@ -1097,7 +1097,7 @@ mod broker {
         provider_credentials_are_sealed_at_rest,
     );
 
-    const DEMO: &[u8] = include_bytes!("../data/demo/stocks_daily_ohlcv_2000-2013.csv.gz");
+    const DEMO: &[u8] = include_bytes!("../../data/demo/stocks_daily_ohlcv_2000-2013.csv.gz");
 
     fn ingest_rows(file: ithaca_broker::csv::BarsFile) -> Vec<IngestRow> {
         file.rows.into_iter().map(Into::into).collect()

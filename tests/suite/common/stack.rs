@@ -150,7 +150,7 @@ impl Drop for Balancer {
 
 /// The shipped configuration with its addresses filled in.
 pub fn haproxy_config(listen: &str, edge_a: &str, edge_b: &str) -> String {
-    include_str!("../../deploy/local/haproxy.cfg")
+    include_str!("../../../deploy/local/haproxy.cfg")
         .replace("@LISTEN@", listen)
         .replace("@EDGE_A@", edge_a)
         .replace("@EDGE_B@", edge_b)

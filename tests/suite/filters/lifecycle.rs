@@ -7,7 +7,7 @@ use super::*;
 use ithaca_proto::broker::v1::broker_service_client::BrokerServiceClient;
 use std::time::Duration;
 
-on_both_databases!(
+on_both_brokers!(
     deactivation_stops_matching_and_deletion_refuses_an_active_filter,
     a_preview_counts_each_match_stage_and_zero_matches_warn,
     matches_carry_what_the_version_projects_and_a_watch_hears_of_them,

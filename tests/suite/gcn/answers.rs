@@ -20,7 +20,7 @@ const DEFAULT_EVENT_BYTES: usize = 40_000;
 /// The most bytes a default page of search hits may take.
 const DEFAULT_SEARCH_BYTES: usize = 16_000;
 
-on_both_databases!(
+crate::common::on_both_databases!(ithaca_broker::open_db, "gcn" =>
     event_circulars_in_pages,
     one_circular_and_search,
     extraction_times_epochs_counterparts,
