@@ -52,6 +52,10 @@ macro_rules! on_both_databases {
 #[path = "gcn/answers.rs"]
 mod answers;
 
+#[path = "gcn/skymaps.rs"]
+mod skymaps;
+use skymaps::sky_maps;
+
 on_both_databases!(
     real_data_events,
     reingest_and_bad_files,
@@ -60,6 +64,7 @@ on_both_databases!(
     producer_extractions,
     bad_input_on_every_tool,
     over_grpc,
+    sky_maps,
 );
 
 fn reader(tenant: &str) -> Principal {
