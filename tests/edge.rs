@@ -489,7 +489,11 @@ async fn resource_metadata_url_members_are_urls() {
                 assert!(is_url(v), "{path}: {member} is not a URL: {v}");
             }
         }
-        for server in meta["authorization_servers"].as_array().into_iter().flatten() {
+        for server in meta["authorization_servers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
             assert!(is_url(server), "{path}: authorization server {server}");
         }
     }

@@ -140,7 +140,8 @@ pub fn disc_map(ra: f64, dec: f64, inner_deg: f64, outer_deg: f64, p_inner: f64)
     );
     let d_inner = p_inner / (inner.len() as f64 * fine_sr);
     let d_annulus = 0.06 / (annulus.len() as f64 * fine_sr);
-    let rest_sr = background_fine.len() as f64 * fine_sr + background_coarse.len() as f64 * coarse_sr;
+    let rest_sr =
+        background_fine.len() as f64 * fine_sr + background_coarse.len() as f64 * coarse_sr;
     let d_rest = (1.0 - p_inner - 0.06) / rest_sr;
     let mut rows: Vec<(i64, f64)> = Vec::new();
     rows.extend(inner.iter().map(|p| (uniq(FINE, *p), d_inner)));

@@ -151,7 +151,8 @@ pub async fn sky_maps(db: Db) {
         .windows(card.len())
         .position(|w| w == card.as_bytes())
         .expect("NAXIS2 card");
-    huge[at..at + card.len()].copy_from_slice(format!("{:<8}= {:>20}", "NAXIS2", i64::MAX).as_bytes());
+    huge[at..at + card.len()]
+        .copy_from_slice(format!("{:<8}= {:>20}", "NAXIS2", i64::MAX).as_bytes());
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
         ("cut.fits", named[..named.len() / 2].to_vec(), "NAXIS2"),
         ("header.fits", named[..4000].to_vec(), "cut short"),
@@ -163,13 +164,14 @@ pub async fn sky_maps(db: Db) {
         ),
     ];
     for (name, bytes, needle) in cases {
-        let err = svc
-            .ingest_file(&admin, name, bytes)
-            .await
-            .expect_err(name);
+        let err = svc.ingest_file(&admin, name, bytes).await.expect_err(name);
         assert_eq!(err.code, Code::InvalidArgument, "{name}: {}", err.message);
         assert_eq!(err.domain, Some("BAD_GCN_FILE"));
-        assert!(err.message.starts_with(&format!("{name}:")), "{}", err.message);
+        assert!(
+            err.message.starts_with(&format!("{name}:")),
+            "{}",
+            err.message
+        );
         assert!(err.message.contains(needle), "{name}: {}", err.message);
     }
     assert_eq!(svc.store().totals().await.expect("totals"), totals);
@@ -194,7 +196,10 @@ pub async fn sky_maps(db: Db) {
     assert_eq!(maps.len(), 2);
     for m in &maps {
         assert_eq!(m.credible_level, Some(0.9));
-        assert!(m.area_deg2.is_some_and(|a| close(a, area) || close(a, narrow_area)));
+        assert!(
+            m.area_deg2
+                .is_some_and(|a| close(a, area) || close(a, narrow_area))
+        );
         assert!(m.key.as_deref().is_some_and(|k| k.starts_with("skymap:")));
     }
     assert!(

@@ -180,7 +180,11 @@ impl Header {
     }
 
     /// A required integer within `range`.
-    pub fn int_in(&self, keyword: &str, range: std::ops::RangeInclusive<i64>) -> Result<i64, String> {
+    pub fn int_in(
+        &self,
+        keyword: &str,
+        range: std::ops::RangeInclusive<i64>,
+    ) -> Result<i64, String> {
         let v = self
             .int(keyword)?
             .ok_or_else(|| format!("HDU {}: no {keyword}", self.index))?;
@@ -197,18 +201,20 @@ impl Header {
 
     fn bad(&self, keyword: &str, value: &str, wanted: &str) -> String {
         let shown: String = value.chars().take(40).collect();
-        format!(
-            "HDU {}: {keyword} = {shown} is not {wanted}",
-            self.index
-        )
+        format!("HDU {}: {keyword} = {shown} is not {wanted}", self.index)
     }
 
     /// Bytes of data that follow the header, unpadded:
     /// |BITPIX|/8 × GCOUNT × (PCOUNT + NAXIS1 × … × NAXISn).
     pub fn data_bytes(&self) -> Result<u64, String> {
-        let bitpix = self.int("BITPIX")?.ok_or_else(|| format!("HDU {}: no BITPIX", self.index))?;
+        let bitpix = self
+            .int("BITPIX")?
+            .ok_or_else(|| format!("HDU {}: no BITPIX", self.index))?;
         if ![8, 16, 32, 64, -32, -64].contains(&bitpix) {
-            return Err(format!("HDU {}: BITPIX = {bitpix} is not a FITS BITPIX", self.index));
+            return Err(format!(
+                "HDU {}: BITPIX = {bitpix} is not a FITS BITPIX",
+                self.index
+            ));
         }
         let naxis = self.int_in("NAXIS", 0..=999)?;
         if naxis == 0 {
@@ -222,12 +228,10 @@ impl Header {
                 .checked_mul(u64::try_from(n).map_err(|_| too_big())?)
                 .ok_or_else(too_big)?;
         }
-        let pcount = u64::try_from(self.int("PCOUNT")?.unwrap_or(0)).map_err(|_| {
-            format!("HDU {}: PCOUNT is negative", self.index)
-        })?;
-        let gcount = u64::try_from(self.int("GCOUNT")?.unwrap_or(1)).map_err(|_| {
-            format!("HDU {}: GCOUNT is negative", self.index)
-        })?;
+        let pcount = u64::try_from(self.int("PCOUNT")?.unwrap_or(0))
+            .map_err(|_| format!("HDU {}: PCOUNT is negative", self.index))?;
+        let gcount = u64::try_from(self.int("GCOUNT")?.unwrap_or(1))
+            .map_err(|_| format!("HDU {}: GCOUNT is negative", self.index))?;
         elements
             .checked_add(pcount)
             .and_then(|e| e.checked_mul(gcount))
@@ -277,8 +281,9 @@ impl Header {
                 .string(&format!("TFORM{i}"))?
                 .ok_or_else(|| format!("HDU {at}: no TFORM{i} for column {i}"))?;
             let name = self.string(&format!("TTYPE{i}"))?.unwrap_or_default();
-            let (repeat, kind, width) = tform_width(&tform)
-                .ok_or_else(|| format!("HDU {at}: TFORM{i} = '{tform}' is not a binary table format"))?;
+            let (repeat, kind, width) = tform_width(&tform).ok_or_else(|| {
+                format!("HDU {at}: TFORM{i} = '{tform}' is not a binary table format")
+            })?;
             columns.push(Column {
                 name,
                 tform,
@@ -294,7 +299,8 @@ impl Header {
                 "HDU {at}: the columns' formats add up to {offset} bytes a row but NAXIS1 = {row_bytes}"
             ));
         }
-        let row_bytes = usize::try_from(row_bytes).map_err(|_| format!("HDU {at}: NAXIS1 too large"))?;
+        let row_bytes =
+            usize::try_from(row_bytes).map_err(|_| format!("HDU {at}: NAXIS1 too large"))?;
         let present = bytes.len().saturating_sub(self.data_start);
         let rows_present = present / row_bytes;
         let rows = usize::try_from(rows).ok().filter(|r| *r <= rows_present).ok_or_else(|| {
@@ -315,7 +321,9 @@ impl Header {
 impl Table<'_> {
     /// The column whose `TTYPE` is `name` (case-insensitively).
     pub fn column(&self, name: &str) -> Option<&Column> {
-        self.columns.iter().find(|c| c.name.eq_ignore_ascii_case(name))
+        self.columns
+            .iter()
+            .find(|c| c.name.eq_ignore_ascii_case(name))
     }
 
     /// The bytes of row `r`'s cell of `col`, `width` bytes long.
@@ -360,7 +368,11 @@ impl Table<'_> {
 fn tform_width(tform: &str) -> Option<(u64, ColumnType, u64)> {
     let t = tform.trim();
     let digits = t.bytes().take_while(u8::is_ascii_digit).count();
-    let repeat: u64 = if digits == 0 { 1 } else { t[..digits].parse().ok()? };
+    let repeat: u64 = if digits == 0 {
+        1
+    } else {
+        t[..digits].parse().ok()?
+    };
     let code = t[digits..].chars().next()?;
     let (kind, bytes) = match code {
         'L' | 'B' | 'A' => (ColumnType::Other, 1),
@@ -390,7 +402,13 @@ mod tests {
         assert_eq!(tform_width("16A"), Some((16, ColumnType::Other, 16)));
         assert_eq!(tform_width("9X"), Some((9, ColumnType::Other, 2)));
         assert_eq!(tform_width("1PE(100)"), Some((1, ColumnType::Other, 8)));
-        for bad in ["", "Z", "12", "99999999999999999999K", "18446744073709551615D"] {
+        for bad in [
+            "",
+            "Z",
+            "12",
+            "99999999999999999999K",
+            "18446744073709551615D",
+        ] {
             assert_eq!(tform_width(bad), None, "{bad:?}");
         }
     }
@@ -433,7 +451,11 @@ mod tests {
         let mut bytes = header(&["SIMPLE  =                    T"]);
         let end = bytes.windows(3).position(|w| w == b"END").expect("END");
         bytes[end..end + 3].copy_from_slice(b"   ");
-        assert!(Header::read(&bytes, 0, 0).unwrap_err().contains("cut short"));
+        assert!(
+            Header::read(&bytes, 0, 0)
+                .unwrap_err()
+                .contains("cut short")
+        );
         let mut bytes = header(&["SIMPLE  =                    T"]);
         bytes[85] = 0xff;
         assert!(Header::read(&bytes, 0, 0).unwrap_err().contains("0xff"));

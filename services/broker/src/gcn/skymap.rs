@@ -195,10 +195,19 @@ fn wanted_column<'t>(
         return Err(format!(
             "HDU {at}: column {name} has TFORM '{}'; a sky map's is {}",
             col.tform,
-            if name == "UNIQ" { "K (or J)" } else { "D (or E)" }
+            if name == "UNIQ" {
+                "K (or J)"
+            } else {
+                "D (or E)"
+            }
         ));
     }
-    let n = table.columns.iter().position(|c| std::ptr::eq(c, col)).unwrap_or(0) + 1;
+    let n = table
+        .columns
+        .iter()
+        .position(|c| std::ptr::eq(c, col))
+        .unwrap_or(0)
+        + 1;
     let scale = ext.real(&format!("TSCAL{n}"))?.unwrap_or(1.0);
     let zero = ext.real(&format!("TZERO{n}"))?.unwrap_or(0.0);
     if scale != 1.0 || zero != 0.0 {
@@ -249,8 +258,9 @@ fn pixels(table: &Table<'_>, uniq: &Column, dens: &Column) -> Result<Vec<Pixel>,
         let (Some(u), Some(d)) = (table.int(r, uniq), table.real(r, dens)) else {
             return Err(format!("row {row}: cut short"));
         };
-        let (order, ipix) =
-            from_uniq(u).ok_or_else(|| format!("row {row}: UNIQ {u} is not a HEALPix NUNIQ index (order 0 to 29)"))?;
+        let (order, ipix) = from_uniq(u).ok_or_else(|| {
+            format!("row {row}: UNIQ {u} is not a HEALPix NUNIQ index (order 0 to 29)")
+        })?;
         if !d.is_finite() || d < 0.0 {
             return Err(format!(
                 "row {row}: PROBDENSITY {d} is not a probability density (finite, not negative)"
@@ -263,8 +273,11 @@ fn pixels(table: &Table<'_>, uniq: &Column, dens: &Column) -> Result<Vec<Pixel>,
         });
     }
     // Pixels that overlap would count their probability twice.
-    let mut spans: Vec<(Range<u64>, usize)> =
-        out.iter().enumerate().map(|(i, p)| (p.range(), i)).collect();
+    let mut spans: Vec<(Range<u64>, usize)> = out
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (p.range(), i))
+        .collect();
     spans.sort_by_key(|(r, _)| (r.start, r.end));
     for w in spans.windows(2) {
         if w[1].0.start < w[0].0.end {
@@ -329,7 +342,9 @@ fn fitting_ascii(moc: SkyMoc, depth: u8) -> Result<(String, u8), String> {
     let mut depth = depth;
     let mut moc = moc;
     loop {
-        let text = moc.to_ascii().map_err(|e| format!("writing the MOC: {e}"))?;
+        let text = moc
+            .to_ascii()
+            .map_err(|e| format!("writing the MOC: {e}"))?;
         if text.len() <= MAX_ASCII_MOC || depth == 0 {
             return Ok((text, depth));
         }
@@ -374,7 +389,10 @@ fn event_time(ext: &Header, primary: &Header) -> Result<DateObs, String> {
     if let Some(mjd) = either(ext, primary, |h| h.real("MJD-OBS"))? {
         let ms = ((mjd - MJD_UNIX_EPOCH) * 86_400_000.0).round();
         // Within DateObs's range the cast is exact.
-        if let Some(t) = (ms.abs() < 1e15).then(|| DateObs::from_ms(ms as i64)).flatten() {
+        if let Some(t) = (ms.abs() < 1e15)
+            .then(|| DateObs::from_ms(ms as i64))
+            .flatten()
+        {
             return Ok(t);
         }
         return Err(format!("MJD-OBS = {mjd} is not a time from 1950 to 2200"));

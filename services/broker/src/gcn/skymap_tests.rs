@@ -45,7 +45,10 @@ fn the_ninety_percent_region_is_the_densest_pixels() {
     let m = read(&multiorder_fits(HEADER, &map.rows)).expect("reads");
     assert_eq!(m.object.as_deref(), Some("S230825x"));
     assert_eq!(m.time.to_string(), "2023-08-25T06:42:07.123Z");
-    assert_eq!(m.made.map(|t| t.to_string()).as_deref(), Some("2023-08-25T06:43:01Z"));
+    assert_eq!(
+        m.made.map(|t| t.to_string()).as_deref(),
+        Some("2023-08-25T06:43:01Z")
+    );
     assert_eq!(m.instruments.as_deref(), Some("H1,L1"));
     assert_eq!(m.creator.as_deref(), Some("BAYESTAR"));
     assert_eq!((m.pixels, m.max_order), (map.rows.len(), FINE));
@@ -54,7 +57,11 @@ fn the_ninety_percent_region_is_the_densest_pixels() {
     assert_eq!(r.pixels, map.inner.len());
     assert_eq!(r.moc_depth, FINE);
     let area = map.inner.len() as f64 * pixel_area_deg2(FINE);
-    assert!((r.area_deg2 - area).abs() < 1e-9 * area, "{} {area}", r.area_deg2);
+    assert!(
+        (r.area_deg2 - area).abs() < 1e-9 * area,
+        "{} {area}",
+        r.area_deg2
+    );
     // A circle of that area.
     let cap = 2.0 * PI * (1.0 - r.equivalent_radius_deg.to_radians().cos()) * DEG2_PER_SR;
     assert!((cap - area).abs() < 1e-6 * area, "{cap} {area}");
@@ -89,7 +96,11 @@ fn the_time_falls_back_to_mjd_and_gzip_is_read() {
     let zipped = gz.finish().expect("gzip");
     assert!(looks_like(&zipped) && looks_like(&bytes));
     assert_eq!(read(&zipped), Ok(m));
-    assert!(read(&zipped[..zipped.len() / 2]).unwrap_err().starts_with("gzip"));
+    assert!(
+        read(&zipped[..zipped.len() / 2])
+            .unwrap_err()
+            .starts_with("gzip")
+    );
 }
 
 #[test]
@@ -207,7 +218,11 @@ fn corrupted_maps_never_panic() {
             let at = (next() % bytes.len() as u64) as usize;
             bytes[at] = interesting[(next() % interesting.len() as u64) as usize];
         }
-        let cut = if next() % 4 == 0 { (next() % bytes.len() as u64) as usize } else { bytes.len() };
+        let cut = if next() % 4 == 0 {
+            (next() % bytes.len() as u64) as usize
+        } else {
+            bytes.len()
+        };
         if read(&bytes[..cut]).is_err() {
             refused += 1;
         }
