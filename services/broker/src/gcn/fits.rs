@@ -453,12 +453,16 @@ mod tests {
         bytes[end..end + 3].copy_from_slice(b"   ");
         assert!(
             Header::read(&bytes, 0, 0)
-                .unwrap_err()
+                .expect_err("no END")
                 .contains("cut short")
         );
         let mut bytes = header(&["SIMPLE  =                    T"]);
         bytes[85] = 0xff;
-        assert!(Header::read(&bytes, 0, 0).unwrap_err().contains("0xff"));
+        assert!(
+            Header::read(&bytes, 0, 0)
+                .expect_err("binary")
+                .contains("0xff")
+        );
     }
 
     #[test]
@@ -479,7 +483,15 @@ mod tests {
         ]);
         bytes.extend([0u8; 32]);
         let h = Header::read(&bytes, 0, 1).expect("header");
-        assert!(h.table(&bytes).unwrap_err().contains("NAXIS2"));
-        assert!(h.next_hdu(bytes.len()).unwrap_err().contains("data"));
+        assert!(
+            h.table(&bytes)
+                .expect_err("too many rows")
+                .contains("NAXIS2")
+        );
+        assert!(
+            h.next_hdu(bytes.len())
+                .expect_err("too much data")
+                .contains("data")
+        );
     }
 }

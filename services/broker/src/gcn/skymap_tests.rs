@@ -98,7 +98,7 @@ fn the_time_falls_back_to_mjd_and_gzip_is_read() {
     assert_eq!(read(&zipped), Ok(m));
     assert!(
         read(&zipped[..zipped.len() / 2])
-            .unwrap_err()
+            .expect_err("half a gzip")
             .starts_with("gzip")
     );
 }
