@@ -16,8 +16,7 @@
 
 use super::fits::{Column, ColumnType, Header, Table};
 use super::model::DateObs;
-use crate::filters::preview::{MAX_ASCII_MOC, SkyMoc};
-use crate::sky::INDEX_DEPTH;
+use crate::sky::{INDEX_DEPTH, MAX_ASCII_MOC, SkyMoc};
 use std::f64::consts::PI;
 use std::io::Read;
 use std::ops::Range;
