@@ -1,6 +1,7 @@
-//! `ithaca ingest gcn <files|dirs>`: send GCN circulars and notices to the
-//! broker's GCN service, which reads them (its parsers are the broker's own),
-//! groups them into events and stores each file in one transaction.
+//! `ithaca ingest gcn <files|dirs>`: send GCN circulars and notices, and
+//! gravitational-wave multi-order sky maps (FITS), to the broker's GCN
+//! service, which reads them (its parsers are the broker's own), groups
+//! them into events and stores each file in one transaction.
 //!
 //! Like `ithaca ingest ztf`: progress on stderr, a file the broker refuses is
 //! named and skipped while the others land, the command then exits non-zero
@@ -25,8 +26,13 @@ type Client = GcnServiceClient<
 
 /// Whether a file looks like GCN data by its name.
 fn is_gcn_file(p: &Path) -> bool {
-    p.extension()
-        .is_some_and(|x| x == "json" || x == "jsonl" || x == "xml")
+    let name = p
+        .file_name()
+        .map(|n| n.to_string_lossy().to_lowercase())
+        .unwrap_or_default();
+    [".json", ".jsonl", ".xml", ".fits", ".fits.gz", ".fit"]
+        .iter()
+        .any(|x| name.ends_with(x))
 }
 
 /// Every GCN file under `paths` (files as given, folders walked), sorted
@@ -91,7 +97,7 @@ pub async fn gcn(common: &CommonArgs, paths: Vec<PathBuf>, target: Target) -> an
     let files = gcn_files(&paths)?;
     if files.is_empty() {
         anyhow::bail!(
-            "no .json, .jsonl or .xml files under {}",
+            "no .json, .jsonl, .xml or .fits files under {}",
             paths
                 .iter()
                 .map(|p| p.display().to_string())

@@ -10,7 +10,7 @@
 
 use crate::common;
 
-use common::{astro, gcn};
+use common::{astro, gcn, skymap};
 use ithaca_kit::client::{self, Outbound};
 use ithaca_kit::error::domain_code;
 use ithaca_kit::principal::{Principal, Subject, VerifiedKey};
@@ -66,6 +66,7 @@ on_both_brokers!(
     the_defaults_are_a_deep_copy,
     an_active_version_saves_matches_of_newly_ingested_alerts,
     a_gcn_localisation_bounds_the_preview,
+    a_sky_map_bounds_the_preview,
 );
 
 mod lifecycle;
@@ -1583,6 +1584,96 @@ async fn a_gcn_localisation_bounds_the_preview(broker: &Broker) {
         .expect_err("unknown event");
     refused(&err, Code::NotFound, Some("UNKNOWN_GCN_EVENT"));
     assert!(err.message().starts_with("dateobs"), "{}", err.message());
+}
+
+/// A gravitational-wave sky map (written here) whose 90% region is the
+/// order-7 pixels within 1.5° of a v4.02 alert bounds the preview: exactly
+/// the alerts in those pixels match, counted from SOURCES.md's positions.
+async fn a_sky_map_bounds_the_preview(broker: &Broker) {
+    for folder in ["v3.x", "v4.01", "v4.02"] {
+        broker.ingest(folder).await;
+    }
+    let rows: Vec<Row> = sources()
+        .into_iter()
+        .filter(|r| r.candid != CALTECH_ALERT)
+        .collect();
+    let centre = rows
+        .iter()
+        .find(|r| r.folder == "v4.02")
+        .expect("a v4.02 alert");
+    let map = skymap::disc_map(centre.ra, centre.dec, 1.5, 3.0, 0.91);
+    let fits = skymap::multiorder_fits(
+        &[
+            ("OBJECT", "'S230901ab'"),
+            ("DATE-OBS", "'2023-09-01T01:02:03.456'"),
+        ],
+        &map.rows,
+    );
+    let events = gcn::service(broker.db.clone());
+    events
+        .ingest_file(&Principal::system(""), "S230901ab.multiorder.fits", fits)
+        .await
+        .expect("the sky map is ingested");
+    let inside: BTreeSet<String> = rows
+        .iter()
+        .filter(|r| {
+            let pixel =
+                cdshealpix::nested::hash(skymap::FINE, r.ra.to_radians(), r.dec.to_radians());
+            map.inner.contains(&pixel)
+        })
+        .map(|r| r.candid.clone())
+        .collect();
+    assert!(
+        !inside.is_empty() && inside.len() < rows.len(),
+        "{} of {} alerts in the region",
+        inside.len(),
+        rows.len()
+    );
+    let near_outside = rows
+        .iter()
+        .filter(|r| !inside.contains(&r.candid))
+        .filter(|r| separation_deg(r.ra, r.dec, centre.ra, centre.dec) < 3.0)
+        .count();
+
+    let judy = person("tenant-j");
+    let targets = default_group(broker, &judy).await;
+    let mut c = broker.filters(&in_session(&judy, "s"));
+    for choice in [None, Some("skymap")] {
+        let answer = c
+            .run_broker_filter(pb::RunBrokerFilterRequest {
+                pipeline: Some(list(json!([{"$match": {"candidate.jd": {"$gt": 0}}}]))),
+                group_id: Some(targets.groups[0].group_id.clone()),
+                stream_id: Some("ztf-partnership".into()),
+                dateobs: Some("S230901ab".into()),
+                localisation: choice.map(str::to_owned),
+                sort_by: Some("candidate.jd".into()),
+                limit: Some(200),
+                ..Default::default()
+            })
+            .await
+            .expect("preview in the sky map's region")
+            .into_inner();
+        let got: BTreeSet<String> = answer
+            .alerts
+            .iter()
+            .map(|a| {
+                ithaca_kit::json::from_struct(a.clone())["candid"]
+                    .as_str()
+                    .expect("candid")
+                    .to_owned()
+            })
+            .collect();
+        assert_eq!(got, inside, "{choice:?} ({near_outside} more within 3°)");
+        assert_eq!(answer.matched as usize, inside.len());
+        assert_eq!(answer.window_alerts, Some(39), "the whole sky's alerts");
+        let label = answer.region.expect("the region is described");
+        assert!(
+            label.starts_with("2023-09-01T01:02:03.456Z")
+                && label.contains("90% credible region")
+                && label.contains("S230901ab sky map"),
+            "{label}"
+        );
+    }
 }
 
 /// The data is where the tests expect it.

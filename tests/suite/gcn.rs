@@ -23,6 +23,9 @@ use std::collections::BTreeSet;
 
 mod answers;
 
+mod skymaps;
+use skymaps::sky_maps;
+
 common::on_both_databases!(ithaca_broker::open_db, "gcn" =>
     real_data_events,
     reingest_and_bad_files,
@@ -31,6 +34,7 @@ common::on_both_databases!(ithaca_broker::open_db, "gcn" =>
     producer_extractions,
     bad_input_on_every_tool,
     over_grpc,
+    sky_maps,
 );
 
 fn reader(tenant: &str) -> Principal {
@@ -1128,4 +1132,63 @@ fn ingest_gcn_from_the_command_line() {
         stdout.contains(&format!("{} circulars and notices read", 500 + files - 1)),
         "a known file still says what it holds: {stdout}"
     );
+}
+
+/// `ithaca ingest gcn` takes sky maps by their names (`.fits`, and
+/// gzipped `.fits.gz`): each is read by the broker and becomes a
+/// localisation of its event, listed by `get_gcn_event`.
+#[test]
+fn a_sky_map_from_the_command_line() {
+    use common::skymap::{disc_map, multiorder_fits};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_broker, url) = common::serve("broker", &common::sqlite_path(&dir, "broker"), "unused");
+    let map = disc_map(120.0, 30.0, 1.5, 3.0, 0.91);
+    let plain = dir.path().join("S230825x.multiorder.fits");
+    let header = |object: &str, time: &str| {
+        multiorder_fits(&[("OBJECT", object), ("DATE-OBS", time)], &map.rows)
+    };
+    std::fs::write(&plain, header("'S230825x'", "'2023-08-25T06:42:07'")).expect("write");
+    let zipped = dir.path().join("S230826y.multiorder.fits.gz");
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut gz, &header("'S230826y'", "'2023-08-26T01:00:00'"))
+        .expect("gzip");
+    std::fs::write(&zipped, gz.finish().expect("gzip")).expect("write");
+    let out = common::ithaca()
+        .args(["ingest", "gcn"])
+        .arg(dir.path())
+        .args(["--broker-url", &url])
+        .output()
+        .expect("run ithaca ingest gcn");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains(
+            "2 files: 2 circulars and notices read, 2 newly stored, 0 updated, 2 events created"
+        ),
+        "{stdout}"
+    );
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let event = rt
+        .block_on(async {
+            client(&url, reader("tenant-a"))
+                .get_gcn_event(pb::GetGcnEventRequest {
+                    dateobs: "S230826y".into(),
+                    include_bodies: None,
+                    limit: None,
+                    cursor: None,
+                })
+                .await
+        })
+        .expect("the gzipped map's event")
+        .into_inner();
+    let loc = event.best_localisation.expect("the sky map");
+    assert_eq!(
+        (loc.origin.as_str(), loc.credible_level),
+        ("skymap", Some(0.9))
+    );
+    assert!(loc.area_deg2.is_some_and(|a| a > 0.0));
 }

@@ -8,10 +8,17 @@
 //! is the position itself for any practical purpose, and a coarser cell is
 //! a contiguous range of depth-29 indexes.
 
+use moc::moc::range::RangeMOC;
+use moc::qty::Hpx;
 use std::ops::RangeInclusive;
 
 /// The depth stored in `hpx` columns.
 pub const INDEX_DEPTH: u8 = 29;
+/// A MOC of the sky at HEALPix depth up to 29 (the depth of `hpx`): a
+/// filter preview's region, a sky map's credible region.
+pub type SkyMoc = RangeMOC<u64, Hpx<u64>>;
+/// Longest ASCII MOC accepted (or stored for a sky map), in bytes.
+pub const MAX_ASCII_MOC: usize = 1 << 20;
 /// Degrees in an arcsecond, and the reverse.
 pub const DEG_PER_ARCSEC: f64 = 1.0 / 3600.0;
 

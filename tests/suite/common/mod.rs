@@ -7,6 +7,7 @@
 pub mod astro;
 pub mod gcn;
 pub mod http;
+pub mod skymap;
 pub mod stack;
 
 use ithaca_kit::client::{self, Outbound};

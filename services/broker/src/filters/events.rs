@@ -1,6 +1,7 @@
 //! GCN events as preview regions: the localisation the caller chose (by
 //! default the trigger's, the earliest issued) becomes the MOC of that
-//! circle, which the preview reads through the `hpx` index.
+//! circle, or for a gravitational-wave sky map its stored 90% credible
+//! region, which the preview reads through the `hpx` index.
 
 use super::model::codes;
 use super::preview::Region;
@@ -25,6 +26,25 @@ impl EventRegions for GcnService {
             ))
             .with_domain(codes::NO_LOCALISATION));
         };
+        let chosen = choice
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .unwrap_or("trigger");
+        if let Some(moc) = &loc.moc {
+            // Stored by ingest from the map's pixels; read back with the
+            // same checks as a caller's MOC.
+            let region = Region::from_ascii(moc)?;
+            return Ok(EventRegion {
+                region,
+                label: format!(
+                    "{}: the {}% credible region of a sky map, {:.1} deg² ({}, localisation {chosen})",
+                    loc.dateobs,
+                    loc.credible_level.unwrap_or(0.9) * 100.0,
+                    loc.area_deg2.unwrap_or_default(),
+                    loc.description,
+                ),
+            });
+        }
         let region = Region::Cone {
             ra_deg: loc.ra_deg,
             dec_deg: loc.dec_deg,
@@ -35,16 +55,8 @@ impl EventRegions for GcnService {
         Ok(EventRegion {
             region,
             label: format!(
-                "{}: {}° around RA {}, Dec {} ({}, localisation {})",
-                loc.dateobs,
-                loc.error_radius_deg,
-                loc.ra_deg,
-                loc.dec_deg,
-                loc.description,
-                choice
-                    .map(str::trim)
-                    .filter(|c| !c.is_empty())
-                    .unwrap_or("trigger")
+                "{}: {}° around RA {}, Dec {} ({}, localisation {chosen})",
+                loc.dateobs, loc.error_radius_deg, loc.ra_deg, loc.dec_deg, loc.description,
             ),
         })
     }

@@ -24,7 +24,7 @@ use ithaca_kit::error::{Code, ServiceError};
 use ithaca_kit::with_pool;
 use moc::elem::cellcellrange::CellOrCellRange;
 use moc::moc::HasMaxDepth;
-use moc::moc::range::{CellSelection, RangeMOC};
+use moc::moc::range::CellSelection;
 use moc::qty::Hpx;
 use serde_json::{Map, Value};
 use std::cmp::Ordering;
@@ -32,8 +32,7 @@ use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 use tokio_stream::{Stream, StreamExt};
 
-/// A MOC of the sky at HEALPix depth up to 29 (the depth of `hpx`).
-pub type SkyMoc = RangeMOC<u64, Hpx<u64>>;
+pub use crate::sky::{MAX_ASCII_MOC, SkyMoc};
 
 /// Most alerts a sorted preview returns.
 pub const MAX_PREVIEW_ALERTS: usize = 1000;
@@ -42,8 +41,6 @@ pub const BATCH: usize = 1024;
 /// Most index ranges a preview reads; a finer MOC is read through a coarser
 /// cover and each alert checked against the MOC itself.
 pub const MAX_RANGES: usize = 256;
-/// Longest ASCII MOC accepted, in bytes.
-pub const MAX_ASCII_MOC: usize = 1 << 20;
 /// Index ranges per SQL statement (SQLite caps a compound SELECT at 500).
 const RANGES_PER_STATEMENT: usize = 64;
 

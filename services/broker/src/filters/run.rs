@@ -30,7 +30,7 @@ pub struct RunArgs {
     pub broker_id: Option<String>,
     pub dateobs: Option<String>,
     /// Which localisation of the event (`trigger`, `smallest`,
-    /// `notice:<ivorn>`, `circular:<number>`).
+    /// `skymap`, `skymap:<key>`, `notice:<ivorn>`, `circular:<number>`).
     pub localisation: Option<String>,
     pub jd_start: Option<f64>,
     pub jd_end: Option<f64>,

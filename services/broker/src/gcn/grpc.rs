@@ -71,6 +71,9 @@ fn localisation(l: LocalisationRow, best: bool) -> pb::GcnLocalisation {
         circular_id: l.circular_id.map(n),
         issued_at: clock::rfc3339(l.time_ms),
         best,
+        area_deg2: l.area_deg2,
+        credible_level: l.credible_level,
+        key: l.loc_key.starts_with("skymap:").then_some(l.loc_key),
     }
 }
 

@@ -9,8 +9,9 @@
 
 use super::extract::{self, ORIGIN};
 use super::identify::{self, CircularNames};
-use super::model::{DateObs, EventKind, LocOrigin, separation_deg};
+use super::model::{DateObs, EventKind, LocOrigin, Name, separation_deg};
 use super::parse::{Circular, Notice};
+use super::skymap::SkyMap;
 use super::store::{EVENT_COLUMNS, EventRow, ExtractionRow, LOCALISATION_COLUMNS, LocalisationRow};
 use ithaca_kit::error::ServiceError;
 use std::collections::HashMap;
@@ -309,7 +310,7 @@ macro_rules! ingest_tx {
             }
             async fn insert_localisation(&mut self, row: &LocalisationRow) -> Res<()> {
                 let sql = format!(
-                    "INSERT INTO gcn_localisations ({LOCALISATION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
+                    "INSERT INTO gcn_localisations ({LOCALISATION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
                      ON CONFLICT (loc_key) DO NOTHING"
                 );
                 sqlx::query(&sql)
@@ -323,6 +324,9 @@ macro_rules! ingest_tx {
                     .bind(&row.ivorn)
                     .bind(row.circular_id)
                     .bind(row.time_ms)
+                    .bind(&row.moc)
+                    .bind(row.area_deg2)
+                    .bind(row.credible_level)
                     .execute(&mut **self)
                     .await
                     .map(|_| ())
@@ -463,6 +467,9 @@ async fn store_derived<T: IngestTx>(
                 ivorn: None,
                 circular_id: Some(c.circular_id),
                 time_ms: c.created_on_ms,
+                moc: None,
+                area_deg2: None,
+                credible_level: None,
             })
             .await?;
         }
@@ -821,9 +828,96 @@ pub async fn notice<T: IngestTx>(
             ivorn: Some(n.key.clone()),
             circular_id: None,
             time_ms: n.notice_date.unwrap_or(n.time).ms(),
+            moc: None,
+            area_deg2: None,
+            credible_level: None,
         })
         .await?;
     }
+    out.stored = 1;
+    out.touched(&dateobs);
+    Ok(out)
+}
+
+/// A sky map and the event it is of are the same merger to within this:
+/// both carry the candidate's time, to the millisecond or better.
+pub const SKYMAP_MATCH_MS: i64 = 1_000;
+
+/// Ingest one gravitational-wave sky map: its 90% credible region becomes
+/// a localisation of the event its `OBJECT` names (a superevent or GraceDB
+/// id already known as an alias), else of the GW candidate within
+/// [`SKYMAP_MATCH_MS`] of its `DATE-OBS`, else of a burst in the
+/// GW-burst coincidence window, else of a new GW event. The name and the
+/// `GW` date names become aliases, as for a notice.
+pub async fn sky_map<T: IngestTx>(
+    tx: &mut T,
+    m: &SkyMap,
+    source: &str,
+    checksum: &str,
+    now: i64,
+) -> Result<Outcome, ServiceError> {
+    let mut out = Outcome {
+        items: 1,
+        ..Outcome::default()
+    };
+    let mut names: Vec<Name> = m.object.iter().map(Name::new).collect();
+    let mut event = None;
+    for name in &names {
+        if let Some(d) = tx.alias(&name.key()).await? {
+            event = Some(d);
+            break;
+        }
+    }
+    if event.is_none() {
+        let t = m.time.ms();
+        let mut near: Vec<(String, i64, String)> = tx
+            .events_between(t - SKYMAP_MATCH_MS, t + SKYMAP_MATCH_MS)
+            .await?
+            .into_iter()
+            .filter(|(_, _, kind)| EventKind::parse(kind) == EventKind::Gw)
+            .collect();
+        near.sort_by_key(|(d, ms, _)| ((ms - t).abs(), d.clone()));
+        event = near.into_iter().next().map(|(d, _, _)| d);
+    }
+    if event.is_none() {
+        event = coincident(tx, m.time, EventKind::Gw).await?;
+    }
+    let from = format!("sky map {source}");
+    let dateobs = match event {
+        Some(d) => d,
+        None => {
+            let d = create_event(tx, m.time, EventKind::Gw, &from, true, now).await?;
+            out.events_created.push(d.clone());
+            d
+        }
+    };
+    names.extend(gw_names(m.time));
+    add_aliases(tx, names.iter(), &dateobs, &from, &mut out, now).await?;
+    let r = &m.region;
+    let by = match (&m.creator, &m.instruments) {
+        (Some(c), Some(i)) => format!(" ({c}, {i})"),
+        (Some(one), None) | (None, Some(one)) => format!(" ({one})"),
+        (None, None) => String::new(),
+    };
+    let name = m.object.as_deref().unwrap_or("GW");
+    tx.insert_localisation(&LocalisationRow {
+        // The file's checksum: a second map of the event (an update) is a
+        // second localisation; the same file again is known before this.
+        loc_key: format!("skymap:{}", checksum.get(..16).unwrap_or(checksum)),
+        dateobs: Some(dateobs.clone()),
+        ra: r.peak_ra_deg,
+        dec: r.peak_dec_deg,
+        error_radius_deg: r.equivalent_radius_deg,
+        origin: LocOrigin::SkyMap.as_str().to_owned(),
+        description: format!("{name} sky map {source}{by}"),
+        ivorn: None,
+        circular_id: None,
+        time_ms: m.made.unwrap_or(m.time).ms(),
+        moc: Some(r.moc.clone()),
+        area_deg2: Some(r.area_deg2),
+        credible_level: Some(r.level),
+    })
+    .await?;
     out.stored = 1;
     out.touched(&dateobs);
     Ok(out)

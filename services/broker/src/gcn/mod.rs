@@ -7,6 +7,8 @@
 //! - [`parse`]: circulars (JSON), VOEvent 2.0 notices (XML) and GCN JSON
 //!   notices; [`limits`]: the size and attribute counts a notice may have,
 //!   checked before it is parsed.
+//! - [`skymap`]: gravitational-wave multi-order sky maps (FITS, read by
+//!   the bounded [`fits`] reader) and their 90% credible region as a MOC.
 //! - [`identify`]: which event a circular is about, and when it happened.
 //! - [`circulars`]: an event's circulars a page at a time, one circular by
 //!   number, and the word search over circulars.
@@ -27,6 +29,7 @@ pub mod circulars;
 pub mod counterpart;
 pub mod epoch;
 pub mod extract;
+pub mod fits;
 pub mod grpc;
 pub mod identify;
 pub mod ingest;
@@ -34,6 +37,7 @@ pub mod limits;
 pub mod model;
 pub mod parse;
 pub mod service;
+pub mod skymap;
 pub mod store;
 
 pub use model::{DateObs, Localisation};

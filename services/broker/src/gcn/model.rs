@@ -234,6 +234,8 @@ impl fmt::Display for Name {
 pub enum LocOrigin {
     Notice,
     Circular,
+    /// A gravitational-wave sky map's credible region.
+    SkyMap,
 }
 
 impl LocOrigin {
@@ -241,29 +243,38 @@ impl LocOrigin {
         match self {
             LocOrigin::Notice => "notice",
             LocOrigin::Circular => "circular",
+            LocOrigin::SkyMap => "skymap",
         }
     }
 
     pub fn parse(s: &str) -> LocOrigin {
-        if s == "circular" {
-            LocOrigin::Circular
-        } else {
-            LocOrigin::Notice
+        match s {
+            "circular" => LocOrigin::Circular,
+            "skymap" => LocOrigin::SkyMap,
+            _ => LocOrigin::Notice,
         }
     }
 }
 
-/// A position with an error circle, all in degrees (ICRS/J2000), and where it
-/// came from. What a filter preview turns into a sky region.
+/// A position with an error circle, all in degrees (ICRS/J2000), or a sky
+/// map's credible region, and where it came from. What a filter preview
+/// turns into a sky region.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Localisation {
     /// The event it belongs to (canonical).
     pub dateobs: String,
     pub ra_deg: f64,
     pub dec_deg: f64,
-    /// Radius of the error circle; the smallest is the best.
+    /// Radius of the error circle; the smallest is the best. For a sky
+    /// map, the radius of a circle of its credible region's area, and the
+    /// position is its densest pixel's.
     pub error_radius_deg: f64,
     pub origin: LocOrigin,
+    /// A sky map's credible region (IVOA ASCII MOC), its area in square
+    /// degrees and its level (0.9); `None` for circles.
+    pub moc: Option<String>,
+    pub area_deg2: Option<f64>,
+    pub credible_level: Option<f64>,
     /// For example `Fermi GBM FERMI_GBM_GND_POS notice` or `GCN Circular 34393`.
     pub description: String,
     /// The notice's IVORN (notices).

@@ -19,6 +19,8 @@ pub const MAX_BODY: usize = 200_000;
 pub enum ParsedFile {
     Circulars(Vec<Circular>),
     Notice(Box<Notice>),
+    /// A gravitational-wave multi-order sky map (FITS).
+    SkyMap(Box<super::skymap::SkyMap>),
 }
 
 impl ParsedFile {
@@ -26,6 +28,7 @@ impl ParsedFile {
         match self {
             ParsedFile::Circulars(_) => "circulars",
             ParsedFile::Notice(n) => n.format.as_str(),
+            ParsedFile::SkyMap(_) => "skymap",
         }
     }
 }
@@ -88,6 +91,9 @@ pub struct Notice {
 
 /// Read a file of any of the three forms.
 pub fn parse(bytes: &[u8]) -> Result<ParsedFile, String> {
+    if super::skymap::looks_like(bytes) {
+        return super::skymap::read(bytes).map(|m| ParsedFile::SkyMap(Box::new(m)));
+    }
     let text = std::str::from_utf8(bytes).map_err(|e| format!("not UTF-8 text ({e})"))?;
     let text = text.trim_start_matches('\u{feff}');
     match text.trim_start().as_bytes().first() {
@@ -98,7 +104,8 @@ pub fn parse(bytes: &[u8]) -> Result<ParsedFile, String> {
         }
         Some(b'{' | b'[') => json_file(text),
         Some(_) => Err(
-            "neither XML (a VOEvent notice) nor JSON (circulars or a GCN JSON notice)".to_owned(),
+            "neither XML (a VOEvent notice), JSON (circulars or a GCN JSON notice) nor FITS (a sky map)"
+                .to_owned(),
         ),
     }
 }

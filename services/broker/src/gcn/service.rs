@@ -199,7 +199,7 @@ impl GcnService {
             if tx.file_seen(&checksum).await? {
                 let items = match &parsed {
                     ParsedFile::Circulars(c) => i64::try_from(c.len()).unwrap_or(i64::MAX),
-                    ParsedFile::Notice(_) => 1,
+                    ParsedFile::Notice(_) | ParsedFile::SkyMap(_) => 1,
                 };
                 ingest::report(progress, items as u64, items as u64);
                 (true, Outcome { items, unchanged: items, ..Outcome::default() })
@@ -434,7 +434,8 @@ impl GcnService {
     /// The localisation of an event `choice` names, for a filter preview:
     /// `trigger` (the default: the earliest issued, the triggering
     /// instrument's, not a later afterglow's arcsecond circle), `smallest`,
-    /// `notice:<ivorn>` or `circular:<number>`. `None` when the event has no
+    /// `skymap` (the newest sky map), `skymap:<key>`, `notice:<ivorn>` or
+    /// `circular:<number>`. `None` when the event has no
     /// localisation; a choice the event does not have is refused, naming
     /// what it has.
     pub async fn chosen_localisation(
@@ -461,13 +462,31 @@ impl GcnService {
                 })
                 .cloned(),
             "smallest" => all.first().cloned(),
+            // The newest map: LVK's updates supersede the earlier ones.
+            "skymap" => {
+                let newest = all
+                    .iter()
+                    .filter(|l| l.moc.is_some())
+                    .max_by(|a, b| a.time_ms.cmp(&b.time_ms).then(a.loc_key.cmp(&b.loc_key)));
+                match newest {
+                    Some(l) => Some(l.clone()),
+                    None => {
+                        return Err(ServiceError::invalid(format!(
+                            "localisation: event {} has no sky map; ithaca ingest gcn <file.multiorder.fits> adds one",
+                            row.dateobs
+                        )));
+                    }
+                }
+            }
             other => {
                 if other.chars().count() > 300 {
                     return Err(ServiceError::invalid(
                         "localisation: at most 300 characters",
                     ));
                 }
-                let found = if let Some(ivorn) = other.strip_prefix("notice:") {
+                let found = if other.starts_with("skymap:") {
+                    all.iter().find(|l| l.loc_key == other)
+                } else if let Some(ivorn) = other.strip_prefix("notice:") {
                     all.iter()
                         .find(|l| l.ivorn.as_deref() == Some(ivorn.trim()))
                 } else if let Some(id) = other.strip_prefix("circular:") {
@@ -475,7 +494,7 @@ impl GcnService {
                     all.iter().find(|l| id.is_some() && l.circular_id == id)
                 } else {
                     return Err(ServiceError::invalid(format!(
-                        "localisation: {other:?} is none of trigger, smallest, notice:<ivorn>, circular:<number>"
+                        "localisation: {other:?} is none of trigger, smallest, skymap, skymap:<key>, notice:<ivorn>, circular:<number>"
                     )));
                 };
                 let Some(found) = found else {
@@ -757,6 +776,9 @@ pub fn localisation(dateobs: &str, l: LocalisationRow) -> Localisation {
         ivorn: l.ivorn,
         circular_id: l.circular_id,
         time_ms: l.time_ms,
+        moc: l.moc,
+        area_deg2: l.area_deg2,
+        credible_level: l.credible_level,
     }
 }
 
@@ -772,6 +794,11 @@ async fn run<T: IngestTx>(
         ParsedFile::Circulars(items) => ingest::circulars(tx, items, now, progress).await,
         ParsedFile::Notice(n) => {
             let outcome = ingest::notice(tx, n, source, checksum, now).await?;
+            ingest::report(progress, 1, 1);
+            Ok(outcome)
+        }
+        ParsedFile::SkyMap(m) => {
+            let outcome = ingest::sky_map(tx, m, source, checksum, now).await?;
             ingest::report(progress, 1, 1);
             Ok(outcome)
         }

@@ -60,6 +60,10 @@ pub struct LocalisationRow {
     pub ivorn: Option<String>,
     pub circular_id: Option<i64>,
     pub time_ms: i64,
+    /// A sky map's credible region as an IVOA ASCII MOC; NULL for circles.
+    pub moc: Option<String>,
+    pub area_deg2: Option<f64>,
+    pub credible_level: Option<f64>,
 }
 
 /// An extraction row.
@@ -105,8 +109,8 @@ pub const CIRCULAR_COLUMNS: &str =
     "circular_id, dateobs, subject, submitter, created_on_ms, body, event_id, bibcode";
 pub const NOTICE_COLUMNS: &str = "ivorn, dateobs, format, mission, instrument, notice_type, packet_type, \
      trigger_id, time_ms, notice_date_ms, skymap_url, source";
-pub const LOCALISATION_COLUMNS: &str =
-    "loc_key, dateobs, ra, dec, error_radius_deg, origin, description, ivorn, circular_id, time_ms";
+pub const LOCALISATION_COLUMNS: &str = "loc_key, dateobs, ra, dec, error_radius_deg, origin, description, ivorn, circular_id, time_ms, \
+     moc, area_deg2, credible_level";
 pub const EXTRACTION_COLUMNS: &str = "extraction_id, tenant_id, dateobs, origin, kind, circular_id, producer_key, \
      payload, created_by, created_at_ms";
 const COMMENT_COLUMNS: &str =
