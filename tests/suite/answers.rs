@@ -70,7 +70,7 @@ async fn replicas() -> (
             Duration::from_secs(1),
         )));
         let app = ithaca_edge::http::router(Arc::new(core), callers, options);
-        tokio::spawn(async move { axum::serve(listener, app).await });
+        common::serve_edge(listener, app);
         urls.push(url);
     }
     let b = urls.pop().expect("b");

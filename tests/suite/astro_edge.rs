@@ -150,7 +150,7 @@ async fn stack(store: Store) -> Stack {
         ..HttpOptions::default()
     };
     let app = ithaca_edge::http::router(Arc::new(core), callers, options);
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    common::serve_edge(listener, app);
     Stack {
         url,
         agent,

@@ -87,7 +87,7 @@ async fn stack_with(options: HttpOptions, cache: Duration, session_url: Option<S
         ..options
     };
     let app = ithaca_edge::http::router(Arc::new(core), callers, options);
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    common::serve_edge(listener, app);
     Stack {
         url,
         tenant: tenant_id,

@@ -47,7 +47,7 @@ async fn edge() -> String {
         ..HttpOptions::default()
     };
     let app = ithaca_edge::http::router(Arc::new(core), Callers::Local(principal), options);
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    common::serve_edge(listener, app);
     url
 }
 

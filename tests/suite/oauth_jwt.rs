@@ -196,7 +196,7 @@ async fn stack(idp: &Idp, db: Option<(&str, &str)>) -> Stack {
         Callers::Keys(Box::new(authenticator)),
         options,
     );
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    common::serve_edge(listener, app);
     Stack {
         url,
         resource,

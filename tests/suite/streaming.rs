@@ -48,7 +48,7 @@ async fn edge_with(max_in_flight: usize) -> String {
     };
     let principal = common::agent("local", "local-agent");
     let app = ithaca_edge::http::router(Arc::new(core), Callers::Local(principal), options);
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    common::serve_edge(listener, app);
     url
 }
 

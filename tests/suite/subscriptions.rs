@@ -122,7 +122,7 @@ impl World {
             };
             let callers = Callers::Local(caller(tenant, &format!("agent-{tenant}")));
             let app = ithaca_edge::http::router(core.clone(), callers, options);
-            tokio::spawn(async move { axum::serve(listener, app).await });
+            common::serve_edge(listener, app);
             urls.push(url);
         }
         World {

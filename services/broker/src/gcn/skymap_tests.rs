@@ -6,7 +6,7 @@ use super::*;
 use crate::filters::preview::Region;
 use test_maps::{COARSE, FINE, disc_map, multiorder_fits, pixel_area_deg2, uniq};
 
-#[path = "../../../../tests/common/skymap.rs"]
+#[path = "../../../../tests/suite/common/skymap.rs"]
 mod test_maps;
 
 const HEADER: &[(&str, &str)] = &[
