@@ -146,7 +146,7 @@ pub async fn start(spec: Spec) -> anyhow::Result<JoinHandle<anyhow::Result<()>>>
             schema_db = Some(db.clone());
             // Account configs written before they were sealed are sealed
             // now, before anything is served.
-            ithaca_broker::service(db.clone(), &key)
+            ithaca_broker::account_service(db.clone(), &key)
                 .seal_account_configs()
                 .await
                 .context("sealing provider account configs")?;
