@@ -119,13 +119,15 @@ pub fn fundamentals_service(db: Db) -> fundamentals::FundamentalsService {
     )
 }
 
-/// The gRPC routes of the broker service, behind the principal verifier.
-/// The alert schema files are found as [`alerts::AlertsConfig::from_env`] says.
+/// The gRPC routes of the broker service, behind the principal verifier,
+/// with no alert schema folder (`get_alert_schema` answers from ingested
+/// alerts only).
 pub fn serve_options(db: Db, key: InternalKey) -> ServeOptions {
-    serve_options_with(db, key, alerts::AlertsConfig::from_env())
+    serve_options_with(db, key, alerts::AlertsConfig::default())
 }
 
-/// [`serve_options`] with an explicit alerts configuration.
+/// [`serve_options`] with an alerts configuration: the binary's
+/// `--ztf-schema-dir`.
 pub fn serve_options_with(db: Db, key: InternalKey, config: alerts::AlertsConfig) -> ServeOptions {
     let (alerts, catalogs) = astro(db.clone(), &key, config);
     let events = gcn_service(db.clone());

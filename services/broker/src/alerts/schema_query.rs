@@ -128,7 +128,7 @@ impl AlertService {
     ) -> Result<(&'static str, Vec<(String, Vec<FlatField>)>), ServiceError> {
         let Some(dir) = self.config.schema_dir.clone() else {
             return Err(ServiceError::precondition(
-                "no alert has been ingested and no schema folder is configured (ITHACA_ZTF_SCHEMA_DIR)",
+                "no alert has been ingested and no schema folder is configured (--ztf-schema-dir or ITHACA_ZTF_SCHEMA_DIR)",
             )
             .with_domain(DomainCode::NoAlertSchema));
         };

@@ -39,25 +39,13 @@ pub const MAX_LIGHT_CURVE_ALERTS: usize = 5_000;
 pub const MAX_FILE_BYTES: usize = 512 * 1024 * 1024;
 
 /// Where the schema files are, for `get_alert_schema` before anything is
-/// ingested.
+/// ingested. The library reads no environment: the binary builds this from
+/// its options (`--ztf-schema-dir`, `ITHACA_ZTF_SCHEMA_DIR`).
 #[derive(Clone, Debug, Default)]
 pub struct AlertsConfig {
-    /// A folder of `v<version>/` folders of `.avsc` files, or one such folder.
+    /// A folder of `v<version>/` folders of `.avsc` files, or one such
+    /// folder; `None` answers the schema from ingested alerts only.
     pub schema_dir: Option<PathBuf>,
-}
-
-impl AlertsConfig {
-    /// `ITHACA_ZTF_SCHEMA_DIR`, else `../shared/data/ztf/schema` when it
-    /// exists (a checkout with the shared data beside it).
-    pub fn from_env() -> Self {
-        let dir = std::env::var_os("ITHACA_ZTF_SCHEMA_DIR")
-            .map(PathBuf::from)
-            .or_else(|| {
-                let default = PathBuf::from("../shared/data/ztf/schema");
-                default.is_dir().then_some(default)
-            });
-        AlertsConfig { schema_dir: dir }
-    }
 }
 
 /// Brokers, the alert archive and the alert schema.
