@@ -332,3 +332,27 @@ async fn run_edge(key: InternalKey, args: ServeArgs) -> anyhow::Result<()> {
     println!("ithaca: edge listening on {addr}");
     task.await.context("edge task")?
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        broker: BrokerArgs,
+    }
+
+    /// The folder given on the command line is the one the broker library
+    /// is handed, whatever the environment or working directory hold.
+    #[test]
+    fn the_schema_folder_option_reaches_the_alerts_config() {
+        let cli = Cli::try_parse_from(["ithaca", "--ztf-schema-dir", "/srv/ztf/schema"])
+            .expect("the option parses");
+        assert_eq!(
+            cli.broker.alerts_config().schema_dir,
+            Some(PathBuf::from("/srv/ztf/schema"))
+        );
+    }
+}
