@@ -9,7 +9,7 @@
 pub use crate::broker_client::broker_client;
 use crate::stack::{self, StackInfo};
 use anyhow::Context;
-pub use ithaca_broker::csv::{BarsFile, parse_bars};
+pub use ithaca_broker::market::csv::{BarsFile, parse_bars};
 use ithaca_kit::client::Outbound;
 use ithaca_kit::config::CommonArgs;
 use ithaca_proto::broker::v1 as pb;

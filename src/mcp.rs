@@ -43,6 +43,8 @@ pub struct McpArgs {
     #[arg(long, env = "ITHACA_PORT_BASE", default_value_t = up::DEFAULT_PORT_BASE)]
     pub port_base: u16,
     #[command(flatten)]
+    pub broker: crate::serve::BrokerArgs,
+    #[command(flatten)]
     pub edge: EdgeArgs,
 }
 
@@ -58,6 +60,7 @@ pub async fn run(common: &CommonArgs, args: McpArgs) -> anyhow::Result<()> {
             listener: args.edge.listener,
             limits: args.edge.limits,
             oauth: args.edge.oauth,
+            broker: args.broker,
         };
         return up::run(common, up_args).await;
     }
@@ -80,6 +83,7 @@ pub async fn run(common: &CommonArgs, args: McpArgs) -> anyhow::Result<()> {
         port_base: 0,
         database: args.database.as_deref(),
         public_url: "",
+        broker: &args.broker,
     };
     let stack = up::start_services(&options, &key, &shutdown).await?;
     let edge_args = EdgeArgs {

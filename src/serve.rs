@@ -7,7 +7,7 @@ use ithaca_kit::principal::InternalKey;
 use ithaca_kit::shutdown::{self, CancellationToken};
 use ithaca_kit::telemetry;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
@@ -37,9 +37,40 @@ pub struct ServeArgs {
     /// The edge's port when --listen is not given (seed 000's variable).
     #[arg(long, env = "DOOMBERG_MCP_PORT")]
     pub mcp_port: Option<u16>,
+    /// Options of the broker (ignored by the other services).
+    #[command(flatten)]
+    pub broker: BrokerArgs,
     /// Options of the edge (ignored by the other services).
     #[command(flatten)]
     pub edge: crate::edge::EdgeArgs,
+}
+
+/// Options of the broker, shared by `serve`, `up` and `mcp`: the library
+/// reads no environment, so the binary hands it its configuration.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct BrokerArgs {
+    /// The ZTF alert schema files `get_alert_schema` answers from before
+    /// any alert is ingested: a folder of `v<version>/` folders of `.avsc`
+    /// files, or one such folder [default: ../shared/data/ztf/schema when
+    /// it exists].
+    #[arg(long, env = "ITHACA_ZTF_SCHEMA_DIR")]
+    pub ztf_schema_dir: Option<PathBuf>,
+}
+
+impl BrokerArgs {
+    /// The folder checked when no other is given: the shared data beside a
+    /// checkout.
+    const DEFAULT_SCHEMA_DIR: &str = "../shared/data/ztf/schema";
+
+    /// The broker's alerts configuration: the folder given, else the
+    /// default one when it exists, else none.
+    pub fn alerts_config(&self) -> ithaca_broker::alerts::AlertsConfig {
+        let schema_dir = self.ztf_schema_dir.clone().or_else(|| {
+            let default = PathBuf::from(Self::DEFAULT_SCHEMA_DIR);
+            default.is_dir().then_some(default)
+        });
+        ithaca_broker::alerts::AlertsConfig { schema_dir }
+    }
 }
 
 /// Everything needed to start one service on a bound listener.
@@ -57,6 +88,8 @@ pub struct Spec {
     pub broker_url: Option<String>,
     pub session_url: Option<String>,
     pub skills_url: Option<String>,
+    /// The broker's alert schema files (ignored by the other services).
+    pub alerts: ithaca_broker::alerts::AlertsConfig,
     pub shutdown: CancellationToken,
 }
 
@@ -107,6 +140,7 @@ pub async fn start(spec: Spec) -> anyhow::Result<JoinHandle<anyhow::Result<()>>>
         broker_url,
         session_url,
         skills_url,
+        alerts,
         shutdown,
     } = spec;
     // The database whose migrations the server's health follows.
@@ -146,11 +180,11 @@ pub async fn start(spec: Spec) -> anyhow::Result<JoinHandle<anyhow::Result<()>>>
             schema_db = Some(db.clone());
             // Account configs written before they were sealed are sealed
             // now, before anything is served.
-            ithaca_broker::service(db.clone(), &key)
+            ithaca_broker::account_service(db.clone(), &key)
                 .seal_account_configs()
                 .await
                 .context("sealing provider account configs")?;
-            ithaca_broker::serve_options(db, key)
+            ithaca_broker::serve_options_with(db, key, alerts)
         }
         Service::Skills => {
             let db = ithaca_skills::open_db(&database_url, &schema)
@@ -218,6 +252,7 @@ pub async fn run(common: &CommonArgs, args: ServeArgs) -> anyhow::Result<()> {
         broker_url: args.edge.broker_url.clone(),
         session_url: args.edge.session_url.clone(),
         skills_url: args.edge.skills_url.clone(),
+        alerts: args.broker.alerts_config(),
         shutdown: shutdown.clone(),
     })
     .await?;
@@ -296,4 +331,28 @@ async fn run_edge(key: InternalKey, args: ServeArgs) -> anyhow::Result<()> {
     tracing::info!(service = "edge", %addr, "serving");
     println!("ithaca: edge listening on {addr}");
     task.await.context("edge task")?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        broker: BrokerArgs,
+    }
+
+    /// The folder given on the command line is the one the broker library
+    /// is handed, whatever the environment or working directory hold.
+    #[test]
+    fn the_schema_folder_option_reaches_the_alerts_config() {
+        let cli = Cli::try_parse_from(["ithaca", "--ztf-schema-dir", "/srv/ztf/schema"])
+            .expect("the option parses");
+        assert_eq!(
+            cli.broker.alerts_config().schema_dir,
+            Some(PathBuf::from("/srv/ztf/schema"))
+        );
+    }
 }

@@ -39,6 +39,8 @@ pub struct StackOptions<'a> {
     pub database: Option<&'a str>,
     /// Base of `trace_stream` links; empty where no HTTP edge runs.
     pub public_url: &'a str,
+    /// The broker's options.
+    pub broker: &'a crate::serve::BrokerArgs,
 }
 
 /// The first port of the local stack's gRPC services.
@@ -77,6 +79,8 @@ pub struct UpArgs {
     pub limits: edge::LimitArgs,
     #[command(flatten)]
     pub oauth: edge::OAuthArgs,
+    #[command(flatten)]
+    pub broker: crate::serve::BrokerArgs,
 }
 
 /// A running local stack.
@@ -146,6 +150,7 @@ pub async fn start_services(
             broker_url: url_of(&urls, Service::Broker),
             session_url: url_of(&urls, Service::Session),
             skills_url: url_of(&urls, Service::Skills),
+            alerts: options.broker.alerts_config(),
             shutdown: shutdown.clone(),
         })
         .await?;
@@ -195,6 +200,7 @@ pub async fn run(common: &CommonArgs, args: UpArgs) -> anyhow::Result<()> {
         port_base: args.port_base,
         database: args.database.as_deref(),
         public_url: &public_url,
+        broker: &args.broker,
     };
     let mut stack = start_services(&options, &key, &shutdown).await?;
     let edge_args = EdgeArgs {

@@ -71,8 +71,8 @@ impl Stack {
         let broker_db = ithaca_broker::open_db(&common::sqlite_path(&dir, "broker"), "unused")
             .await
             .expect("db");
-        let demo = ithaca_broker::csv::parse_bars("demo.csv", DEMO).expect("demo");
-        ithaca_broker::service(broker_db.clone(), &common::key())
+        let demo = ithaca_broker::market::csv::parse_bars("demo.csv", DEMO).expect("demo");
+        ithaca_broker::market_service(broker_db.clone())
             .ingest(
                 &Principal::system(""),
                 "demo.csv",

@@ -455,10 +455,10 @@ fn raw_ttm_eps(
 }
 
 async fn peers_at_2010_06_30(db: Db) {
-    let market = ithaca_broker::service(db.clone(), &common::key());
+    let market = ithaca_broker::market_service(db.clone());
     let csv = std::fs::read(common::astro::data().join("market/stocks_daily_ohlcv_2000-2013.csv"))
         .expect("bars");
-    let bars = ithaca_broker::csv::parse_bars("bars.csv", &csv).expect("bars parse");
+    let bars = ithaca_broker::market::csv::parse_bars("bars.csv", &csv).expect("bars parse");
     let checksum = bars.checksum.clone();
     market
         .ingest(

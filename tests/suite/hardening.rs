@@ -1001,9 +1001,9 @@ async fn serve_edge_takes_its_limits_from_the_environment() {
 // Provider account configs are sealed at rest.
 
 async fn account_configs_are_sealed(db: ithaca_kit::db::Db) {
-    use ithaca_broker::service::NewAccount;
+    use ithaca_broker::accounts::service::NewAccount;
     use ithaca_kit::with_pool;
-    let svc = ithaca_broker::service(db.clone(), &common::key());
+    let svc = ithaca_broker::account_service(db.clone(), &common::key());
     let config = json!({"host": "gw.internal.example", "account_ref": "U1234567"});
     let row = svc
         .add_account(

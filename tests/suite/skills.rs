@@ -76,9 +76,9 @@ async fn stack_with_sec(store: Store, companyfacts: &[u8]) -> Stack {
     let broker_db = ithaca_broker::open_db(&broker_url, &broker_schema)
         .await
         .expect("broker db");
-    let demo = ithaca_broker::csv::parse_bars("demo.csv", DEMO).expect("demo");
+    let demo = ithaca_broker::market::csv::parse_bars("demo.csv", DEMO).expect("demo");
     let rows = demo.rows.iter().cloned().map(Into::into).collect();
-    ithaca_broker::service(broker_db.clone(), &common::key())
+    ithaca_broker::market_service(broker_db.clone())
         .ingest(&Principal::system(""), "demo.csv", &demo.checksum, rows)
         .await
         .expect("ingest");

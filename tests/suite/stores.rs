@@ -1087,7 +1087,9 @@ mod session {
 
 mod broker {
     use super::*;
-    use ithaca_broker::service::{BrokerService, HistoryQuery, IngestRow, NewAccount};
+    use ithaca_broker::accounts::service::NewAccount;
+    use ithaca_broker::market::MarketService;
+    use ithaca_broker::market::service::{HistoryQuery, IngestRow};
 
     common::on_both_databases!(ithaca_broker::open_db, "store" =>
         a_malformed_file_stores_nothing,
@@ -1099,7 +1101,7 @@ mod broker {
 
     const DEMO: &[u8] = include_bytes!("../../data/demo/stocks_daily_ohlcv_2000-2013.csv.gz");
 
-    fn ingest_rows(file: ithaca_broker::csv::BarsFile) -> Vec<IngestRow> {
+    fn ingest_rows(file: ithaca_broker::market::csv::BarsFile) -> Vec<IngestRow> {
         file.rows.into_iter().map(Into::into).collect()
     }
 
@@ -1115,9 +1117,9 @@ mod broker {
     }
 
     /// The service over a database holding the demo file.
-    async fn with_demo(db: Db) -> BrokerService {
-        let svc = ithaca_broker::service(db, &common::key());
-        let demo = ithaca_broker::csv::parse_bars("demo.csv", DEMO).expect("demo parses");
+    async fn with_demo(db: Db) -> MarketService {
+        let svc = ithaca_broker::market_service(db);
+        let demo = ithaca_broker::market::csv::parse_bars("demo.csv", DEMO).expect("demo parses");
         let checksum = demo.checksum.clone();
         svc.ingest(
             &Principal::system(""),
@@ -1131,10 +1133,11 @@ mod broker {
     }
 
     async fn a_malformed_file_stores_nothing(db: Db) {
-        let svc = ithaca_broker::service(db, &common::key());
+        let svc = ithaca_broker::market_service(db);
         // A malformed row: reported with its line, nothing stored.
         let bad = "Ticker,Date,Open,High,Low,Close,Volume,Adj Close\nAAPL,2000-03-01,10,11,9,10.5,100,1.0\nAAPL,2000-03-02,10,9,11,10,100,1.0\n";
-        let parsed = ithaca_broker::csv::parse_bars("bad.csv", bad.as_bytes()).expect("parses");
+        let parsed =
+            ithaca_broker::market::csv::parse_bars("bad.csv", bad.as_bytes()).expect("parses");
         let err = svc
             .ingest(
                 &Principal::system(""),
@@ -1153,9 +1156,9 @@ mod broker {
     }
 
     async fn ingest_is_for_the_system_and_idempotent(db: Db) {
-        let svc = ithaca_broker::service(db, &common::key());
+        let svc = ithaca_broker::market_service(db);
         let system = Principal::system("");
-        let demo = ithaca_broker::csv::parse_bars("demo.csv", DEMO).expect("demo parses");
+        let demo = ithaca_broker::market::csv::parse_bars("demo.csv", DEMO).expect("demo parses");
         let checksum = demo.checksum.clone();
         let rows = ingest_rows(demo);
         let err = svc
@@ -1237,7 +1240,7 @@ mod broker {
             Some(format!("before:{}", h.bars[0].date).as_str())
         );
         let h = svc.history(&agent, q("MSFT")).await.expect("default limit");
-        let default = ithaca_broker::model::DEFAULT_LIMIT as usize;
+        let default = ithaca_broker::market::model::DEFAULT_LIMIT as usize;
         assert_eq!((h.bars.len(), h.truncated), (default, true));
         assert_eq!(h.bars.last().expect("bar").date, "2013-03-01");
 
@@ -1371,7 +1374,7 @@ mod broker {
     /// Provider accounts: the credential is sealed at rest and never comes
     /// back.
     async fn provider_credentials_are_sealed_at_rest(db: Db) {
-        let svc = ithaca_broker::service(db.clone(), &common::key());
+        let svc = ithaca_broker::account_service(db.clone(), &common::key());
         let system = Principal::system("");
         let secret = "sk-live-DO-NOT-LEAK-4242";
         let new = |tenant: &str| NewAccount {
@@ -1390,7 +1393,7 @@ mod broker {
             .add_account(&system, new("tenant-a"))
             .await
             .expect("add");
-        let stored = ithaca_broker::store::Store::new(db)
+        let stored = ithaca_broker::accounts::AccountStore::new(db)
             .accounts("tenant-a")
             .await
             .expect("rows");

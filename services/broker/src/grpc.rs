@@ -1,13 +1,16 @@
 //! The tonic adapter: protobuf in, domain call, protobuf out. No logic here.
 
+use crate::accounts::AccountService;
+use crate::accounts::service::{NewAccount, provider_label};
+use crate::accounts::store::AccountRow;
 use crate::alerts::AlertService;
 use crate::alerts::service::{AlertQuery, MAX_FILE_BYTES, NewBroker};
 use crate::catalogs::CatalogService;
 use crate::catalogs::service::CrossmatchQuery;
 use crate::grpc_astro as render;
-use crate::service::{BrokerService, HistoryQuery, IngestRow, NewAccount, provider_label};
-use crate::store::AccountRow;
-use crate::store::DatasetRow;
+use crate::market::MarketService;
+use crate::market::service::{HistoryQuery, IngestRow};
+use crate::market::store::DatasetRow;
 use ithaca_kit::error::ServiceError;
 use ithaca_kit::{clock, principal};
 use ithaca_proto::broker::v1 as pb;
@@ -17,10 +20,12 @@ use tonic::{Request, Response, Status, Streaming};
 /// Largest ingest accepted, in rows.
 const MAX_INGEST_ROWS: usize = 2_000_000;
 
-/// The gRPC face of [`BrokerService`].
+/// The gRPC face of the market, accounts, alerts and catalogs domains
+/// (`ithaca.broker.v1.BrokerService`).
 #[derive(Clone, Debug)]
 pub struct Grpc {
-    pub service: BrokerService,
+    pub market: MarketService,
+    pub accounts: AccountService,
     pub alerts: AlertService,
     pub catalogs: CatalogService,
 }
@@ -43,7 +48,7 @@ impl Grpc {
     /// An account as anyone may see it: no config, no credential.
     fn account(&self, row: AccountRow) -> pb::Account {
         pb::Account {
-            credential_configured: self.service.credential_configured(&row),
+            credential_configured: self.accounts.credential_configured(&row),
             provider: provider_label(&row.provider),
             account_id: row.account_id,
             label: row.label,
@@ -59,7 +64,7 @@ impl Rpc for Grpc {
         request: Request<pb::GetAccountsRequest>,
     ) -> Result<Response<pb::Accounts>, Status> {
         let caller = principal::of(&request)?;
-        let rows = self.service.accounts(&caller).await?;
+        let rows = self.accounts.accounts(&caller).await?;
         Ok(Response::new(pb::Accounts {
             kind: "accounts".to_owned(),
             accounts: rows.into_iter().map(|r| self.account(r)).collect(),
@@ -81,7 +86,7 @@ impl Rpc for Grpc {
                 .map_or(serde_json::Value::Null, ithaca_kit::json::from_struct),
             credential: r.credential,
         };
-        let row = self.service.add_account(&caller, account).await?;
+        let row = self.accounts.add_account(&caller, account).await?;
         Ok(Response::new(self.account(row)))
     }
 
@@ -90,7 +95,7 @@ impl Rpc for Grpc {
         request: Request<pb::ListSymbolsRequest>,
     ) -> Result<Response<pb::ListSymbolsResponse>, Status> {
         let caller = principal::of(&request)?;
-        let rows = self.service.symbols(&caller).await?;
+        let rows = self.market.symbols(&caller).await?;
         Ok(Response::new(pb::ListSymbolsResponse {
             symbols: rows
                 .into_iter()
@@ -109,7 +114,7 @@ impl Rpc for Grpc {
         request: Request<pb::ListDatasetsRequest>,
     ) -> Result<Response<pb::ListDatasetsResponse>, Status> {
         let caller = principal::of(&request)?;
-        let rows = self.service.datasets(&caller).await?;
+        let rows = self.market.datasets(&caller).await?;
         Ok(Response::new(pb::ListDatasetsResponse {
             datasets: rows.into_iter().map(|d| dataset(d, false)).collect(),
         }))
@@ -122,7 +127,7 @@ impl Rpc for Grpc {
         let caller = principal::of(&request)?;
         let req = request.into_inner();
         let history = self
-            .service
+            .market
             .history(
                 &caller,
                 HistoryQuery {
@@ -169,7 +174,7 @@ impl Rpc for Grpc {
         request: Request<pb::GetDataProvidersRequest>,
     ) -> Result<Response<pb::DataProviders>, Status> {
         let caller = principal::of(&request)?;
-        let datasets = self.service.datasets(&caller).await?;
+        let datasets = self.market.datasets(&caller).await?;
         let mut providers = Vec::new();
         if !datasets.is_empty() {
             providers.push(pb::DataProvider {
@@ -178,9 +183,9 @@ impl Rpc for Grpc {
                 credential_configured: false,
             });
         }
-        for account in self.service.accounts(&caller).await? {
+        for account in self.accounts.accounts(&caller).await? {
             providers.push(pb::DataProvider {
-                credential_configured: self.service.credential_configured(&account),
+                credential_configured: self.accounts.credential_configured(&account),
                 name: provider_label(&account.provider),
                 kind: "market_data".to_owned(),
             });
@@ -199,7 +204,7 @@ impl Rpc for Grpc {
         let caller = principal::of(&request)?;
         let (source, checksum, rows) = read_bars(request.into_inner()).await?;
         let ingested = self
-            .service
+            .market
             .ingest(&caller, &source, &checksum, rows)
             .await?;
         Ok(Response::new(dataset(
@@ -216,7 +221,7 @@ impl Rpc for Grpc {
     ) -> Result<Response<Events>, Status> {
         let caller = principal::of(&request)?;
         let (source, checksum, rows) = read_bars(request.into_inner()).await?;
-        let service = self.service.clone();
+        let service = self.market.clone();
         Ok(Response::new(crate::progress::streamed(
             "rows",
             move |progress| async move {

@@ -4,11 +4,13 @@
 //! their crossmatch, time conversion, the alert schema, GCN events, and
 //! broker filters.
 //!
-//! - [`csv`]: the daily-bar file format, parsed and checked with line numbers.
-//! - [`model`]: symbols, dates, fields and bar sanity rules.
-//! - [`service`]: ingest (validated, all or nothing), coverage, histories.
-//! - [`store`]: the `datasets`, `bars` and `accounts` tables.
-//! - [`vault`]: credentials sealed at rest (accounts and brokers).
+//! The crate grows by domain, not by file: each folder holds a domain's
+//! model, store and service parts, so whoever owns one reads only it.
+//!
+//! - [`market`]: daily bars and their datasets: the file format, ingest
+//!   (validated, all or nothing), coverage, histories.
+//! - [`accounts`]: provider accounts, and the [`accounts::vault`] that
+//!   seals credentials at rest (accounts and alert brokers).
 //! - [`alerts`]: brokers, alert ingest (Apache Avro), queries, light curves,
 //!   plots, and the schema flattening filters validate against.
 //! - [`catalogs`]: Hipparcos-2 and OpenNGC, and the crossmatch.
@@ -23,7 +25,10 @@
 //!   versions, the pipeline language, the preview, activation, and the
 //!   live path that runs active versions on every newly stored alert
 //!   (`ithaca.broker.v1.FilterService`, served beside the broker's own).
-//! - [`grpc`]: the `ithaca.broker.v1.BrokerService` adapter.
+//! - [`grpc`]: the `ithaca.broker.v1.BrokerService` adapter (market,
+//!   accounts, alerts and catalogs).
+//! - [`db`]: the migrations every domain's tables come from; [`progress`]:
+//!   the ingest progress the streaming RPCs share.
 //!
 //! Bars, alerts, catalogs and GCN events are reference data shared by every
 //! tenant.
@@ -32,21 +37,19 @@
 
 #![forbid(unsafe_code)]
 
+pub mod accounts;
 pub mod alerts;
 pub mod astrotime;
 pub mod catalogs;
-pub mod csv;
+pub mod db;
 pub mod filters;
 pub mod fundamentals;
 pub mod gcn;
 pub mod grpc;
 mod grpc_astro;
-pub mod model;
+pub mod market;
 pub mod progress;
-pub mod service;
 pub mod sky;
-pub mod store;
-pub mod vault;
 
 use ithaca_kit::db::{Db, DbError};
 use ithaca_kit::principal::{InternalKey, Verifier};
@@ -65,14 +68,24 @@ const MAX_MESSAGE: usize = 16 * 1024 * 1024;
 
 /// Open (and migrate) the broker database at `url`.
 pub async fn open_db(url: &str, schema: &str) -> Result<Db, DbError> {
-    Db::open(url, schema, store::MIGRATIONS).await
+    Db::open(url, schema, db::MIGRATIONS).await
 }
 
-/// The domain service over `db`; credentials are sealed with a key derived
-/// from the internal key.
-pub fn service(db: Db, key: &InternalKey) -> service::BrokerService {
-    let vault = vault::Vault::new(&key.derive("broker-credentials"));
-    service::BrokerService::new(store::Store::new(db), vault)
+/// The market data over `db`.
+pub fn market_service(db: Db) -> market::MarketService {
+    market::MarketService::new(market::MarketStore::new(db))
+}
+
+/// The provider accounts over `db`; configs and credentials are sealed
+/// with a key derived from the internal key.
+pub fn account_service(db: Db, key: &InternalKey) -> accounts::AccountService {
+    accounts::AccountService::new(accounts::AccountStore::new(db), vault(key))
+}
+
+/// The vault every sealed value of the broker uses: provider accounts'
+/// and alert brokers' credentials share one derived key.
+fn vault(key: &InternalKey) -> accounts::vault::Vault {
+    accounts::vault::Vault::new(&key.derive("broker-credentials"))
 }
 
 /// The alert archive and the catalogs over `db`; broker credentials are
@@ -82,9 +95,11 @@ pub fn astro(
     key: &InternalKey,
     config: alerts::AlertsConfig,
 ) -> (alerts::AlertService, catalogs::CatalogService) {
-    let vault = vault::Vault::new(&key.derive("broker-credentials"));
-    let alerts =
-        alerts::AlertService::new(alerts::store::AlertStore::new(db.clone()), vault, config);
+    let alerts = alerts::AlertService::new(
+        alerts::store::AlertStore::new(db.clone()),
+        vault(key),
+        config,
+    );
     let catalogs =
         catalogs::CatalogService::new(catalogs::store::CatalogStore::new(db), alerts.clone());
     (alerts, catalogs)
@@ -100,17 +115,19 @@ pub fn gcn_service(db: Db) -> gcn::GcnService {
 pub fn fundamentals_service(db: Db) -> fundamentals::FundamentalsService {
     fundamentals::FundamentalsService::new(
         fundamentals::store::FundamentalsStore::new(db.clone()),
-        store::Store::new(db),
+        market::MarketStore::new(db),
     )
 }
 
-/// The gRPC routes of the broker service, behind the principal verifier.
-/// The alert schema files are found as [`alerts::AlertsConfig::from_env`] says.
+/// The gRPC routes of the broker service, behind the principal verifier,
+/// with no alert schema folder (`get_alert_schema` answers from ingested
+/// alerts only).
 pub fn serve_options(db: Db, key: InternalKey) -> ServeOptions {
-    serve_options_with(db, key, alerts::AlertsConfig::from_env())
+    serve_options_with(db, key, alerts::AlertsConfig::default())
 }
 
-/// [`serve_options`] with an explicit alerts configuration.
+/// [`serve_options`] with an alerts configuration: the binary's
+/// `--ztf-schema-dir`.
 pub fn serve_options_with(db: Db, key: InternalKey, config: alerts::AlertsConfig) -> ServeOptions {
     let (alerts, catalogs) = astro(db.clone(), &key, config);
     let events = gcn_service(db.clone());
@@ -125,7 +142,8 @@ pub fn serve_options_with(db: Db, key: InternalKey, config: alerts::AlertsConfig
     .max_decoding_message_size(MAX_MESSAGE);
     let sec = tonic::service::interceptor::InterceptedService::new(sec, Verifier::new(key.clone()));
     let grpc = grpc::Grpc {
-        service: service(db, &key),
+        market: market_service(db.clone()),
+        accounts: account_service(db, &key),
         alerts,
         catalogs,
     };

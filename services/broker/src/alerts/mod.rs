@@ -11,15 +11,25 @@
 //! - [`schema`]: the flattening of an Avro schema to dotted paths.
 //! - [`store`]: the `brokers`, `alert_schemas`, `alert_files` and `alerts` tables.
 //! - [`lightcurve`] and [`plot`]: light-curve points and their SVG.
-//! - [`service`]: the domain: checks, limits, errors that name the field.
+//! - [`service`]: the [`AlertService`] itself, its limits and
+//!   configuration, and the ingest hook live filters use; its operations
+//!   are split by part: [`brokers`] (the registry), [`ingest`],
+//!   [`queries`] (alerts by object, cone and candid, and the argument
+//!   checks), [`curves`] (light curves and plots) and [`schema_query`]
+//!   (the schema as dotted paths). Every refusal names the field at fault.
 
 pub mod avro;
+pub mod brokers;
 pub mod container;
+pub mod curves;
+pub mod ingest;
 pub mod lightcurve;
 pub mod limits;
 pub mod plot;
 pub mod producers;
+pub mod queries;
 pub mod schema;
+pub mod schema_query;
 pub mod service;
 pub mod store;
 pub mod walk;

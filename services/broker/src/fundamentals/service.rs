@@ -30,7 +30,7 @@ const MAX_FILINGS_PAGE: i32 = 500;
 pub struct FundamentalsService {
     pub(super) store: FundamentalsStore,
     /// The broker's own market tables, for the peer screen's prices.
-    pub(super) market: crate::store::Store,
+    pub(super) market: crate::market::MarketStore,
 }
 
 /// A company a symbol names.
@@ -41,7 +41,7 @@ pub struct Resolved {
 }
 
 impl FundamentalsService {
-    pub fn new(store: FundamentalsStore, market: crate::store::Store) -> Self {
+    pub fn new(store: FundamentalsStore, market: crate::market::MarketStore) -> Self {
         FundamentalsService { store, market }
     }
 

@@ -131,7 +131,7 @@ pub fn parse_bars(source: &str, raw: &[u8]) -> Result<BarsFile, CsvError> {
 mod tests {
     use super::*;
 
-    const DEMO: &[u8] = include_bytes!("../../../data/demo/stocks_daily_ohlcv_2000-2013.csv.gz");
+    const DEMO: &[u8] = include_bytes!("../../../../data/demo/stocks_daily_ohlcv_2000-2013.csv.gz");
 
     #[test]
     fn the_demo_dataset_parses_and_matches_its_recorded_checksum() {
