@@ -73,7 +73,7 @@ pub async fn run(common: &CommonArgs, cmd: AccountsCommand) -> anyhow::Result<()
     let info = StackInfo::read(&data_dir);
     let url = broker_url
         .or(info.broker_url)
-        .unwrap_or_else(|| "http://127.0.0.1:50054".to_owned());
+        .unwrap_or_else(|| crate::services::Service::Broker.local_url());
     let tenant_id = tenant
         .or(info.tenant_id)
         .context("no tenant: pass --tenant (or run against the local stack)")?;

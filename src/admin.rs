@@ -19,7 +19,7 @@ pub type AuthClient = AuthServiceClient<InterceptedService<Channel, Outbound>>;
 #[derive(Debug, clap::Args)]
 pub struct Target {
     /// The auth service URL (default: the local stack's, from stack.json, or
-    /// http://127.0.0.1:50051).
+    /// the auth service's default port on 127.0.0.1).
     #[arg(long, env = "ITHACA_AUTH_URL")]
     auth_url: Option<String>,
     /// The tenant (default: the local stack's, or the only tenant there is).
@@ -101,7 +101,7 @@ impl Target {
             .auth_url
             .clone()
             .or(info.auth_url)
-            .unwrap_or_else(|| "http://127.0.0.1:50051".to_owned());
+            .unwrap_or_else(|| crate::services::Service::Auth.local_url());
         let key = common.internal_key(&stack::key_file(&self.data_dir))?;
         Ok(AuthServiceClient::with_interceptor(
             client::channel(&url)?,

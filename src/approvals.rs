@@ -35,7 +35,7 @@ impl Target {
             .approvals_url
             .clone()
             .or(info.approvals_url)
-            .unwrap_or_else(|| "http://127.0.0.1:50055".to_owned());
+            .unwrap_or_else(|| crate::services::Service::Approvals.local_url());
         let tenant = self
             .tenant
             .clone()

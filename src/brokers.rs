@@ -3,7 +3,7 @@
 //! broker service stores sealed and never returns. The credential is read
 //! from stdin or a file, never from the command line.
 
-use crate::ingest_astro::Target;
+use crate::ingest::Target;
 use anyhow::{Context, bail};
 use ithaca_kit::config::CommonArgs;
 use ithaca_proto::broker::v1 as pb;
@@ -69,7 +69,7 @@ pub async fn run(common: &CommonArgs, cmd: BrokersCommand) -> anyhow::Result<()>
         }
         (None, false) => String::new(),
     };
-    let mut broker = crate::ingest_astro::connect(common, &target)?;
+    let mut broker = crate::ingest::connect(common, &target)?;
     let added = broker
         .add_broker(pb::AddBrokerRequest {
             broker_id: id,

@@ -48,6 +48,13 @@ impl Service {
         }
     }
 
+    /// Where the service listens in a local stack started with the default
+    /// ports: `http://127.0.0.1:<default port>`, the fall-back of every
+    /// command that talks to it when neither a flag nor stack.json says.
+    pub fn local_url(self) -> String {
+        format!("http://127.0.0.1:{}", self.default_port())
+    }
+
     /// The services this one calls, which must be running before it starts
     /// in a local stack (the edge calls every other one).
     pub fn dependencies(self) -> &'static [Service] {

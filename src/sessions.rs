@@ -36,7 +36,7 @@ impl Target {
             .session_url
             .clone()
             .or(info.session_url)
-            .unwrap_or_else(|| "http://127.0.0.1:50052".to_owned());
+            .unwrap_or_else(|| crate::services::Service::Session.local_url());
         let tenant = self
             .tenant
             .clone()

@@ -369,7 +369,7 @@ async fn load_demo_data(broker_url: &str, key: &InternalKey) -> anyhow::Result<(
         return Ok(());
     }
     let file = crate::ingest::parse_bars(crate::ingest::DEMO_NAME, crate::ingest::DEMO_DATASET)?;
-    let dataset = crate::ingest::upload(&mut broker, file, |_, _| {}, |_, _| {}).await?;
+    let dataset = crate::ingest::upload_bars(&mut broker, file, |_, _| {}, |_, _| {}).await?;
     tracing::info!(dataset_id = %dataset.dataset_id, rows = dataset.row_count, "demo market data loaded");
     Ok(())
 }
