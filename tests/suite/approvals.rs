@@ -21,19 +21,6 @@ const DEMO: &[u8] = include_bytes!("../../data/demo/stocks_daily_ohlcv_2000-2013
 type Approvals = ApprovalsServiceClient<InterceptedService<Channel, Outbound>>;
 type Skills = SkillsServiceClient<InterceptedService<Channel, Outbound>>;
 
-async fn serve(options: ithaca_kit::server::ServeOptions) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let url = format!("http://{}", listener.local_addr().expect("addr"));
-    tokio::spawn(ithaca_kit::server::serve(
-        listener,
-        options,
-        ithaca_kit::shutdown::CancellationToken::new(),
-    ));
-    url
-}
-
 fn signed(url: &str, principal: Principal) -> (Channel, Outbound) {
     (
         ithaca_kit::client::channel(url).expect("url"),
@@ -81,12 +68,13 @@ impl Stack {
             )
             .await
             .expect("ingest");
-        let broker = serve(ithaca_broker::serve_options(broker_db, common::key())).await;
+        let broker =
+            common::serve_grpc(ithaca_broker::serve_options(broker_db, common::key())).await;
         let session = common::start_session(&common::sqlite_path(&dir, "session"), "unused").await;
         let skills_db = ithaca_skills::open_db(&common::sqlite_path(&dir, "skills"), "unused")
             .await
             .expect("db");
-        let skills_url = serve(
+        let skills_url = common::serve_grpc(
             ithaca_skills::serve_options(
                 skills_db,
                 common::key(),
@@ -103,7 +91,7 @@ impl Stack {
             ithaca_approvals::open_db(&common::sqlite_path(&dir, "approvals"), "unused")
                 .await
                 .expect("db");
-        let approvals_url = serve(
+        let approvals_url = common::serve_grpc(
             ithaca_approvals::serve_options(
                 approvals_db,
                 common::key(),

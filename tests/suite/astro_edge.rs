@@ -48,19 +48,6 @@ impl Store {
     }
 }
 
-async fn serve(options: ithaca_kit::server::ServeOptions) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let url = format!("http://{}", listener.local_addr().expect("addr"));
-    tokio::spawn(ithaca_kit::server::serve(
-        listener,
-        options,
-        ithaca_kit::shutdown::CancellationToken::new(),
-    ));
-    url
-}
-
 async fn stack(store: Store) -> Stack {
     let dir = tempfile::tempdir().expect("tempdir");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -95,7 +82,7 @@ async fn stack(store: Store) -> Stack {
     let config = ithaca_broker::alerts::AlertsConfig {
         schema_dir: Some(astro::schema_dir()),
     };
-    let broker = serve(ithaca_broker::serve_options_with(
+    let broker = common::serve_grpc(ithaca_broker::serve_options_with(
         broker_db,
         common::key(),
         config,

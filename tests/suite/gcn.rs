@@ -882,23 +882,14 @@ async fn bad_input_on_every_tool(db: Db) {
 }
 
 async fn serve(db: Db) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let url = format!("http://{}", listener.local_addr().expect("addr"));
-    let options = ithaca_broker::serve_options_with(
+    common::serve_grpc(ithaca_broker::serve_options_with(
         db,
         common::key(),
         ithaca_broker::alerts::AlertsConfig {
             schema_dir: Some(common::astro::schema_dir()),
         },
-    );
-    tokio::spawn(ithaca_kit::server::serve(
-        listener,
-        options,
-        ithaca_kit::shutdown::CancellationToken::new(),
-    ));
-    url
+    ))
+    .await
 }
 
 type Client = GcnServiceClient<

@@ -106,7 +106,7 @@ async fn stack_with_sec(store: Store, companyfacts: &[u8]) -> Stack {
     )
     .await
     .expect("ingest companyfacts");
-    let broker = serve(ithaca_broker::serve_options(broker_db, common::key())).await;
+    let broker = common::serve_grpc(ithaca_broker::serve_options(broker_db, common::key())).await;
     let session = common::start_session(&session_url, &session_schema).await;
     let skills_db = ithaca_skills::open_db(&skills_url, &skills_schema)
         .await
@@ -115,7 +115,7 @@ async fn stack_with_sec(store: Store, companyfacts: &[u8]) -> Stack {
         broker_url: Some(broker.clone()),
         session_url: Some(session.url.clone()),
     };
-    let skills = serve(
+    let skills = common::serve_grpc(
         ithaca_skills::serve_options(
             skills_db,
             common::key(),
@@ -132,19 +132,6 @@ async fn stack_with_sec(store: Store, companyfacts: &[u8]) -> Stack {
         _session: session,
         _dir: dir,
     }
-}
-
-async fn serve(options: ithaca_kit::server::ServeOptions) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let url = format!("http://{}", listener.local_addr().expect("addr"));
-    tokio::spawn(ithaca_kit::server::serve(
-        listener,
-        options,
-        ithaca_kit::shutdown::CancellationToken::new(),
-    ));
-    url
 }
 
 fn client(url: &str, principal: Principal) -> Client {

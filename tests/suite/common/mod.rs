@@ -115,6 +115,19 @@ async fn run_in_process(
     }
 }
 
+/// Serve a service's gRPC `options` on a loopback port until the test's
+/// runtime ends; its URL.
+pub async fn serve_grpc(options: ithaca_kit::server::ServeOptions) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind port 0");
+    let url = format!("http://{}", listener.local_addr().expect("bound address"));
+    tokio::spawn(ithaca_kit::server::serve(
+        listener,
+        options,
+        CancellationToken::new(),
+    ));
+    url
+}
+
 pub async fn start_auth(db_url: &str, schema: &str) -> InProcess {
     let db = ithaca_auth::open_db(db_url, schema)
         .await
