@@ -8,28 +8,13 @@
 //! - `ithaca connect <agent>` writes an agent's MCP configuration (stdio
 //!   or HTTP) into that agent's own file.
 //!
-//! Layout: [`services`] names the services, [`stack`] the data directory and
-//! the stack file, [`up`] and [`serve`] run services, [`admin`] is the
-//! administration commands.
+//! The commands live in the `ithaca` library (`src/lib.rs`); this file is
+//! the command line and the runtime.
 
 #![forbid(unsafe_code)]
 
-mod accounts;
-mod admin;
-mod approvals;
-mod broker_client;
-mod brokers;
-mod connect;
-mod edge;
-mod ingest;
-mod mcp;
-mod serve;
-mod services;
-mod sessions;
-mod stack;
-mod up;
-
 use clap::{Parser, Subcommand};
+use ithaca::{accounts, admin, approvals, brokers, connect, ingest, mcp, serve, sessions, up};
 use ithaca_kit::config::CommonArgs;
 use std::process::ExitCode;
 

@@ -78,13 +78,13 @@ pub async fn run(common: &CommonArgs, args: McpArgs) -> anyhow::Result<()> {
     let shutdown = shutdown::on_signals();
     // No HTTP edge serves this process, so sessions link no SSE stream;
     // their descriptors point to the trace resource instead.
-    let options = up::StackOptions {
-        data_dir: &args.data_dir,
-        port_base: 0,
-        database: args.database.as_deref(),
-        public_url: "",
-        broker: &args.broker,
-    };
+    let options = up::StackOptions::local(
+        &args.data_dir,
+        0,
+        args.database.as_deref(),
+        "",
+        &args.broker,
+    );
     let stack = up::start_services(&options, &key, &shutdown).await?;
     let edge_args = EdgeArgs {
         auth_url: stack.url(Service::Auth),

@@ -21,7 +21,7 @@ use tokio::task::JoinHandle;
 
 /// The gRPC services of a local stack; each starts after the services it
 /// calls ([`Service::dependencies`]).
-const LOCAL_SERVICES: [Service; 5] = [
+pub const LOCAL_SERVICES: [Service; 5] = [
     Service::Auth,
     Service::Session,
     Service::Broker,
@@ -41,6 +41,35 @@ pub struct StackOptions<'a> {
     pub public_url: &'a str,
     /// The broker's options.
     pub broker: &'a crate::serve::BrokerArgs,
+    /// The services to run here ([`LOCAL_SERVICES`] for `ithaca up`).
+    pub services: &'a [Service],
+    /// Services that run elsewhere, by URL: the ones here call them there.
+    pub elsewhere: &'a [(Service, String)],
+    /// Each service's PostgreSQL schema is `{schema_prefix}_{service}`
+    /// (`ithaca` for `ithaca up`); SQLite files ignore it.
+    pub schema_prefix: &'a str,
+}
+
+impl<'a> StackOptions<'a> {
+    /// `ithaca up`'s stack: every local service, `ithaca_*` schemas.
+    pub fn local(
+        data_dir: &'a Path,
+        port_base: u16,
+        database: Option<&'a str>,
+        public_url: &'a str,
+        broker: &'a crate::serve::BrokerArgs,
+    ) -> Self {
+        StackOptions {
+            data_dir,
+            port_base,
+            database,
+            public_url,
+            broker,
+            services: &LOCAL_SERVICES,
+            elsewhere: &[],
+            schema_prefix: "ithaca",
+        }
+    }
 }
 
 /// The first port of the local stack's gRPC services.
@@ -86,7 +115,9 @@ pub struct UpArgs {
 /// A running local stack.
 pub struct Stack {
     pub tasks: Vec<JoinHandle<anyhow::Result<()>>>,
+    /// Every service's URL: those started here and those elsewhere.
     pub urls: Vec<(Service, String)>,
+    /// The first tenant (empty when the stack has no auth service).
     pub tenant_id: String,
     /// The two keys, on first start only.
     pub new_keys: Option<(String, String)>,
@@ -112,20 +143,31 @@ pub fn internal_key(common: &CommonArgs, data_dir: &Path) -> anyhow::Result<Inte
     })
 }
 
-/// Start every local service on loopback, each after the services it
-/// calls, and make sure a tenant exists.
+/// Start the stack's services on loopback, each after the services it
+/// calls, make sure a tenant exists (when auth is part of the stack) and
+/// load the demo market data (when the broker runs here).
+///
+/// A service a running one calls but that is neither started here nor
+/// named in [`StackOptions::elsewhere`] is simply absent: the caller works
+/// without it, as a deployment without that service does.
 pub async fn start_services(
     options: &StackOptions<'_>,
     key: &InternalKey,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<Stack> {
     let mut tasks = Vec::new();
-    let mut urls: Vec<(Service, String)> = Vec::new();
-    let mut pending: Vec<Service> = LOCAL_SERVICES.to_vec();
+    let mut urls: Vec<(Service, String)> = options.elsewhere.to_vec();
+    let mut pending: Vec<Service> = options
+        .services
+        .iter()
+        .copied()
+        .filter(|s| *s != Service::Edge && url_of(&urls, *s).is_none())
+        .collect();
+    let mut started: Vec<Service> = Vec::new();
     while !pending.is_empty() {
         let ready = pending
             .iter()
-            .position(|s| s.dependencies().iter().all(|d| url_of(&urls, *d).is_some()))
+            .position(|s| s.dependencies().iter().all(|d| !pending.contains(d)))
             .context("the local services' dependencies form a cycle")?;
         let service = pending.remove(ready);
         let port = match options.port_base {
@@ -143,7 +185,7 @@ pub async fn start_services(
             service,
             listener,
             database_url: stack::database_url(options.database, options.data_dir, service.as_str()),
-            schema: format!("ithaca_{service}"),
+            schema: format!("{}_{service}", options.schema_prefix),
             key: key.clone(),
             public_url: options.public_url.to_owned(),
             auth_url: url_of(&urls, Service::Auth),
@@ -157,16 +199,25 @@ pub async fn start_services(
         tracing::info!(%service, %url, "service started");
         tasks.push(task);
         urls.push((service, url));
+        started.push(service);
     }
-    let auth_url = url_of(&urls, Service::Auth).context("the local stack has no auth service")?;
-    let mut auth = AuthServiceClient::with_interceptor(
-        client::channel(&auth_url)?,
-        Outbound::new(key.clone(), Principal::system("")),
-    );
-    let (tenant_id, new_keys) = bootstrap(&mut auth).await?;
-    // An open client connection would hold the server's graceful shutdown.
-    drop(auth);
-    if let Some(url) = url_of(&urls, Service::Broker) {
+    let (tenant_id, new_keys) = match url_of(&urls, Service::Auth) {
+        Some(auth_url) => {
+            let mut auth = AuthServiceClient::with_interceptor(
+                client::channel(&auth_url)?,
+                Outbound::new(key.clone(), Principal::system("")),
+            );
+            let bootstrapped = bootstrap(&mut auth).await?;
+            // An open client connection would hold the server's graceful
+            // shutdown.
+            drop(auth);
+            bootstrapped
+        }
+        None => (String::new(), None),
+    };
+    if started.contains(&Service::Broker)
+        && let Some(url) = url_of(&urls, Service::Broker)
+    {
         load_demo_data(&url, key).await?;
     }
     Ok(Stack {
@@ -195,13 +246,13 @@ pub async fn run(common: &CommonArgs, args: UpArgs) -> anyhow::Result<()> {
     let edge_url = format!("http://{}", mcp_listener.local_addr()?);
     let public_url = args.public_url.clone().unwrap_or_else(|| edge_url.clone());
 
-    let options = StackOptions {
-        data_dir: &args.data_dir,
-        port_base: args.port_base,
-        database: args.database.as_deref(),
-        public_url: &public_url,
-        broker: &args.broker,
-    };
+    let options = StackOptions::local(
+        &args.data_dir,
+        args.port_base,
+        args.database.as_deref(),
+        &public_url,
+        &args.broker,
+    );
     let mut stack = start_services(&options, &key, &shutdown).await?;
     let edge_args = EdgeArgs {
         backend_timeout_ms: args.backend_timeout_ms,

@@ -7,75 +7,48 @@
 
 use crate::common;
 
+use common::harness::{StackBuilder, TestStack};
 use common::http;
-use ithaca_edge::auth::Authenticator;
-use ithaca_edge::http::{Callers, HttpOptions};
-use ithaca_kit::principal::Principal;
+use ithaca::services::Service;
 use ithaca_proto::auth::v1 as pb;
 use serde_json::{Value, json};
-use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Two edge replicas in front of the conformance fixture, verifying keys
-/// with one auth service and sharing the internal key; the keys of two
-/// callers of one tenant.
-async fn replicas() -> (
-    String,
-    String,
-    String,
-    String,
-    common::InProcess,
-    tempfile::TempDir,
-) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let auth = common::start_auth(&common::sqlite_path(&dir, "auth"), "unused").await;
-    let tenant = common::auth_client(&auth.url, Principal::system(""))
-        .create_tenant(pb::CreateTenantRequest { name: "one".into() })
-        .await
-        .expect("tenant")
-        .into_inner()
-        .tenant_id;
-    let caller = common::key_for(&auth.url, &tenant, &["data:read"], pb::Actor::Agent).await;
-    let other = common::key_for(&auth.url, &tenant, &["data:read"], pb::Actor::Agent).await;
+/// with one auth service and sharing the internal key, each advertising
+/// its URL; the keys of two callers of one tenant. All started by the
+/// harness: auth alone, then each replica in front of it.
+async fn replicas() -> (String, String, String, String, TestStack, [TestStack; 2]) {
+    let auth = StackBuilder::new()
+        .services(&[Service::Auth])
+        .without_edge()
+        .start()
+        .await;
+    let caller = auth.key(&["data:read"], pb::Actor::Agent).await;
+    let other = auth.key(&["data:read"], pb::Actor::Agent).await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let fixture = format!("http://{}", listener.local_addr().expect("addr"));
     tokio::spawn(ithaca_fixture::serve(listener, std::future::pending()));
-    let mut urls = Vec::new();
-    for _ in 0..2 {
-        let backends = ithaca_edge::Backends {
-            reflected: vec![fixture.clone()],
-            timeout: Duration::from_secs(5),
-            ungated: true,
-            ..Default::default()
-        };
-        let core = ithaca_edge::build_core(&backends, common::key())
-            .await
-            .expect("reflect on the fixture");
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let url = format!("http://{}", listener.local_addr().expect("addr"));
-        let options = HttpOptions {
-            public_url: url.clone(),
-            advertise_url: Some(url.clone()),
-            ..HttpOptions::default()
-        };
-        let channel = ithaca_kit::client::channel(&auth.url).expect("url");
-        let callers = Callers::Keys(Box::new(Authenticator::new(
-            channel,
-            common::key(),
-            Duration::from_secs(1),
-        )));
-        let app = ithaca_edge::http::router(Arc::new(core), callers, options);
-        common::serve_edge(listener, app);
-        urls.push(url);
-    }
-    let b = urls.pop().expect("b");
-    let a = urls.pop().expect("a");
-    (a, b, caller, other, auth, dir)
+    let replica = || {
+        let fixture = fixture.clone();
+        StackBuilder::new()
+            .services(&[])
+            .elsewhere(Service::Auth, auth.url_of(Service::Auth))
+            .edge(move |e| {
+                e.backends = vec![fixture];
+                e.backend_timeout_ms = 5000;
+                e.key_cache_ms = 1000;
+                e.no_session_gate = true;
+            })
+            .advertise()
+            .start()
+    };
+    let a = replica().await;
+    let b = replica().await;
+    (a.url.clone(), b.url.clone(), caller, other, auth, [a, b])
 }
 
 async fn post(url: &str, token: &str, message: &Value) -> http::Reply {

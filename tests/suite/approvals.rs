@@ -4,6 +4,8 @@
 
 use crate::common;
 
+use common::harness::{StackBuilder, TestStack};
+use ithaca::services::Service;
 use ithaca_kit::client::Outbound;
 use ithaca_kit::json;
 use ithaca_kit::principal::{Principal, VerifiedKey};
@@ -15,8 +17,6 @@ use ithaca_proto::skills::v1 as kpb;
 use ithaca_proto::skills::v1::skills_service_client::SkillsServiceClient;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
-
-const DEMO: &[u8] = include_bytes!("../../data/demo/stocks_daily_ohlcv_2000-2013.csv.gz");
 
 type Approvals = ApprovalsServiceClient<InterceptedService<Channel, Outbound>>;
 type Skills = SkillsServiceClient<InterceptedService<Channel, Outbound>>;
@@ -38,88 +38,30 @@ fn skills(url: &str, p: Principal) -> Skills {
     SkillsServiceClient::with_interceptor(c, o)
 }
 
-/// The services an approval touches, each serving real gRPC on loopback
-/// over its own SQLite file: auth (whose keys the requesters hold),
-/// session (the trace), broker (prices), skills (the owning service of
-/// `promote_strategy`) and approvals; one tenant in auth.
+/// The services an approval touches, started by the harness as `ithaca up`
+/// starts them (without the edge: these tests speak gRPC), each on its own
+/// SQLite file: auth (whose keys the requesters hold), session (the trace),
+/// broker (the demo prices), skills (the owning service of
+/// `promote_strategy`) and approvals; the stack's tenant.
 struct Stack {
     auth_url: String,
-    session: common::InProcess,
+    session_url: String,
     skills_url: String,
     approvals_url: String,
     tenant: String,
-    _dir: tempfile::TempDir,
+    _stack: TestStack,
 }
 
 impl Stack {
     async fn start() -> Stack {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let auth = common::start_auth(&common::sqlite_path(&dir, "auth"), "unused").await;
-        let broker_db = ithaca_broker::open_db(&common::sqlite_path(&dir, "broker"), "unused")
-            .await
-            .expect("db");
-        let demo = ithaca_broker::market::csv::parse_bars("demo.csv", DEMO).expect("demo");
-        ithaca_broker::market_service(broker_db.clone())
-            .ingest(
-                &Principal::system(""),
-                "demo.csv",
-                &demo.checksum.clone(),
-                demo.rows.into_iter().map(Into::into).collect(),
-            )
-            .await
-            .expect("ingest");
-        let broker =
-            common::serve_grpc(ithaca_broker::serve_options(broker_db, common::key())).await;
-        let session = common::start_session(&common::sqlite_path(&dir, "session"), "unused").await;
-        let skills_db = ithaca_skills::open_db(&common::sqlite_path(&dir, "skills"), "unused")
-            .await
-            .expect("db");
-        let skills_url = common::serve_grpc(
-            ithaca_skills::serve_options(
-                skills_db,
-                common::key(),
-                &ithaca_skills::Config {
-                    broker_url: Some(broker),
-                    session_url: Some(session.url.clone()),
-                },
-                ithaca_kit::shutdown::CancellationToken::new(),
-            )
-            .expect("options"),
-        )
-        .await;
-        let approvals_db =
-            ithaca_approvals::open_db(&common::sqlite_path(&dir, "approvals"), "unused")
-                .await
-                .expect("db");
-        let approvals_url = common::serve_grpc(
-            ithaca_approvals::serve_options(
-                approvals_db,
-                common::key(),
-                &ithaca_approvals::Config {
-                    auth_url: Some(auth.url.clone()),
-                    skills_url: Some(skills_url.clone()),
-                    session_url: Some(session.url.clone()),
-                    broker_url: None,
-                },
-            )
-            .expect("options"),
-        )
-        .await;
-        let tenant = common::auth_client(&auth.url, Principal::system(""))
-            .create_tenant(apb::CreateTenantRequest {
-                name: "approvals".into(),
-            })
-            .await
-            .expect("tenant")
-            .into_inner()
-            .tenant_id;
+        let stack = StackBuilder::new().without_edge().start().await;
         Stack {
-            auth_url: auth.url,
-            session,
-            skills_url,
-            approvals_url,
-            tenant,
-            _dir: dir,
+            auth_url: stack.url_of(Service::Auth),
+            session_url: stack.url_of(Service::Session),
+            skills_url: stack.url_of(Service::Skills),
+            approvals_url: stack.url_of(Service::Approvals),
+            tenant: stack.tenant.clone(),
+            _stack: stack,
         }
     }
 
@@ -170,7 +112,7 @@ impl Stack {
 
     /// `who` opens a session; `who` in it.
     async fn open_session(&self, who: &Principal) -> Principal {
-        let sid = common::session_client(&self.session.url, who.clone())
+        let sid = common::session_client(&self.session_url, who.clone())
             .session_context(spb::SessionContextRequest {
                 prompt: Some("promote".into()),
                 ..Default::default()
@@ -212,7 +154,7 @@ impl Stack {
     /// The `approval` and `denial` steps of a session's trace, as
     /// `type:status-or-error`.
     async fn steps(&self, who: &Principal) -> Vec<String> {
-        let events = common::session_client(&self.session.url, who.clone())
+        let events = common::session_client(&self.session_url, who.clone())
             .read_events(spb::ReadEventsRequest {
                 session_id: who.session_id().expect("in a session").to_owned(),
                 after_seq: 0,
@@ -263,13 +205,13 @@ fn promote(id: &str) -> pb::RequestApprovalRequest {
 async fn promotion_needs_policy_and_a_person() {
     let stack = Stack::start().await;
     let tenant = stack.tenant.as_str();
-    let (session, skills_url, approvals_url) = (
-        &stack.session,
+    let (session_url, skills_url, approvals_url) = (
+        stack.session_url.clone(),
         stack.skills_url.clone(),
         stack.approvals_url.clone(),
     );
     let agent = stack.agent().await;
-    let mut sessions = common::session_client(&session.url, agent.clone());
+    let mut sessions = common::session_client(&session_url, agent.clone());
     let in_session = stack.open_session(&agent).await;
     let sid = in_session.session_id().expect("sid").to_owned();
     let strategy = skills(&skills_url, in_session.clone())
@@ -699,7 +641,7 @@ async fn an_approved_call_never_runs_for_a_revoked_requester_or_in_a_closed_sess
     // The requester's session closes before the person approves.
     let closed = stack.open_session(&stack.agent().await).await;
     let (strategy, approval) = file(closed.clone(), "closed").await;
-    common::session_client(&stack.session.url, closed.clone())
+    common::session_client(&stack.session_url, closed.clone())
         .close_session(spb::CloseSessionRequest { session_id: None })
         .await
         .expect("close");

@@ -10,15 +10,12 @@
 use crate::common;
 
 use common::astro;
+use common::harness::{StackBuilder, TestStack};
 use common::http::{self, Reply};
-use ithaca_broker::alerts::service::NewBroker;
-use ithaca_edge::auth::Authenticator;
-use ithaca_edge::http::{Callers, HttpOptions};
-use ithaca_kit::principal::Principal;
+use ithaca::serve::BrokerArgs;
+use ithaca::services::Service;
 use ithaca_proto::auth::v1 as apb;
 use serde_json::{Value, json};
-use std::sync::Arc;
-use std::time::Duration;
 
 /// The Kafka password and host of the configured broker: no response may
 /// carry either.
@@ -28,9 +25,7 @@ const ALTDATA_HOST: &str = "kafka.fink.example";
 struct Stack {
     url: String,
     agent: String,
-    _auth: common::InProcess,
-    _session: common::InProcess,
-    _dir: tempfile::TempDir,
+    _stack: TestStack,
 }
 
 #[derive(Clone)]
@@ -39,111 +34,43 @@ enum Store {
     Postgres(String, String),
 }
 
-impl Store {
-    fn url(&self, dir: &tempfile::TempDir, service: &str) -> (String, String) {
-        match self {
-            Store::Sqlite => (common::sqlite_path(dir, service), "unused".into()),
-            Store::Postgres(url, prefix) => (url.clone(), format!("{prefix}_{service}")),
-        }
-    }
-}
-
+/// Auth, session and the broker behind the edge, started by the harness,
+/// with the real alerts and catalogs ingested by `ithaca ingest` and a
+/// broker configured by `ithaca brokers add` with a credential.
 async fn stack(store: Store) -> Stack {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let url = format!("http://{}", listener.local_addr().expect("addr"));
-    let (auth_url, auth_schema) = store.url(&dir, "auth");
-    let (session_url, session_schema) = store.url(&dir, "session");
-    let (broker_url, broker_schema) = store.url(&dir, "broker");
-    let auth = common::start_auth(&auth_url, &auth_schema).await;
-    let session = common::start_session(&session_url, &session_schema).await;
-    let broker_db = ithaca_broker::open_db(&broker_url, &broker_schema)
-        .await
-        .expect("broker db");
-    let (alerts, catalogs) = astro::services(broker_db.clone());
-    astro::ingest_alerts(&alerts).await;
-    astro::ingest_catalogs(&catalogs).await;
-    alerts
+    let mut builder = StackBuilder::new()
+        .services(&[Service::Auth, Service::Session, Service::Broker])
+        .broker(BrokerArgs {
+            ztf_schema_dir: Some(astro::schema_dir()),
+        })
+        .edge(|e| {
+            e.backend_timeout_ms = 20_000;
+            e.key_cache_ms = 1000;
+        });
+    if let Store::Postgres(url, prefix) = &store {
+        builder = builder.postgres(url, prefix);
+    }
+    let stack = builder.start().await;
+    stack.ingest_ztf(&[astro::alerts_dir()]).await;
+    for name in ["hipparcos2_hp_le_6.0.csv", "openngc_galaxies_z_le_0.01.csv"] {
+        stack
+            .ingest_catalog(astro::data().join("catalogs").join(name))
+            .await;
+    }
+    stack
         .add_broker(
-            &Principal::system(""),
-            NewBroker {
-                broker_id: "fink".into(),
-                name: "Fink (alerts only)".into(),
-                operations: vec!["alerts".into()],
-                altdata: Some(json!({"bootstrap": ALTDATA_HOST, "username": "ithaca"})),
-                credential: SECRET.into(),
-                ..Default::default()
-            },
+            "fink",
+            "Fink (alerts only)",
+            &["alerts"],
+            json!({"bootstrap": ALTDATA_HOST, "username": "ithaca"}),
+            SECRET,
         )
-        .await
-        .expect("fink");
-    let config = ithaca_broker::alerts::AlertsConfig {
-        schema_dir: Some(astro::schema_dir()),
-    };
-    let broker = common::serve_grpc(ithaca_broker::serve_options_with(
-        broker_db,
-        common::key(),
-        config,
-    ))
-    .await;
-
-    let admin = common::auth_client(&auth.url, Principal::system(""));
-    let tenant = admin
-        .clone()
-        .create_tenant(apb::CreateTenantRequest {
-            name: "astro".into(),
-        })
-        .await
-        .expect("tenant")
-        .into_inner()
-        .tenant_id;
-    let agent = admin
-        .clone()
-        .create_key(apb::CreateKeyRequest {
-            tenant_id: tenant,
-            scopes: vec!["data:read".into()],
-            actor: apb::Actor::Agent as i32,
-            label: "astronomer".into(),
-            env: String::new(),
-        })
-        .await
-        .expect("key")
-        .into_inner()
-        .token;
-    let backends = ithaca_edge::Backends {
-        auth_url: Some(auth.url.clone()),
-        session_url: Some(session.url.clone()),
-        broker_url: Some(broker),
-        skills_url: None,
-        approvals_url: None,
-        reflected: Vec::new(),
-        timeout: Duration::from_secs(20),
-        ungated: false,
-        max_in_flight: 0,
-    };
-    let core = ithaca_edge::build_core(&backends, common::key())
-        .await
-        .expect("core");
-    let channel = ithaca_kit::client::channel(&auth.url).expect("url");
-    let callers = Callers::Keys(Box::new(Authenticator::new(
-        channel,
-        common::key(),
-        Duration::from_secs(1),
-    )));
-    let options = HttpOptions {
-        public_url: url.clone(),
-        ..HttpOptions::default()
-    };
-    let app = ithaca_edge::http::router(Arc::new(core), callers, options);
-    common::serve_edge(listener, app);
+        .await;
+    let agent = stack.key(&["data:read"], apb::Actor::Agent).await;
     Stack {
-        url,
+        url: stack.url.clone(),
         agent,
-        _auth: auth,
-        _session: session,
-        _dir: dir,
+        _stack: stack,
     }
 }
 

@@ -5,24 +5,25 @@
 
 use crate::common;
 
+use common::harness::{StackBuilder, TestStack};
 use common::http::{self, Reply};
-use ithaca_edge::auth::Authenticator;
-use ithaca_edge::http::{Callers, HttpOptions};
+use ithaca::edge::EdgeArgs;
+use ithaca::services::Service;
 use ithaca_kit::principal::Principal;
 use ithaca_proto::auth::v1 as pb;
 use serde_json::{Value, json};
-use std::sync::Arc;
 use std::time::Duration;
 
+/// A stack of auth and session behind the edge, with two keys of its
+/// tenant: an agent with the agent scopes these tests use and a person who
+/// may decide approvals.
 struct Stack {
     url: String,
     tenant: String,
     agent: String,
     human: String,
     auth_url: String,
-    _auth: common::InProcess,
-    _session: common::InProcess,
-    _dir: tempfile::TempDir,
+    _stack: TestStack,
 }
 
 async fn tenant(auth_url: &str, name: &str) -> String {
@@ -34,21 +35,23 @@ async fn tenant(auth_url: &str, name: &str) -> String {
         .tenant_id
 }
 
-async fn stack_with(options: HttpOptions, cache: Duration, session_url: Option<String>) -> Stack {
-    let dir = tempfile::tempdir().expect("tempdir");
-    // The edge's address is the public URL session descriptors link to.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let url = format!("http://{}", listener.local_addr().expect("addr"));
-    let auth = common::start_auth(&common::sqlite_path(&dir, "auth"), "unused").await;
-    let config = ithaca_session::Config {
-        public_url: url.clone(),
-        ..Default::default()
-    };
-    let session =
-        common::start_session_with(&common::sqlite_path(&dir, "session"), "unused", config).await;
-    let tenant_id = tenant(&auth.url, "one").await;
+/// The stack with the edge's options changed by `change`, and its session
+/// service at `session_url` instead of in this process when given.
+async fn stack_with(
+    change: impl FnOnce(&mut EdgeArgs) + Send + 'static,
+    session_url: Option<String>,
+) -> Stack {
+    let mut builder = StackBuilder::new()
+        .services(&[Service::Auth, Service::Session])
+        .edge(|e| {
+            e.key_cache_ms = 1000;
+            e.backend_timeout_ms = 2000;
+        })
+        .edge(change);
+    if let Some(url) = session_url {
+        builder = builder.elsewhere(Service::Session, url);
+    }
+    let stack = builder.start().await;
     let all = [
         "data:read",
         "strategy:author",
@@ -57,55 +60,22 @@ async fn stack_with(options: HttpOptions, cache: Duration, session_url: Option<S
         "approvals:read",
         "artifacts:read",
     ];
-    let agent = common::key_for(&auth.url, &tenant_id, &all, pb::Actor::Agent).await;
-    let human = common::key_for(
-        &auth.url,
-        &tenant_id,
-        &["data:read", "approvals:decide"],
-        pb::Actor::Human,
-    )
-    .await;
-
-    let backends = ithaca_edge::Backends {
-        auth_url: Some(auth.url.clone()),
-        session_url: Some(session_url.unwrap_or_else(|| session.url.clone())),
-        broker_url: None,
-        skills_url: None,
-        approvals_url: None,
-        reflected: Vec::new(),
-        timeout: Duration::from_secs(2),
-        ungated: false,
-        max_in_flight: 0,
-    };
-    let core = ithaca_edge::build_core(&backends, common::key())
-        .await
-        .expect("core");
-    let channel = ithaca_kit::client::channel(&auth.url).expect("url");
-    let callers = Callers::Keys(Box::new(Authenticator::new(channel, common::key(), cache)));
-    let options = HttpOptions {
-        public_url: url.clone(),
-        ..options
-    };
-    let app = ithaca_edge::http::router(Arc::new(core), callers, options);
-    common::serve_edge(listener, app);
+    let agent = stack.key(&all, pb::Actor::Agent).await;
+    let human = stack
+        .key(&["data:read", "approvals:decide"], pb::Actor::Human)
+        .await;
     Stack {
-        url,
-        tenant: tenant_id,
+        url: stack.url.clone(),
+        tenant: stack.tenant.clone(),
         agent,
         human,
-        auth_url: auth.url.clone(),
-        _auth: auth,
-        _session: session,
-        _dir: dir,
+        auth_url: stack.url_of(Service::Auth),
+        _stack: stack,
     }
 }
 
 async fn stack() -> Stack {
-    let options = HttpOptions {
-        body_limit: 64 * 1024,
-        ..HttpOptions::default()
-    };
-    stack_with(options, Duration::from_secs(1), None).await
+    stack_with(|e| e.body_limit = 64 * 1024, None).await
 }
 
 fn meta() -> Value {
@@ -912,7 +882,7 @@ async fn an_unreachable_service_is_a_clear_retryable_error() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         format!("http://{}", l.local_addr().expect("addr"))
     };
-    let s = stack_with(HttpOptions::default(), Duration::from_secs(1), Some(dead)).await;
+    let s = stack_with(|_| {}, Some(dead)).await;
     let started = std::time::Instant::now();
     let r = call(&s, &s.agent, "session_context", json!({"prompt": "x"})).await["result"].clone();
     assert_eq!(r["isError"], true);
@@ -1061,11 +1031,11 @@ async fn mcp_spans_continue_the_callers_trace_into_grpc() {
 /// other origin is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cors_allows_only_configured_origins() {
-    let options = HttpOptions {
-        cors_origins: vec!["https://console.example".to_owned()],
-        ..HttpOptions::default()
-    };
-    let s = stack_with(options, Duration::from_secs(1), None).await;
+    let s = stack_with(
+        |e| e.cors_origins = vec!["https://console.example".to_owned()],
+        None,
+    )
+    .await;
     let preflight = |origin: &'static str| {
         let url = s.url.clone();
         async move {

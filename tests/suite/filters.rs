@@ -87,15 +87,7 @@ impl Broker {
             schema_dir: Some(astro::schema_dir()),
         };
         let options = ithaca_broker::serve_options_with(db.clone(), common::key(), config);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let url = format!("http://{}", listener.local_addr().expect("addr"));
-        tokio::spawn(ithaca_kit::server::serve(
-            listener,
-            options,
-            ithaca_kit::shutdown::CancellationToken::new(),
-        ));
+        let url = common::serve_grpc(options).await;
         Broker { url, db }
     }
 

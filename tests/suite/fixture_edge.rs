@@ -5,13 +5,12 @@
 use crate::common;
 
 use base64::Engine;
+use common::harness::{StackBuilder, TestStack};
 use common::http::{self, Reply};
-use ithaca_edge::http::{Callers, HttpOptions};
 use serde_json::{Value, json};
-use std::sync::Arc;
 use std::time::Duration;
 
-async fn edge() -> String {
+async fn edge() -> (String, TestStack) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -21,7 +20,7 @@ async fn edge() -> String {
     // Without a session service the edge refuses tools that would run
     // ungated (seed 002), unless told it fronts a protocol fixture.
     let backends = ithaca_edge::Backends {
-        reflected: vec![fixture_url],
+        reflected: vec![fixture_url.clone()],
         timeout: Duration::from_secs(5),
         ..Default::default()
     };
@@ -30,25 +29,18 @@ async fn edge() -> String {
         matches!(refused, Err(ithaca_edge::BuildError::NoSessionGate(_))),
         "an edge with tools and no session gate must not build"
     );
-    let backends = ithaca_edge::Backends {
-        ungated: true,
-        ..backends
-    };
-    let core = ithaca_edge::build_core(&backends, common::key())
-        .await
-        .expect("reflect on the fixture");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let url = format!("http://{}", listener.local_addr().expect("addr"));
-    let principal = common::agent("local", "local-agent");
-    let options = HttpOptions {
-        public_url: url.clone(),
-        ..HttpOptions::default()
-    };
-    let app = ithaca_edge::http::router(Arc::new(core), Callers::Local(principal), options);
-    common::serve_edge(listener, app);
-    url
+    let stack = StackBuilder::new()
+        .services(&[])
+        .unauthenticated()
+        .edge(move |e| {
+            e.backends = vec![fixture_url];
+            e.backend_timeout_ms = 5000;
+            e.no_session_gate = true;
+            e.local_tenant = "local".to_owned();
+        })
+        .start()
+        .await;
+    (stack.url.clone(), stack)
 }
 
 async fn rpc(url: &str, method: &str, params: Value) -> Value {
@@ -71,7 +63,7 @@ async fn rpc(url: &str, method: &str, params: Value) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schemas_come_from_the_reflected_messages() {
-    let url = edge().await;
+    let (url, _edge) = edge().await;
     let tools = rpc(&url, "tools/list", json!({})).await["tools"].clone();
     let names: Vec<&str> = tools
         .as_array()
@@ -200,7 +192,7 @@ async fn schemas_come_from_the_reflected_messages() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn content_blocks_resources_and_prompts() {
-    let url = edge().await;
+    let (url, _edge) = edge().await;
     let r = rpc(
         &url,
         "tools/call",

@@ -10,12 +10,13 @@
 
 use crate::common;
 
+use common::harness::{StackBuilder, TestStack};
 use common::http;
-use ithaca_edge::auth::Authenticator;
-use ithaca_edge::http::{Callers, HttpOptions};
+use ithaca::edge::ListenerArgs;
+use ithaca::services::Service;
+use ithaca_edge::http::HttpOptions;
 use ithaca_edge::listener::Limits;
 use ithaca_kit::principal::Principal;
-use ithaca_kit::shutdown::CancellationToken;
 use ithaca_proto::auth::v1 as pb;
 use serde_json::{Value, json};
 use std::path::Path;
@@ -31,7 +32,8 @@ const PATIENCE: Duration = Duration::from_secs(30);
 /// What an edge under test is made of.
 struct Setup {
     limits: Limits,
-    http: HttpOptions,
+    /// The edge's bound on a whole request.
+    request_timeout: Duration,
     key_cache: Duration,
     backend_timeout: Duration,
     /// The session service; one in this process when `None`.
@@ -46,7 +48,7 @@ impl Default for Setup {
     fn default() -> Self {
         Setup {
             limits: Limits::default(),
-            http: HttpOptions::default(),
+            request_timeout: HttpOptions::DEFAULT_REQUEST_TIMEOUT,
             key_cache: Duration::from_secs(1),
             backend_timeout: Duration::from_secs(2),
             session_url: None,
@@ -56,137 +58,59 @@ impl Default for Setup {
     }
 }
 
-/// An edge with keys, in front of auth and session (and skills), served by
-/// the edge's own listener.
+/// An edge with keys, in front of auth and session (and skills), started
+/// by the harness as `ithaca up` starts it.
 struct Edge {
     url: String,
     tenant: String,
     /// An agent key with every agent scope.
     agent: String,
     auth_url: String,
-    _services: Vec<common::InProcess>,
-    _shutdown: tokio_util::sync::DropGuard,
-    _dir: tempfile::TempDir,
-}
-
-/// Serve gRPC `options` on a loopback port; its URL.
-async fn serve_grpc(options: ithaca_kit::server::ServeOptions) -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let url = format!("http://{}", listener.local_addr().expect("addr"));
-    tokio::spawn(ithaca_kit::server::serve(
-        listener,
-        options,
-        CancellationToken::new(),
-    ));
-    url
+    _stack: TestStack,
 }
 
 async fn edge(setup: Setup) -> Edge {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let url = format!("http://{}", listener.local_addr().expect("addr"));
-    let mut services = Vec::new();
-    let auth = common::start_auth(&common::sqlite_path(&dir, "auth"), "unused").await;
-    let auth_url = auth.url.clone();
-    services.push(auth);
-    let session_url = match setup.session_url {
-        Some(url) => url,
-        None => {
-            let session =
-                common::start_session(&common::sqlite_path(&dir, "session"), "unused").await;
-            let url = session.url.clone();
-            services.push(session);
-            url
-        }
-    };
-    let mut skills_url = setup.skills_url;
+    let mut services = vec![Service::Auth, Service::Session];
     if setup.skills {
-        let db = ithaca_skills::open_db(&common::sqlite_path(&dir, "skills"), "unused")
-            .await
-            .expect("skills db");
-        let config = ithaca_skills::Config {
-            broker_url: None,
-            session_url: Some(session_url.clone()),
-        };
-        let options =
-            ithaca_skills::serve_options(db, common::key(), &config, CancellationToken::new())
-                .expect("skills options");
-        skills_url = Some(serve_grpc(options).await);
+        services.push(Service::Skills);
     }
-    let tenant = common::auth_client(&auth_url, Principal::system(""))
-        .create_tenant(pb::CreateTenantRequest { name: "t".into() })
-        .await
-        .expect("tenant")
-        .into_inner()
-        .tenant_id;
-    let agent_scopes: Vec<&str> = ithaca_proto::scopes::ALL
-        .into_iter()
-        .filter(|s| *s != "approvals:decide")
-        .collect();
-    let agent = common::key_for(&auth_url, &tenant, &agent_scopes, pb::Actor::Agent).await;
-
-    let backends = ithaca_edge::Backends {
-        auth_url: Some(auth_url.clone()),
-        session_url: Some(session_url),
-        skills_url,
-        timeout: setup.backend_timeout,
-        ..Default::default()
-    };
-    let core = ithaca_edge::build_core(&backends, common::key())
-        .await
-        .expect("core");
-    let channel = ithaca_kit::client::channel(&auth_url).expect("url");
-    let authenticator = Authenticator::new(channel, common::key(), setup.key_cache)
-        .with_timeout(setup.backend_timeout);
-    let options = HttpOptions {
-        public_url: url.clone(),
-        ..setup.http
-    };
-    let app = ithaca_edge::http::router(
-        Arc::new(core),
-        Callers::Keys(Box::new(authenticator)),
-        options,
-    );
-    let shutdown = CancellationToken::new();
-    tokio::spawn(ithaca_edge::listener::serve(
-        listener,
-        app,
-        setup.limits,
-        shutdown.clone(),
-    ));
+    let listener = ListenerArgs::from(setup.limits);
+    let mut builder = StackBuilder::new().services(&services).edge(move |e| {
+        e.key_cache_ms = setup.key_cache.as_millis() as u64;
+        e.backend_timeout_ms = setup.backend_timeout.as_millis() as u64;
+        e.request_timeout_ms = setup.request_timeout.as_millis() as u64;
+        e.listener = listener;
+    });
+    if let Some(url) = setup.session_url {
+        builder = builder.elsewhere(Service::Session, url);
+    }
+    if let Some(url) = setup.skills_url {
+        builder = builder.elsewhere(Service::Skills, url);
+    }
+    let stack = builder.start().await;
     Edge {
-        url,
-        tenant,
-        agent,
-        auth_url,
-        _services: services,
-        _shutdown: shutdown.drop_guard(),
-        _dir: dir,
+        url: stack.url.clone(),
+        tenant: stack.tenant.clone(),
+        agent: stack.agent_key().await,
+        auth_url: stack.url_of(Service::Auth),
+        _stack: stack,
     }
 }
 
 /// An edge with no backends and authentication off, behind `limits`: what
 /// an unauthenticated client can reach.
-async fn bare_edge(limits: Limits) -> (String, tokio_util::sync::DropGuard) {
-    let core = ithaca_edge::build_core(&ithaca_edge::Backends::default(), common::key())
-        .await
-        .expect("core");
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let url = format!("http://{}", listener.local_addr().expect("addr"));
-    let local = Principal::local_agent("t", "local", ithaca_proto::scopes::ALL);
-    let options = HttpOptions {
-        public_url: url.clone(),
-        ..HttpOptions::default()
-    };
-    let app = ithaca_edge::http::router(Arc::new(core), Callers::Local(local), options);
-    let shutdown = CancellationToken::new();
-    tokio::spawn(ithaca_edge::listener::serve(
-        listener,
-        app,
-        limits,
-        shutdown.clone(),
-    ));
-    (url, shutdown.drop_guard())
+async fn bare_edge(limits: Limits) -> (String, TestStack) {
+    let listener = ListenerArgs::from(limits);
+    let stack = StackBuilder::new()
+        .services(&[])
+        .unauthenticated()
+        .edge(move |e| {
+            e.local_tenant = "t".to_owned();
+            e.listener = listener;
+        })
+        .start()
+        .await;
+    (stack.url.clone(), stack)
 }
 
 fn authority(url: &str) -> &str {
@@ -534,10 +458,7 @@ async fn a_stopped_session_service_is_a_retryable_timeout_within_the_deadline() 
     let e = edge(Setup {
         session_url: Some(session_url),
         backend_timeout: Duration::from_secs(2),
-        http: HttpOptions {
-            request_timeout: Duration::from_secs(25),
-            ..HttpOptions::default()
-        },
+        request_timeout: Duration::from_secs(25),
         ..Setup::default()
     })
     .await;
@@ -770,10 +691,7 @@ async fn every_internal_error_is_logged_with_its_cause() {
     let e = edge(Setup {
         skills_url: Some(black_hole().await),
         backend_timeout: Duration::from_millis(500),
-        http: HttpOptions {
-            request_timeout: Duration::from_secs(20),
-            ..HttpOptions::default()
-        },
+        request_timeout: Duration::from_secs(20),
         ..Setup::default()
     })
     .await;

@@ -16,16 +16,13 @@
 
 use crate::common;
 
+use common::harness::{StackBuilder, TestStack};
 use common::http;
-use ithaca_edge::auth::Authenticator;
-use ithaca_edge::http::{Callers, HttpOptions};
+use ithaca::services::Service;
 use ithaca_edge::limits::{RateLimits, Rule};
-use ithaca_edge::listener::Limits;
 use ithaca_kit::principal::Principal;
-use ithaca_kit::shutdown::CancellationToken;
 use ithaca_proto::auth::v1 as pb;
 use serde_json::{Value, json};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 
@@ -36,10 +33,12 @@ fn rule(text: &str) -> Rule {
     text.parse().expect("a valid rule")
 }
 
-/// An edge in this process, served by the edge's own listener.
+/// An edge in this process, started by the harness in front of services
+/// that run elsewhere.
 struct Edge {
     url: String,
-    _shutdown: tokio_util::sync::DropGuard,
+    /// `None` for an edge that runs as its own process.
+    _stack: Option<TestStack>,
 }
 
 /// What an edge under test is given.
@@ -52,41 +51,32 @@ struct EdgeSetup<'a> {
 }
 
 async fn start_edge(setup: EdgeSetup<'_>) -> Edge {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let url = format!("http://{}", listener.local_addr().expect("addr"));
-    let backends = ithaca_edge::Backends {
-        auth_url: Some(setup.auth_url.to_owned()),
-        session_url: Some(setup.session_url.to_owned()),
-        skills_url: setup.skills_url,
-        timeout: Duration::from_secs(3),
-        max_in_flight: setup.max_in_flight,
-        ..Default::default()
+    let RateLimits {
+        per_key,
+        per_tenant,
+    } = setup.limits;
+    let max_in_flight = match setup.max_in_flight {
+        0 => ithaca_edge::backend::DEFAULT_MAX_IN_FLIGHT,
+        n => n,
     };
-    let core = ithaca_edge::build_core(&backends, common::key())
-        .await
-        .expect("core");
-    let channel = ithaca_kit::client::channel(setup.auth_url).expect("url");
-    let authenticator = Authenticator::new(channel, common::key(), Duration::from_secs(1));
-    let options = HttpOptions {
-        public_url: url.clone(),
-        rate_limits: setup.limits,
-        ..HttpOptions::default()
-    };
-    let app = ithaca_edge::http::router(
-        Arc::new(core),
-        Callers::Keys(Box::new(authenticator)),
-        options,
-    );
-    let shutdown = CancellationToken::new();
-    tokio::spawn(ithaca_edge::listener::serve(
-        listener,
-        app,
-        Limits::default(),
-        shutdown.clone(),
-    ));
+    let mut builder = StackBuilder::new()
+        .services(&[])
+        .elsewhere(Service::Auth, setup.auth_url)
+        .elsewhere(Service::Session, setup.session_url)
+        .edge(move |e| {
+            e.backend_timeout_ms = 3000;
+            e.key_cache_ms = 1000;
+            e.limits.per_key = per_key;
+            e.limits.per_tenant = per_tenant;
+            e.limits.backend_max_in_flight = max_in_flight;
+        });
+    if let Some(url) = setup.skills_url {
+        builder = builder.elsewhere(Service::Skills, url);
+    }
+    let stack = builder.start().await;
     Edge {
-        url,
-        _shutdown: shutdown.drop_guard(),
+        url: stack.url.clone(),
+        _stack: Some(stack),
     }
 }
 
@@ -172,20 +162,23 @@ async fn sample(edge: &Edge, series: &str) -> f64 {
 }
 
 /// Auth and session on SQLite in this process.
+/// Auth and session on SQLite, without an edge: the tests start theirs.
 struct Services {
-    auth: common::InProcess,
-    session: common::InProcess,
-    _dir: tempfile::TempDir,
+    auth_url: String,
+    session_url: String,
+    _stack: TestStack,
 }
 
 async fn services() -> Services {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let auth = common::start_auth(&common::sqlite_path(&dir, "auth"), "unused").await;
-    let session = common::start_session(&common::sqlite_path(&dir, "session"), "unused").await;
+    let stack = StackBuilder::new()
+        .services(&[Service::Auth, Service::Session])
+        .without_edge()
+        .start()
+        .await;
     Services {
-        auth,
-        session,
-        _dir: dir,
+        auth_url: stack.url_of(Service::Auth),
+        session_url: stack.url_of(Service::Session),
+        _stack: stack,
     }
 }
 
@@ -193,8 +186,8 @@ async fn services() -> Services {
 async fn a_burst_over_a_keys_limit_is_429_with_retry_after_and_counted() {
     let s = services().await;
     let edge = start_edge(EdgeSetup {
-        auth_url: &s.auth.url,
-        session_url: &s.session.url,
+        auth_url: &s.auth_url,
+        session_url: &s.session_url,
         skills_url: None,
         limits: RateLimits {
             per_key: vec![rule("5/31d")],
@@ -203,13 +196,13 @@ async fn a_burst_over_a_keys_limit_is_429_with_retry_after_and_counted() {
         max_in_flight: 0,
     })
     .await;
-    let t = tenant(&s.auth.url).await;
-    let greedy = agent_key(&s.auth.url, &t).await;
+    let t = tenant(&s.auth_url).await;
+    let greedy = agent_key(&s.auth_url, &t).await;
     let (ok, limited) = burst(&edge, &greedy, 8).await;
     assert_eq!((ok, limited), (5, 3), "five admitted, then refused");
 
     // Another key of the same tenant has a budget of its own.
-    let other = agent_key(&s.auth.url, &t).await;
+    let other = agent_key(&s.auth_url, &t).await;
     assert_eq!(list(&edge, &other).await.status, 200);
     // And the spent key stays refused.
     assert_eq!(list(&edge, &greedy).await.status, 429);
@@ -232,8 +225,8 @@ async fn a_burst_over_a_keys_limit_is_429_with_retry_after_and_counted() {
 async fn a_tenants_limit_holds_across_its_keys_and_spares_other_tenants() {
     let s = services().await;
     let edge = start_edge(EdgeSetup {
-        auth_url: &s.auth.url,
-        session_url: &s.session.url,
+        auth_url: &s.auth_url,
+        session_url: &s.session_url,
         skills_url: None,
         limits: RateLimits {
             per_key: vec![rule("100/31d")],
@@ -242,16 +235,16 @@ async fn a_tenants_limit_holds_across_its_keys_and_spares_other_tenants() {
         max_in_flight: 0,
     })
     .await;
-    let busy = tenant(&s.auth.url).await;
-    let a = agent_key(&s.auth.url, &busy).await;
-    let b = agent_key(&s.auth.url, &busy).await;
+    let busy = tenant(&s.auth_url).await;
+    let a = agent_key(&s.auth_url, &busy).await;
+    let b = agent_key(&s.auth_url, &busy).await;
     let (ok_a, _) = burst(&edge, &a, 4).await;
     let (ok_b, limited_b) = burst(&edge, &b, 4).await;
     assert_eq!(ok_a, 4);
     assert_eq!((ok_b, limited_b), (2, 2), "the tenant's six are shared");
 
-    let quiet = tenant(&s.auth.url).await;
-    let c = agent_key(&s.auth.url, &quiet).await;
+    let quiet = tenant(&s.auth_url).await;
+    let c = agent_key(&s.auth_url, &quiet).await;
     assert_eq!(burst(&edge, &c, 3).await, (3, 0), "another tenant");
     assert_eq!(
         sample(&edge, "ithaca_edge_rate_limited_total{scope=\"tenant\"}").await,
@@ -306,16 +299,16 @@ async fn two_edges_on_one_auth_service_enforce_one_budget() {
         per_tenant: vec![],
     };
     let setup = || EdgeSetup {
-        auth_url: &s.auth.url,
-        session_url: &s.session.url,
+        auth_url: &s.auth_url,
+        session_url: &s.session_url,
         skills_url: None,
         limits: limits.clone(),
         max_in_flight: 0,
     };
     let a = start_edge(setup()).await;
     let b = start_edge(setup()).await;
-    let t = tenant(&s.auth.url).await;
-    let key = agent_key(&s.auth.url, &t).await;
+    let t = tenant(&s.auth_url).await;
+    let key = agent_key(&s.auth_url, &t).await;
     two_edges_share_one_budget(&a, &b, &key, 40).await;
 }
 
@@ -375,7 +368,7 @@ async fn serve_edge_takes_its_rate_limits_from_the_environment() {
         .to_owned();
     let edge = Edge {
         url: format!("http://{addr}"),
-        _shutdown: CancellationToken::new().drop_guard(),
+        _stack: None,
     };
     assert_eq!(burst(&edge, "unused", 5).await, (3, 2));
     assert_eq!(
@@ -430,15 +423,15 @@ async fn a_saturated_backend_refuses_at_once_and_others_still_answer() {
     let s = services().await;
     let stalled_url = black_hole().await;
     let edge = start_edge(EdgeSetup {
-        auth_url: &s.auth.url,
-        session_url: &s.session.url,
+        auth_url: &s.auth_url,
+        session_url: &s.session_url,
         skills_url: Some(stalled_url.clone()),
         limits: RateLimits::default(),
         max_in_flight: 1,
     })
     .await;
-    let t = tenant(&s.auth.url).await;
-    let agent = agent_key(&s.auth.url, &t).await;
+    let t = tenant(&s.auth_url).await;
+    let agent = agent_key(&s.auth_url, &t).await;
     let opened = call(&edge.url, &agent, "session_context", json!({"prompt": "p"})).await;
     let sid = opened["result"]["structuredContent"]["session_id"]
         .as_str()

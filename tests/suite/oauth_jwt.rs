@@ -12,10 +12,9 @@ use axum::extract::State;
 use axum::routing::get;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use common::harness::{StackBuilder, TestStack};
 use common::http::{self, Reply};
-use ithaca_edge::auth::Authenticator;
-use ithaca_edge::http::{Callers, HttpOptions};
-use ithaca_edge::oauth::OAuthConfig;
+use ithaca::services::Service;
 use ithaca_kit::principal::Principal;
 use ithaca_proto::auth::v1 as pb;
 use p256::ecdsa::signature::Signer;
@@ -118,9 +117,7 @@ struct Stack {
     tenant_a: String,
     tenant_b: String,
     key_a: String,
-    auth: common::InProcess,
-    session: common::InProcess,
-    _dir: tempfile::TempDir,
+    stack: TestStack,
 }
 
 async fn tenant(auth_url: &str, name: &str) -> String {
@@ -132,32 +129,26 @@ async fn tenant(auth_url: &str, name: &str) -> String {
         .tenant_id
 }
 
-/// Auth and session on `db` (a SQLite path prefix or a PostgreSQL URL with
-/// `schema`), two tenants, and an edge trusting `idp`.
+/// Auth and session on SQLite or on PostgreSQL `(url, schema prefix)`, two
+/// tenants, and an edge trusting `idp` (`--oauth-issuer`), started by the
+/// harness.
 async fn stack(idp: &Idp, db: Option<(&str, &str)>) -> Stack {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let url = format!("http://{}", listener.local_addr().expect("addr"));
-    let (auth_db, session_db, schema) = match db {
-        Some((pg, schema)) => (pg.to_owned(), pg.to_owned(), schema.to_owned()),
-        None => (
-            common::sqlite_path(&dir, "auth"),
-            common::sqlite_path(&dir, "session"),
-            "unused".to_owned(),
-        ),
-    };
-    let auth = common::start_auth(&auth_db, &format!("{schema}_auth")).await;
-    let config = ithaca_session::Config {
-        public_url: url.clone(),
-        ..Default::default()
-    };
-    let session =
-        common::start_session_with(&session_db, &format!("{schema}_session"), config).await;
-    let tenant_a = tenant(&auth.url, "a").await;
-    let tenant_b = tenant(&auth.url, "b").await;
-    let key_a = common::auth_client(&auth.url, Principal::system(""))
+    let issuer = idp.url.clone();
+    let mut builder = StackBuilder::new()
+        .services(&[Service::Auth, Service::Session])
+        .edge(move |e| {
+            e.backend_timeout_ms = 2000;
+            e.key_cache_ms = 1000;
+            e.oauth.issuers = vec![issuer];
+        });
+    if let Some((pg, prefix)) = db {
+        builder = builder.postgres(pg, prefix);
+    }
+    let stack = builder.start().await;
+    let auth_url = stack.url_of(Service::Auth);
+    let tenant_a = tenant(&auth_url, "a").await;
+    let tenant_b = tenant(&auth_url, "b").await;
+    let key_a = common::auth_client(&auth_url, Principal::system(""))
         .create_key(pb::CreateKeyRequest {
             tenant_id: tenant_a.clone(),
             scopes: vec!["data:read".into()],
@@ -169,43 +160,13 @@ async fn stack(idp: &Idp, db: Option<(&str, &str)>) -> Stack {
         .expect("key")
         .into_inner()
         .token;
-    let backends = ithaca_edge::Backends {
-        auth_url: Some(auth.url.clone()),
-        session_url: Some(session.url.clone()),
-        timeout: Duration::from_secs(2),
-        ..Default::default()
-    };
-    let core = ithaca_edge::build_core(&backends, common::key())
-        .await
-        .expect("core");
-    let resource = format!("{url}/mcp");
-    let channel = ithaca_kit::client::channel(&auth.url).expect("url");
-    let authenticator = Authenticator::new(channel, common::key(), Duration::from_secs(1))
-        .with_oauth(OAuthConfig {
-            issuers: vec![idp.url.clone()],
-            tenant_claim: ithaca_edge::oauth::DEFAULT_TENANT_CLAIM.to_owned(),
-            resource: resource.clone(),
-        })
-        .expect("oauth config");
-    let options = HttpOptions {
-        public_url: url.clone(),
-        ..HttpOptions::default()
-    };
-    let app = ithaca_edge::http::router(
-        Arc::new(core),
-        Callers::Keys(Box::new(authenticator)),
-        options,
-    );
-    common::serve_edge(listener, app);
     Stack {
-        url,
-        resource,
+        url: stack.url.clone(),
+        resource: stack.mcp_url(),
         tenant_a,
         tenant_b,
         key_a,
-        auth,
-        session,
-        _dir: dir,
+        stack,
     }
 }
 
@@ -386,7 +347,13 @@ async fn suite(s: &Stack, idp: &Idp) {
         "/.well-known/oauth-protected-resource/mcp",
     ] {
         let meta = http::request(&s.url, "GET", path, &[], b"").await.json();
-        assert_eq!(meta["authorization_servers"], json!([idp.url]), "{meta}");
+        // The trusted issuer, beside the built-in authorization server
+        // (the edge's own URL) that an edge with keys always serves.
+        assert_eq!(
+            meta["authorization_servers"],
+            json!([s.url, idp.url]),
+            "{meta}"
+        );
         assert_eq!(meta["resource"], s.resource);
         assert_eq!(meta["bearer_methods_supported"], json!(["header"]));
         assert_eq!(meta["scopes_supported"], json!(ithaca_proto::scopes::ALL));
@@ -409,10 +376,7 @@ async fn external_tokens_on_postgres() {
     let idp = Idp::start().await;
     let s = stack(&idp, Some((&pg, &schema))).await;
     suite(&s, &idp).await;
-    s.auth.stop().await;
-    s.session.stop().await;
-    common::drop_schema(&pg, &format!("{schema}_auth")).await;
-    common::drop_schema(&pg, &format!("{schema}_session")).await;
+    s.stack.stop().await;
 }
 
 /// `ithaca up` with `ITHACA_OAUTH_ISSUERS`: the flag is wired, and a token

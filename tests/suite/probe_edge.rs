@@ -18,19 +18,16 @@
 
 use crate::common;
 
+use common::harness::{StackBuilder, TestStack};
 use common::http::{self, Reply};
-use ithaca_edge::auth::Authenticator;
-use ithaca_edge::http::{Callers, HttpOptions};
-use ithaca_edge::listener::Limits;
+use ithaca::services::Service;
 use ithaca_kit::principal::Principal;
-use ithaca_kit::shutdown::CancellationToken;
 use ithaca_proto::auth::v1 as pb;
 use serde_json::{Value, json};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::net::{TcpSocket, TcpStream};
 
 /// How long a test waits for something that should happen within a few
 /// seconds (the machine is shared with builds).
@@ -202,65 +199,31 @@ fn updates_in(text: &str) -> usize {
 // Item 4: every long-lived stream ends with its key.
 
 /// An edge with keys (cached 1 s) in front of real auth and session
-/// services, served by the edge's own listener.
+/// services, started by the harness.
 struct Stack {
     url: String,
     auth_url: String,
     tenant: String,
     /// An agent key with every agent scope.
     agent: String,
-    _services: Vec<common::InProcess>,
-    _shutdown: tokio_util::sync::DropGuard,
-    _dir: tempfile::TempDir,
+    _stack: TestStack,
 }
 
 async fn stack() -> Stack {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let auth = common::start_auth(&common::sqlite_path(&dir, "auth"), "unused").await;
-    let session = common::start_session(&common::sqlite_path(&dir, "session"), "unused").await;
-    let tenant = new_tenant(&auth.url, "t").await;
-    let agent_scopes: Vec<&str> = ithaca_proto::scopes::ALL
-        .into_iter()
-        .filter(|s| *s != "approvals:decide")
-        .collect();
-    let agent = common::key_for(&auth.url, &tenant, &agent_scopes, pb::Actor::Agent).await;
-    let backends = ithaca_edge::Backends {
-        auth_url: Some(auth.url.clone()),
-        session_url: Some(session.url.clone()),
-        timeout: Duration::from_secs(5),
-        ..Default::default()
-    };
-    let core = ithaca_edge::build_core(&backends, common::key())
-        .await
-        .expect("core");
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let url = format!("http://{}", listener.local_addr().expect("addr"));
-    let channel = ithaca_kit::client::channel(&auth.url).expect("url");
-    let authenticator = Authenticator::new(channel, common::key(), Duration::from_secs(1));
-    let options = HttpOptions {
-        public_url: url.clone(),
-        ..HttpOptions::default()
-    };
-    let app = ithaca_edge::http::router(
-        Arc::new(core),
-        Callers::Keys(Box::new(authenticator)),
-        options,
-    );
-    let shutdown = CancellationToken::new();
-    tokio::spawn(ithaca_edge::listener::serve(
-        listener,
-        app,
-        Limits::default(),
-        shutdown.clone(),
-    ));
+    let stack = StackBuilder::new()
+        .services(&[Service::Auth, Service::Session])
+        .edge(|e| {
+            e.backend_timeout_ms = 5000;
+            e.key_cache_ms = 1000;
+        })
+        .start()
+        .await;
     Stack {
-        url,
-        auth_url: auth.url.clone(),
-        tenant,
-        agent,
-        _services: vec![auth, session],
-        _shutdown: shutdown.drop_guard(),
-        _dir: dir,
+        url: stack.url.clone(),
+        auth_url: stack.url_of(Service::Auth),
+        tenant: stack.tenant.clone(),
+        agent: stack.agent_key().await,
+        _stack: stack,
     }
 }
 

@@ -5,6 +5,10 @@
 
 use crate::common;
 
+use common::harness::{StackBuilder, TestStack};
+use ithaca::ingest::IngestCommand;
+use ithaca::serve::BrokerArgs;
+use ithaca::services::Service;
 use ithaca_kit::client::Outbound;
 use ithaca_kit::json;
 use ithaca_kit::principal::Principal;
@@ -19,14 +23,14 @@ use tonic::transport::Channel;
 
 type Client = SkillsServiceClient<InterceptedService<Channel, Outbound>>;
 
+/// The demo bars the stack loads, read here independently of the broker.
 const DEMO: &[u8] = include_bytes!("../../data/demo/stocks_daily_ohlcv_2000-2013.csv.gz");
 
 struct Stack {
     skills_url: String,
     session_url: String,
     broker_url: String,
-    _session: common::InProcess,
-    _dir: tempfile::TempDir,
+    _stack: TestStack,
 }
 
 /// Where each service keeps its tables: SQLite files, or schemas of one
@@ -35,15 +39,6 @@ struct Stack {
 enum Store {
     Sqlite,
     Postgres(String, String),
-}
-
-impl Store {
-    fn url(&self, dir: &tempfile::TempDir, service: &str) -> (String, String) {
-        match self {
-            Store::Sqlite => (common::sqlite_path(dir, service), "unused".into()),
-            Store::Postgres(url, prefix) => (url.clone(), format!("{prefix}_{service}")),
-        }
-    }
 }
 
 async fn stack() -> Stack {
@@ -65,72 +60,47 @@ fn apple_companyfacts() -> Vec<u8> {
     .expect("Apple's companyfacts")
 }
 
-/// A stack whose broker holds the demo bars, the ZTF alerts, Apple's and
-/// Microsoft's filing indexes and the SEC companyfacts document
-/// `companyfacts`.
+/// A stack of broker, session and skills, started by the harness, whose
+/// broker holds the demo bars (loaded as `ithaca up` loads them), the ZTF
+/// alerts, Apple's and Microsoft's filing indexes and the SEC companyfacts
+/// document `companyfacts`, each sent by `ithaca ingest`.
 async fn stack_with_sec(store: Store, companyfacts: &[u8]) -> Stack {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (broker_url, broker_schema) = store.url(&dir, "broker");
-    let (session_url, session_schema) = store.url(&dir, "session");
-    let (skills_url, skills_schema) = store.url(&dir, "skills");
-    let broker_db = ithaca_broker::open_db(&broker_url, &broker_schema)
-        .await
-        .expect("broker db");
-    let demo = ithaca_broker::market::csv::parse_bars("demo.csv", DEMO).expect("demo");
-    let rows = demo.rows.iter().cloned().map(Into::into).collect();
-    ithaca_broker::market_service(broker_db.clone())
-        .ingest(&Principal::system(""), "demo.csv", &demo.checksum, rows)
-        .await
-        .expect("ingest");
-    // The real ZTF alerts, for the astronomy skill.
-    let (alerts, _) = common::astro::services(broker_db.clone());
-    common::astro::ingest_alerts(&alerts).await;
-    // Tickers map to CIKs from the filing indexes (companyfacts names none).
-    let sec = ithaca_broker::fundamentals_service(broker_db.clone());
-    for index in ["CIK0000320193-2013-2023.json", "CIK0000789019-recent.json"] {
-        let path = common::astro::data()
-            .join("fundamentals/submissions")
-            .join(index);
-        sec.ingest_file(
-            &Principal::system(""),
-            index,
-            std::fs::read(path).expect("index"),
-        )
-        .await
-        .expect("ingest submissions");
+    let mut builder = StackBuilder::new()
+        .services(&[Service::Broker, Service::Session, Service::Skills])
+        .without_edge()
+        .broker(BrokerArgs {
+            ztf_schema_dir: Some(common::astro::schema_dir()),
+        });
+    if let Store::Postgres(url, prefix) = &store {
+        builder = builder.postgres(url, prefix);
     }
-    sec.ingest_file(
-        &Principal::system(""),
-        "CIK0000320193.json",
-        companyfacts.to_vec(),
-    )
-    .await
-    .expect("ingest companyfacts");
-    let broker = common::serve_grpc(ithaca_broker::serve_options(broker_db, common::key())).await;
-    let session = common::start_session(&session_url, &session_schema).await;
-    let skills_db = ithaca_skills::open_db(&skills_url, &skills_schema)
-        .await
-        .expect("skills db");
-    let config = ithaca_skills::Config {
-        broker_url: Some(broker.clone()),
-        session_url: Some(session.url.clone()),
-    };
-    let skills = common::serve_grpc(
-        ithaca_skills::serve_options(
-            skills_db,
-            common::key(),
-            &config,
-            ithaca_kit::shutdown::CancellationToken::new(),
-        )
-        .expect("options"),
-    )
-    .await;
+    let stack = builder.start().await;
+    // The real ZTF alerts, for the astronomy skill.
+    stack.ingest_ztf(&[common::astro::alerts_dir()]).await;
+    // Tickers map to CIKs from the filing indexes (companyfacts names
+    // none), so the indexes go first.
+    let submissions = common::astro::data().join("fundamentals/submissions");
+    stack
+        .ingest(IngestCommand::Sec {
+            paths: ["CIK0000320193-2013-2023.json", "CIK0000789019-recent.json"]
+                .map(|index| submissions.join(index))
+                .to_vec(),
+            target: stack.ingest_target(),
+        })
+        .await;
+    let facts = stack.dir().join("CIK0000320193.json");
+    std::fs::write(&facts, companyfacts).expect("write companyfacts");
+    stack
+        .ingest(IngestCommand::Sec {
+            paths: vec![facts],
+            target: stack.ingest_target(),
+        })
+        .await;
     Stack {
-        skills_url: skills,
-        session_url: session.url.clone(),
-        broker_url: broker,
-        _session: session,
-        _dir: dir,
+        skills_url: stack.url_of(Service::Skills),
+        session_url: stack.url_of(Service::Session),
+        broker_url: stack.url_of(Service::Broker),
+        _stack: stack,
     }
 }
 
@@ -1139,7 +1109,8 @@ async fn list_inputs_are_bounded_before_any_work_starts() {
         "{err:?}"
     );
     // Refused before any work: no run was recorded.
-    let db = ithaca_skills::open_db(&common::sqlite_path(&s._dir, "skills"), "unused")
+    let file = s._stack.dir().join("skills.db");
+    let db = ithaca_skills::open_db(&file.display().to_string(), "unused")
         .await
         .expect("db");
     let ithaca_kit::db::Pool::Sqlite(pool) = db.pool() else {

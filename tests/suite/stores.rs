@@ -835,15 +835,7 @@ mod session {
         let db = ithaca_broker::open_db(&common::sqlite_path(dir, "broker"), "unused")
             .await
             .expect("broker db");
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let url = format!("http://{}", listener.local_addr().expect("addr"));
-        tokio::spawn(ithaca_kit::server::serve(
-            listener,
-            ithaca_broker::serve_options(db, common::key()),
-            CancellationToken::new(),
-        ));
+        let url = common::serve_grpc(ithaca_broker::serve_options(db, common::key())).await;
         let client = |p: Principal| {
             FilterServiceClient::with_interceptor(
                 ithaca_kit::client::channel(&url).expect("url"),

@@ -9,47 +9,40 @@
 
 use crate::common;
 
+use common::harness::{StackBuilder, TestStack};
 use common::http::{self, Reply};
-use ithaca_edge::http::{Callers, HttpOptions};
 use serde_json::{Value, json};
-use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-async fn edge() -> String {
+async fn edge() -> (String, TestStack) {
     edge_with(0).await
 }
 
-/// The edge with at most `max_in_flight` calls in flight to the fixture (0:
-/// the default).
-async fn edge_with(max_in_flight: usize) -> String {
+/// The edge, started by the harness with authentication off, fronting the
+/// fixture (learned through reflection, ungated), with at most
+/// `max_in_flight` calls in flight to it (0: the default).
+async fn edge_with(max_in_flight: usize) -> (String, TestStack) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let fixture_url = format!("http://{}", listener.local_addr().expect("addr"));
     tokio::spawn(ithaca_fixture::serve(listener, std::future::pending()));
-    let backends = ithaca_edge::Backends {
-        reflected: vec![fixture_url],
-        timeout: Duration::from_secs(5),
-        ungated: true,
-        max_in_flight,
-        ..Default::default()
-    };
-    let core = ithaca_edge::build_core(&backends, common::key())
-        .await
-        .expect("reflect on the fixture");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let url = format!("http://{}", listener.local_addr().expect("addr"));
-    let options = HttpOptions {
-        public_url: url.clone(),
-        ..HttpOptions::default()
-    };
-    let principal = common::agent("local", "local-agent");
-    let app = ithaca_edge::http::router(Arc::new(core), Callers::Local(principal), options);
-    common::serve_edge(listener, app);
-    url
+    let stack = StackBuilder::new()
+        .services(&[])
+        .unauthenticated()
+        .edge(move |e| {
+            e.backends = vec![fixture_url];
+            e.backend_timeout_ms = 5000;
+            e.no_session_gate = true;
+            e.local_tenant = "local".to_owned();
+            if max_in_flight > 0 {
+                e.limits.backend_max_in_flight = max_in_flight;
+            }
+        })
+        .start()
+        .await;
+    (stack.url.clone(), stack)
 }
 
 /// The `_meta` of a 2026-07-28 request, with `extra` keys.
@@ -119,7 +112,7 @@ fn final_result(messages: &[Value]) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn progress_and_logs_reach_the_caller_at_its_level_in_both_eras() {
-    let url = edge().await;
+    let (url, _edge) = edge().await;
 
     // 2026-07-28: the request's token and level.
     let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
@@ -193,7 +186,7 @@ async fn progress_and_logs_reach_the_caller_at_its_level_in_both_eras() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn input_required_rounds_carry_sealed_state_and_check_capabilities() {
-    let url = edge().await;
+    let (url, _edge) = edge().await;
     let call = |id: u32, extra: Value| {
         let mut params = json!({
             "name": "test_input_required_result_multi_round", "arguments": {},
@@ -356,7 +349,7 @@ async fn legacy_call_answered(url: &str, call: &Value, answer: Value) -> Vec<Val
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_legacy_client_is_asked_on_the_response_stream_and_the_call_resumes() {
-    let url = edge().await;
+    let (url, _edge) = edge().await;
     let call = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {
         "name": "test_elicitation", "arguments": {"message": "Who are you?"},
     }});
@@ -395,7 +388,7 @@ async fn a_legacy_client_is_asked_on_the_response_stream_and_the_call_resumes() 
 /// stream ended.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_streaming_call_holds_its_backend_place_until_its_stream_ends() {
-    let url = edge_with(1).await;
+    let (url, _edge) = edge_with(1).await;
     let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
         "name": "test_tool_with_progress", "arguments": {}, "_meta": {"progressToken": 1},
     }});

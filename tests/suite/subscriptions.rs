@@ -11,12 +11,12 @@
 
 use crate::common;
 
+use common::harness::{StackBuilder, TestStack};
 use common::http::{self, Reply};
-use ithaca_edge::http::{Callers, HttpOptions};
-use ithaca_kit::principal::{Principal, VerifiedKey};
+use ithaca::services::Service;
+use ithaca_kit::principal::Principal;
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Write};
-use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
@@ -29,18 +29,6 @@ const QUIET_FOR: Duration = Duration::from_secs(3);
 
 const LEGACY: &str = "2025-11-25";
 
-/// A caller of `tenant` with the scopes these tests need.
-fn caller(tenant: &str, key: &str) -> Principal {
-    Principal::verified(VerifiedKey {
-        tenant_id: tenant.to_owned(),
-        key_id: key.to_owned(),
-        scopes: ["data:read", "runs:write", "runs:cancel"]
-            .map(str::to_owned)
-            .to_vec(),
-        human: false,
-    })
-}
-
 struct World {
     /// An edge acting for tenant one, and one for tenant two, in front of
     /// the same services.
@@ -49,8 +37,8 @@ struct World {
     /// The skills service, whose worker the test starts when it wants
     /// queued runs to move.
     skills: ithaca_skills::service::SkillsService,
-    _session: common::InProcess,
-    _dir: tempfile::TempDir,
+    _edges: [TestStack; 2],
+    session: TestStack,
 }
 
 impl World {
@@ -61,20 +49,26 @@ impl World {
 
     /// The services on SQLite, or on PostgreSQL `(url, schema prefix)`.
     async fn start_on(pg: Option<(&str, &str)>) -> World {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let store = |service: &str| match pg {
-            Some((url, prefix)) => (url.to_owned(), format!("{prefix}_{service}")),
-            None => (common::sqlite_path(&dir, service), "unused".to_owned()),
+        let mut session = StackBuilder::new()
+            .services(&[Service::Session])
+            .without_edge();
+        if let Some((url, prefix)) = pg {
+            session = session.postgres(url, prefix);
+        }
+        let session = session.start().await;
+        let (skills_url, skills_schema) = match pg {
+            Some((url, prefix)) => (url.to_owned(), format!("{prefix}_skills")),
+            None => (
+                session.dir().join("skills.db").display().to_string(),
+                "unused".to_owned(),
+            ),
         };
-        let (session_url, session_schema) = store("session");
-        let session = common::start_session(&session_url, &session_schema).await;
-        let (skills_url, skills_schema) = store("skills");
         let db = ithaca_skills::open_db(&skills_url, &skills_schema)
             .await
             .expect("skills db");
         let config = ithaca_skills::Config {
             broker_url: None,
-            session_url: Some(session.url.clone()),
+            session_url: Some(session.url_of(Service::Session)),
         };
         let skills = ithaca_skills::service(db, common::key(), &config).expect("skills");
         // Served as `serve_options` serves it, but with the worker held
@@ -90,47 +84,28 @@ impl World {
             vec![ithaca_proto::service_names::SKILLS],
             tonic::service::Routes::new(server),
         );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let skills_url = format!("http://{}", listener.local_addr().expect("addr"));
-        tokio::spawn(ithaca_kit::server::serve(
-            listener,
-            options,
-            ithaca_kit::shutdown::CancellationToken::new(),
-        ));
-        let backends = ithaca_edge::Backends {
-            session_url: Some(session.url.clone()),
-            skills_url: Some(skills_url),
-            timeout: Duration::from_secs(5),
-            ..Default::default()
+        let skills_url = common::serve_grpc(options).await;
+        // One edge per tenant, each serving its tenant's local agent.
+        let edge = |tenant: &'static str| {
+            StackBuilder::new()
+                .services(&[])
+                .elsewhere(Service::Session, session.url_of(Service::Session))
+                .elsewhere(Service::Skills, skills_url.clone())
+                .unauthenticated()
+                .edge(move |e| {
+                    e.local_tenant = tenant.to_owned();
+                    e.backend_timeout_ms = 5000;
+                })
+                .start()
         };
-        let core = Arc::new(
-            ithaca_edge::build_core(&backends, common::key())
-                .await
-                .expect("core"),
-        );
-        let mut urls = Vec::new();
-        for tenant in ["one", "two"] {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-                .await
-                .expect("bind");
-            let url = format!("http://{}", listener.local_addr().expect("addr"));
-            let options = HttpOptions {
-                public_url: url.clone(),
-                ..HttpOptions::default()
-            };
-            let callers = Callers::Local(caller(tenant, &format!("agent-{tenant}")));
-            let app = ithaca_edge::http::router(core.clone(), callers, options);
-            common::serve_edge(listener, app);
-            urls.push(url);
-        }
+        let one = edge("one").await;
+        let two = edge("two").await;
         World {
-            two: urls.pop().expect("two"),
-            one: urls.pop().expect("one"),
+            one: one.url.clone(),
+            two: two.url.clone(),
             skills,
-            _session: session,
-            _dir: dir,
+            _edges: [one, two],
+            session,
         }
     }
 
@@ -291,7 +266,26 @@ async fn queue_run(world: &World, tenant: &str, session_uri: &str) -> String {
     let session_id = session_uri
         .strip_prefix("doomberg://sessions/")
         .expect("a session URI");
-    let agent = caller(tenant, &format!("agent-{tenant}")).in_session(Some(session_id.to_owned()));
+    // The session is the edge's local agent's; the run is queued as it.
+    let owner = common::session_client(
+        &world.session.url_of(Service::Session),
+        Principal::system(tenant),
+    )
+    .list_sessions(ithaca_proto::session::v1::ListSessionsRequest::default())
+    .await
+    .expect("list sessions")
+    .into_inner()
+    .sessions
+    .into_iter()
+    .find(|s| {
+        s.session
+            .as_ref()
+            .is_some_and(|d| d.session_id == session_id)
+    })
+    .expect("the session is listed")
+    .agent_id;
+    let agent = Principal::local_agent(tenant, owner, ["data:read", "runs:write", "runs:cancel"])
+        .in_session(Some(session_id.to_owned()));
     let run = world
         .skills
         .run(

@@ -6,6 +6,7 @@
 
 use crate::common;
 
+use common::harness::StackBuilder;
 use common::http;
 use common::{Up, up};
 use serde_json::{Value, json};
@@ -205,21 +206,9 @@ async fn the_tool_list_an_agent_reads_stays_small_and_keeps_its_meaning() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_value_outside_a_fields_allowed_values_is_refused_naming_them() {
-    let up = up(&[]);
-    let call = |tool: &'static str, args: Value| {
-        let up = &up;
-        async move {
-            let reply = http::modern(
-                &up.url,
-                &up.agent,
-                "tools/call",
-                json!({"name": tool, "arguments": args}),
-            )
-            .await;
-            assert_eq!(reply.status, 200, "{}", reply.text());
-            reply.json()["result"].clone()
-        }
-    };
+    let stack = StackBuilder::new().start().await;
+    let mcp = stack.mcp(&stack.agent);
+    let call = |tool: &'static str, args: Value| mcp.call(tool, args);
     let opened = call("session_context", json!({"prompt": "enums"})).await;
     assert_eq!(opened["isError"], false, "{opened}");
     let refused = call(

@@ -6,6 +6,7 @@
 
 pub mod astro;
 pub mod gcn;
+pub mod harness;
 pub mod http;
 pub mod skymap;
 pub mod stack;
