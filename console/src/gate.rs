@@ -1,17 +1,25 @@
 //! Who a console request is, and what it may do: sign-in with a human key,
 //! sign-out, the Host check (DNS rebinding), the cross-origin refusal and the
 //! CSRF token of every state-changing form.
+//!
+//! Handlers receive the person as an extractor: [`Person`] for a page,
+//! [`Change`] for a state-changing form (the person and the form, its CSRF
+//! token checked). Either one's rejection is the finished refusal (the
+//! redirect to sign in, the Host, origin or CSRF refusal, the page saying
+//! auth is unavailable), so a handler starts from a person it may serve.
 
 use crate::Console;
 use crate::cookie::{self, Claims, Sealer};
 use crate::view::{self, Nav};
 use askama::Template;
-use axum::extract::{Query, State};
+use axum::extract::{Form, FromRef, FromRequest, FromRequestParts, Query, Request, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use ithaca_edge::auth::{AuthFailure, CheckFailure};
 use ithaca_kit::principal::{Actor, Principal};
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
 use std::sync::Arc;
 
 /// A signed-in person, re-verified for this request.
@@ -36,6 +44,54 @@ impl Person {
 
     pub fn has_scope(&self, scope: &str) -> bool {
         self.principal.has_scope(scope)
+    }
+}
+
+/// A page's signed-in person: extracting one is [`Console::person`], and its
+/// refusal is the response that call gives.
+impl<S> FromRequestParts<S> for Person
+where
+    Arc<Console>: FromRef<S>,
+    S: Send + Sync,
+{
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Person, Response> {
+        Arc::<Console>::from_ref(state).person(&parts.headers).await
+    }
+}
+
+/// A state-changing form and the person who sent it, checked by
+/// [`Console::person_for_change`]: same origin, signed in, the form's CSRF
+/// token this sign-in's. It reads the body, so it is a handler's last
+/// argument.
+pub struct Change<F>(pub Person, pub F);
+
+/// A form that carries the CSRF token of the page it was sent from.
+pub trait CsrfToken {
+    fn csrf(&self) -> &str;
+}
+
+impl<S, F> FromRequest<S> for Change<F>
+where
+    Arc<Console>: FromRef<S>,
+    S: Send + Sync,
+    F: CsrfToken + DeserializeOwned + Send + Sync,
+{
+    type Rejection = Response;
+
+    async fn from_request(request: Request, state: &S) -> Result<Change<F>, Response> {
+        // The body is parsed before the person is asked for, as when
+        // handlers took the form themselves: a malformed form gets axum's
+        // refusal whoever sends it.
+        let headers = request.headers().clone();
+        let Form(form) = Form::<F>::from_request(request, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let person = Arc::<Console>::from_ref(state)
+            .person_for_change(&headers, form.csrf())
+            .await?;
+        Ok(Change(person, form))
     }
 }
 
@@ -169,12 +225,10 @@ fn to_sign_in(reason: Option<&str>) -> Response {
     }
 }
 
-/// `GET /console/`: the sessions list, or the sign-in page.
-pub async fn home(State(console): State<Arc<Console>>, headers: HeaderMap) -> Response {
-    match console.person(&headers).await {
-        Ok(_) => Redirect::to("/console/sessions").into_response(),
-        Err(response) => response,
-    }
+/// `GET /console/`: the sessions list, or (the extractor's refusal) the
+/// sign-in page.
+pub async fn home(_: Person) -> Response {
+    Redirect::to("/console/sessions").into_response()
 }
 
 #[derive(Template)]
@@ -314,23 +368,25 @@ pub async fn sign_in(
     response
 }
 
+/// A form with nothing but its CSRF token (sign-out, close, revoke).
 #[derive(Deserialize)]
 pub struct CsrfForm {
     #[serde(default)]
     pub csrf: String,
 }
 
+impl CsrfToken for CsrfForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
 /// `POST /console/sign-out`: end the sign-in at the auth service, so the
 /// cookie works nowhere any more (a copy of it included), then drop it.
 pub async fn sign_out(
     State(console): State<Arc<Console>>,
-    headers: HeaderMap,
-    axum::Form(form): axum::Form<CsrfForm>,
+    Change(person, _): Change<CsrfForm>,
 ) -> Response {
-    let person = match console.person_for_change(&headers, &form.csrf).await {
-        Ok(person) => person,
-        Err(refused) => return refused,
-    };
     if let Err(status) = console
         .end_sign_in(&person.principal, &person.claims.sign_in)
         .await

@@ -8,7 +8,8 @@
 //! buttons). There is no build step and nothing to install.
 //!
 //! - [`cookie`]: the sealed sign-in cookie and CSRF tokens.
-//! - [`gate`]: sign-in, sign-out, who a request is, Host/Origin and CSRF checks.
+//! - [`gate`]: sign-in, sign-out, who a request is (the [`gate::Person`] and
+//!   [`gate::Change`] extractors), Host/Origin and CSRF checks.
 //! - [`pages`]: one module per area (sessions, approvals, runs, filters,
 //!   GCN events, keys).
 //! - [`signins`]: the sign-in records the auth service keeps for the

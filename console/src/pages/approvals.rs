@@ -5,10 +5,10 @@
 use super::{Nav, Paged, failed, html, missing_scope, pretty};
 use crate::Console;
 use crate::backends::signed;
-use crate::gate::Person;
+use crate::gate::{Change, CsrfToken, Person};
 use askama::Template;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use ithaca_proto::approvals::v1 as pb;
 use ithaca_proto::approvals::v1::approvals_service_client::ApprovalsServiceClient;
@@ -138,14 +138,12 @@ pub struct InboxQuery {
 
 type Client = ApprovalsServiceClient<Channel>;
 
-/// The signed-in person, who may read approvals, and an approvals client.
-async fn reader(console: &Console, headers: &HeaderMap) -> Result<(Person, Client), Response> {
-    let person = console.person(headers).await?;
+/// An approvals client for a person who may read approvals.
+fn reader(console: &Console, person: &Person) -> Result<Client, Response> {
     if !person.has_scope(APPROVALS_READ) {
         return Err(missing_scope(APPROVALS_READ));
     }
-    let client = console.backends.approvals().map_err(failed)?;
-    Ok((person, client))
+    console.backends.approvals().map_err(failed)
 }
 
 /// The tenant's policy as the person may read it; `None` when it cannot be
@@ -164,29 +162,25 @@ async fn policy(console: &Console, person: &Person, client: &mut Client) -> Opti
 /// `GET /console/approvals?status=pending&page=1`.
 pub async fn inbox(
     State(console): State<Arc<Console>>,
-    headers: HeaderMap,
     Query(query): Query<InboxQuery>,
-) -> Response {
-    let (person, mut client) = match reader(&console, &headers).await {
-        Ok(r) => r,
-        Err(r) => return r,
-    };
+    person: Person,
+) -> Result<Response, Response> {
+    let mut client = reader(&console, &person)?;
     let (key, timeout) = (&console.key, console.backends.timeout);
     let status = query.status.unwrap_or_else(|| "pending".to_owned());
     let list = pb::ListApprovalsRequest {
         tenant_id: None,
         status: (!status.is_empty()).then(|| status.clone()),
     };
-    let all = match client
+    let all = client
         .list_approvals(signed(key, &person.principal, timeout, list))
         .await
-    {
-        Ok(r) => r.into_inner().approvals,
-        Err(s) => return failed(s.into()),
-    };
+        .map_err(|s| failed(s.into()))?
+        .into_inner()
+        .approvals;
     let policy = policy(&console, &person, &mut client).await;
     let paged = Paged::of(all, query.page);
-    html(
+    Ok(html(
         StatusCode::OK,
         &InboxPage {
             nav: person.nav("approvals"),
@@ -197,7 +191,7 @@ pub async fn inbox(
             policy: policy_text(policy.as_ref()),
             can_decide: person.has_scope(APPROVALS_DECIDE),
         },
-    )
+    ))
 }
 
 #[derive(Template)]
@@ -212,29 +206,24 @@ struct ApprovalPage {
 /// `GET /console/approvals/{id}`.
 pub async fn show(
     State(console): State<Arc<Console>>,
-    headers: HeaderMap,
     Path(approval_id): Path<String>,
-) -> Response {
-    let (person, mut client) = match reader(&console, &headers).await {
-        Ok(r) => r,
-        Err(r) => return r,
-    };
+    person: Person,
+) -> Result<Response, Response> {
+    let mut client = reader(&console, &person)?;
     let (key, timeout) = (&console.key, console.backends.timeout);
     let get = pb::GetApprovalRequest { approval_id };
-    let approval = match client
+    let approval = client
         .get_approval(signed(key, &person.principal, timeout, get))
         .await
-    {
-        Ok(r) => r.into_inner(),
-        Err(s) => return failed(s.into()),
-    };
+        .map_err(|s| failed(s.into()))?
+        .into_inner();
     // The trading policy applies to promotions; other approval-required
     // calls wait for a person whatever it says.
     let policy = match approval.tool.as_str() {
         "promote_strategy" => policy_text(policy(&console, &person, &mut client).await.as_ref()),
         _ => String::new(),
     };
-    html(
+    Ok(html(
         StatusCode::OK,
         &ApprovalPage {
             nav: person.nav("approvals"),
@@ -242,7 +231,7 @@ pub async fn show(
             policy,
             can_decide: person.has_scope(APPROVALS_DECIDE),
         },
-    )
+    ))
 }
 
 #[derive(Deserialize)]
@@ -255,18 +244,19 @@ pub struct DecideForm {
     note: String,
 }
 
+impl CsrfToken for DecideForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
 /// `POST /console/approvals/{id}/decide`: approve or deny with a reason;
 /// the approvals service runs an approved call as the requester.
 pub async fn decide(
     State(console): State<Arc<Console>>,
-    headers: HeaderMap,
     Path(approval_id): Path<String>,
-    axum::Form(form): axum::Form<DecideForm>,
+    Change(person, form): Change<DecideForm>,
 ) -> Response {
-    let person = match console.person_for_change(&headers, &form.csrf).await {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
     if !person.has_scope(APPROVALS_DECIDE) {
         return missing_scope(APPROVALS_DECIDE);
     }

@@ -5,9 +5,10 @@
 use super::{Nav, failed, html};
 use crate::Console;
 use crate::backends::signed;
+use crate::gate::{Change, CsrfForm, Person};
 use askama::Template;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use ithaca_proto::auth::v1 as pb;
 use std::sync::Arc;
@@ -31,11 +32,7 @@ struct AppsPage {
 }
 
 /// `GET /console/apps`.
-pub async fn list(State(console): State<Arc<Console>>, headers: HeaderMap) -> Response {
-    let person = match console.person(&headers).await {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
+pub async fn list(State(console): State<Arc<Console>>, person: Person) -> Response {
     let request = signed(
         &console.key,
         &person.principal,
@@ -73,14 +70,9 @@ pub async fn list(State(console): State<Arc<Console>>, headers: HeaderMap) -> Re
 /// `POST /console/apps/{id}/revoke`.
 pub async fn revoke(
     State(console): State<Arc<Console>>,
-    headers: HeaderMap,
     Path(grant_id): Path<String>,
-    axum::Form(form): axum::Form<crate::gate::CsrfForm>,
+    Change(person, _): Change<CsrfForm>,
 ) -> Response {
-    let person = match console.person_for_change(&headers, &form.csrf).await {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
     let request = signed(
         &console.key,
         &person.principal,

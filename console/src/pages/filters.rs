@@ -4,12 +4,12 @@
 //! agents called and proposed (the record of an answer).
 
 use super::sessions::{OnSubject, RecordedCall, on_subject};
-use super::{Nav, failed, html, reader};
+use super::{Nav, Reader, failed, html};
 use crate::Console;
 use crate::backends::signed;
 use askama::Template;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::Response;
 use ithaca_proto::broker::v1 as pb;
 use serde::Deserialize;
@@ -44,13 +44,9 @@ struct ListPage {
 /// `GET /console/filters?offset=`.
 pub async fn list(
     State(console): State<Arc<Console>>,
-    headers: HeaderMap,
     Query(query): Query<ListQuery>,
+    Reader(person): Reader,
 ) -> Response {
-    let person = match reader(&console, &headers).await {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
     let mut client = match console.backends.filters() {
         Ok(c) => c,
         Err(e) => return failed(e),
@@ -148,14 +144,10 @@ struct FilterPage {
 /// shown is the last version against the one before it.
 pub async fn show(
     State(console): State<Arc<Console>>,
-    headers: HeaderMap,
     Path(filter_id): Path<String>,
     Query(query): Query<ShowQuery>,
+    Reader(person): Reader,
 ) -> Response {
-    let person = match reader(&console, &headers).await {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
     let mut client = match console.backends.filters() {
         Ok(c) => c,
         Err(e) => return failed(e),

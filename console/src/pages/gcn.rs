@@ -3,12 +3,12 @@
 //! the team's comments, and the sessions people opened on it.
 
 use super::sessions::{OnSubject, on_subject};
-use super::{Nav, failed, html, reader};
+use super::{Nav, Reader, failed, html};
 use crate::Console;
 use crate::backends::signed;
 use askama::Template;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::Response;
 use ithaca_proto::broker::v1 as pb;
 use serde::Deserialize;
@@ -44,13 +44,9 @@ struct ListPage {
 /// `GET /console/gcn?q=&offset=`.
 pub async fn list(
     State(console): State<Arc<Console>>,
-    headers: HeaderMap,
     Query(query): Query<ListQuery>,
+    Reader(person): Reader,
 ) -> Response {
-    let person = match reader(&console, &headers).await {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
     let mut client = match console.backends.gcn() {
         Ok(c) => c,
         Err(e) => return failed(e),
@@ -127,13 +123,9 @@ const EXTRACTIONS_SHOWN: i32 = 50;
 /// `GET /console/gcn/{dateobs}` (a dateobs or one of the event's names).
 pub async fn show(
     State(console): State<Arc<Console>>,
-    headers: HeaderMap,
     Path(dateobs): Path<String>,
+    Reader(person): Reader,
 ) -> Response {
-    let person = match reader(&console, &headers).await {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
     let mut client = match console.backends.gcn() {
         Ok(c) => c,
         Err(e) => return failed(e),

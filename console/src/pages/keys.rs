@@ -5,9 +5,10 @@
 use super::{Nav, Paged, failed, html};
 use crate::Console;
 use crate::backends::signed;
+use crate::gate::{Change, CsrfForm, CsrfToken, Person};
 use askama::Template;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use ithaca_proto::auth::v1 as pb;
 use serde::Deserialize;
@@ -80,19 +81,15 @@ pub struct ListQuery {
 /// `GET /console/keys`.
 pub async fn list(
     State(console): State<Arc<Console>>,
-    headers: HeaderMap,
     Query(query): Query<ListQuery>,
+    person: Person,
 ) -> Response {
-    let person = match console.person(&headers).await {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
     render(&console, &person, query.page, String::new(), String::new()).await
 }
 
 async fn render(
     console: &Console,
-    person: &crate::gate::Person,
+    person: &Person,
     page: usize,
     created_token: String,
     created_label: String,
@@ -139,6 +136,10 @@ async fn render(
     )
 }
 
+/// The new-key form. Checkboxes repeat the `scope` field, which a struct's
+/// fields cannot take, so it is read from the form's pairs.
+#[derive(Deserialize)]
+#[serde(from = "Vec<(String, String)>")]
 pub struct CreateForm {
     csrf: String,
     label: String,
@@ -147,35 +148,40 @@ pub struct CreateForm {
     scopes: String,
 }
 
+impl From<Vec<(String, String)>> for CreateForm {
+    fn from(pairs: Vec<(String, String)>) -> CreateForm {
+        let field = |name: &str| {
+            pairs
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default()
+        };
+        CreateForm {
+            csrf: field("csrf"),
+            label: field("label"),
+            actor: field("actor"),
+            scopes: pairs
+                .iter()
+                .filter(|(k, _)| k == "scope")
+                .map(|(_, v)| v.as_str())
+                .collect::<Vec<_>>()
+                .join(" "),
+        }
+    }
+}
+
+impl CsrfToken for CreateForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
 /// `POST /console/keys`: create a key and show its token once.
 pub async fn create(
     State(console): State<Arc<Console>>,
-    headers: HeaderMap,
-    // Checkboxes repeat the `scope` field, which a struct cannot take.
-    axum::Form(pairs): axum::Form<Vec<(String, String)>>,
+    Change(person, form): Change<CreateForm>,
 ) -> Response {
-    let field = |name: &str| {
-        pairs
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.clone())
-            .unwrap_or_default()
-    };
-    let form = CreateForm {
-        csrf: field("csrf"),
-        label: field("label"),
-        actor: field("actor"),
-        scopes: pairs
-            .iter()
-            .filter(|(k, _)| k == "scope")
-            .map(|(_, v)| v.as_str())
-            .collect::<Vec<_>>()
-            .join(" "),
-    };
-    let person = match console.person_for_change(&headers, &form.csrf).await {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
     let Some(actor) = actor_of(&form.actor) else {
         return super::error(StatusCode::BAD_REQUEST, &unknown_actor(&form.actor));
     };
@@ -206,14 +212,9 @@ pub async fn create(
 /// `POST /console/keys/{id}/revoke`.
 pub async fn revoke(
     State(console): State<Arc<Console>>,
-    headers: HeaderMap,
     Path(key_id): Path<String>,
-    axum::Form(form): axum::Form<crate::gate::CsrfForm>,
+    Change(person, _): Change<CsrfForm>,
 ) -> Response {
-    let person = match console.person_for_change(&headers, &form.csrf).await {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
     let request = signed(
         &console.key,
         &person.principal,

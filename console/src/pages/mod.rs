@@ -1,5 +1,15 @@
 //! The console's pages, one module per area, and what they share: the
 //! navigation bar, rendering, error pages and paging.
+//!
+//! A handler names who may see it by its arguments: [`Reader`] (signed in,
+//! `data:read`), [`Person`] (signed in) or [`Change`] (a form from a
+//! signed-in person, last). Extractors run in argument order, and the
+//! person comes after the path and query, so a malformed URL is refused
+//! before the sign-in is checked, as when handlers asked the gate
+//! themselves.
+//!
+//! [`Person`]: crate::gate::Person
+//! [`Change`]: crate::gate::Change
 
 pub mod approvals;
 pub mod apps;
@@ -11,9 +21,15 @@ pub mod sessions;
 
 pub use crate::view::{Nav, error, html};
 
+use crate::Console;
 use crate::backends::CallError;
+use crate::gate::Person;
+use axum::extract::{FromRef, FromRequestParts};
 use axum::http::StatusCode;
+use axum::http::request::Parts;
 use axum::response::Response;
+use ithaca_proto::scopes::DATA_READ;
+use std::sync::Arc;
 
 /// `404` for anything the console does not serve.
 pub async fn not_found() -> Response {
@@ -51,15 +67,23 @@ pub fn failed(err: CallError) -> Response {
 }
 
 /// What most pages need first: a signed-in person whose key may read data.
-pub async fn reader(
-    console: &crate::Console,
-    headers: &axum::http::HeaderMap,
-) -> Result<crate::gate::Person, Response> {
-    let person = console.person(headers).await?;
-    if !person.has_scope(ithaca_proto::scopes::DATA_READ) {
-        return Err(missing_scope(ithaca_proto::scopes::DATA_READ));
+/// Refused as [`Person`] is, then with the page for the missing scope.
+pub struct Reader(pub Person);
+
+impl<S> FromRequestParts<S> for Reader
+where
+    Arc<Console>: FromRef<S>,
+    S: Send + Sync,
+{
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Reader, Response> {
+        let person = Person::from_request_parts(parts, state).await?;
+        if !person.has_scope(DATA_READ) {
+            return Err(missing_scope(DATA_READ));
+        }
+        Ok(Reader(person))
     }
-    Ok(person)
 }
 
 /// The page for a missing scope.

@@ -3,12 +3,13 @@
 //! that forbids scripts and any load (and the page shows it through `<img>`,
 //! where browsers never run a script anyway); CSV as a download.
 
-use super::{Nav, failed, html, missing_scope, pretty, reader};
+use super::{Nav, Reader, failed, html, missing_scope, pretty};
 use crate::Console;
 use crate::backends::signed;
+use crate::gate::Person;
 use askama::Template;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use ithaca_proto::mcp::v1 as mcp;
 use ithaca_proto::scopes::ARTIFACTS_READ;
@@ -49,15 +50,7 @@ struct FindPage {
 
 /// `GET /console/runs?run_id=`: open a run by id (runs are otherwise
 /// reached from a session's trace).
-pub async fn find(
-    State(console): State<Arc<Console>>,
-    headers: HeaderMap,
-    Query(query): Query<FindQuery>,
-) -> Response {
-    let person = match console.person(&headers).await {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
+pub async fn find(Query(query): Query<FindQuery>, person: Person) -> Response {
     let id = query.run_id.trim();
     if !id.is_empty() && id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-') {
         return Redirect::to(&format!("/console/runs/{id}")).into_response();
@@ -73,13 +66,9 @@ pub async fn find(
 /// `GET /console/runs/{id}`.
 pub async fn show(
     State(console): State<Arc<Console>>,
-    headers: HeaderMap,
     Path(run_id): Path<String>,
+    Reader(person): Reader,
 ) -> Response {
-    let person = match reader(&console, &headers).await {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
     let mut client = match console.backends.skills() {
         Ok(c) => c,
         Err(e) => return failed(e),
@@ -124,13 +113,9 @@ pub async fn show(
 /// `GET /console/runs/{id}/artifacts/{artifact}`: the artifact's bytes.
 pub async fn artifact(
     State(console): State<Arc<Console>>,
-    headers: HeaderMap,
     Path((run_id, artifact_id)): Path<(String, String)>,
+    person: Person,
 ) -> Response {
-    let person = match console.person(&headers).await {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
     if !person.has_scope(ARTIFACTS_READ) {
         return missing_scope(ARTIFACTS_READ);
     }

@@ -1,13 +1,13 @@
 //! Sessions: the list (filters, pages), starting one for an agent to join,
 //! one session's prompts and live trace, and closing it.
 
-use super::{Nav, failed, html, missing_scope, reader};
+use super::{Nav, Reader, failed, html, missing_scope};
 use crate::Console;
 use crate::backends::signed;
-use crate::gate::Person;
+use crate::gate::{Change, CsrfForm, CsrfToken, Person};
 use askama::Template;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use ithaca_proto::scopes::DATA_READ;
 use ithaca_proto::session::v1 as pb;
@@ -52,13 +52,9 @@ pub struct ListQuery {
 /// `GET /console/sessions?status=&agent=&page=`.
 pub async fn list(
     State(console): State<Arc<Console>>,
-    headers: HeaderMap,
     Query(query): Query<ListQuery>,
+    Reader(person): Reader,
 ) -> Response {
-    let person = match reader(&console, &headers).await {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
     let backends = &console.backends;
     let mut client = match backends.session() {
         Ok(c) => c,
@@ -158,17 +154,18 @@ pub struct StartForm {
     subject_id: String,
 }
 
+impl CsrfToken for StartForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
 /// `POST /console/sessions`: open a session with the person's prompt, for an
 /// agent to join.
 pub async fn start(
     State(console): State<Arc<Console>>,
-    headers: HeaderMap,
-    axum::Form(form): axum::Form<StartForm>,
+    Change(person, form): Change<StartForm>,
 ) -> Response {
-    let person = match console.person_for_change(&headers, &form.csrf).await {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
     if !person.has_scope(DATA_READ) {
         return missing_scope(DATA_READ);
     }
@@ -230,13 +227,9 @@ struct SessionPage {
 /// `GET /console/sessions/{id}`.
 pub async fn show(
     State(console): State<Arc<Console>>,
-    headers: HeaderMap,
     Path(session_id): Path<String>,
+    Reader(person): Reader,
 ) -> Response {
-    let person = match reader(&console, &headers).await {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
     let mut client = match console.backends.session() {
         Ok(c) => c,
         Err(e) => return failed(e),
@@ -293,14 +286,9 @@ fn join_snippet(session_id: &str, title: &str) -> String {
 /// ones are refused.
 pub async fn close(
     State(console): State<Arc<Console>>,
-    headers: HeaderMap,
     Path(session_id): Path<String>,
-    axum::Form(form): axum::Form<crate::gate::CsrfForm>,
+    Change(person, _): Change<CsrfForm>,
 ) -> Response {
-    let person = match console.person_for_change(&headers, &form.csrf).await {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
     if !person.has_scope(DATA_READ) {
         return missing_scope(DATA_READ);
     }
