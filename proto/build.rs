@@ -4,7 +4,11 @@
 //! code so the crate can embed it for reflection.
 //!
 //! Every `.proto` under `ithaca/` is compiled, found by walking the folder:
-//! a new contract file needs no line here. Several checkouts (git
+//! a new contract file needs no line here. Files are opened, and so stored
+//! in the descriptor set, in path order, except that a package's namesake
+//! file (`broker/v1/broker.proto`) leads its folder ([`order`]).
+//!
+//! Several checkouts (git
 //! worktrees) may share one Cargo target directory, where this script's
 //! binary and its output are shared too (Cargo's hash of a path package
 //! does not include its path). So the script lists nothing of its own
@@ -29,6 +33,18 @@ fn protos(root: &Path, dir: &Path, out: &mut Vec<String>) -> std::io::Result<()>
     Ok(())
 }
 
+/// Where a file goes among the others: by folder, the package's namesake
+/// file (`ithaca/broker/v1/broker.proto`) first, then by name. The edge
+/// lists tools and resources in descriptor order, so the services split
+/// out of a package's first one (the broker's alerts and catalogs) come
+/// after it, as their RPCs did when they were its own.
+fn order(file: &str) -> (&str, bool, &str) {
+    let (folder, name) = file.rsplit_once('/').unwrap_or(("", file));
+    let package = folder.rsplit('/').nth(1).unwrap_or_default();
+    let namesake = name.strip_suffix(".proto") == Some(package);
+    (folder, !namesake, name)
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
     let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
@@ -36,7 +52,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-env-changed=PWD");
     let mut files = Vec::new();
     protos(&root, &root.join("ithaca"), &mut files)?;
-    files.sort();
+    files.sort_by(|a, b| order(a).cmp(&order(b)));
 
     let mut compiler = protox::Compiler::new([root.clone()])?;
     compiler.include_source_info(true).include_imports(true);

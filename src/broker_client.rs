@@ -8,7 +8,8 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
 /// A channel whose calls are signed as the system; any of the broker
-/// process's services (broker, GCN, fundamentals) is a client over it.
+/// process's services (broker, alerts, catalogs, GCN, fundamentals) is a
+/// client over it.
 pub type Signed = InterceptedService<Channel, Outbound>;
 
 /// A broker client signed as the system.

@@ -7,6 +7,7 @@ use crate::ingest::Target;
 use anyhow::{Context, bail};
 use ithaca_kit::config::CommonArgs;
 use ithaca_proto::broker::v1 as pb;
+use ithaca_proto::broker::v1::alert_service_client::AlertServiceClient;
 use std::io::Read;
 use std::path::PathBuf;
 
@@ -69,8 +70,8 @@ pub async fn run(common: &CommonArgs, cmd: BrokersCommand) -> anyhow::Result<()>
         }
         (None, false) => String::new(),
     };
-    let mut broker = crate::ingest::connect(common, &target)?;
-    let added = broker
+    let mut alerts = AlertServiceClient::new(crate::ingest::channel(common, &target)?);
+    let added = alerts
         .add_broker(pb::AddBrokerRequest {
             broker_id: id,
             name,

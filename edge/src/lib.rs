@@ -59,7 +59,8 @@ pub struct Backends {
     pub auth_url: Option<String>,
     /// The session service (gate and trace).
     pub session_url: Option<String>,
-    /// The broker service (market data).
+    /// The broker process: market data and accounts, alerts, catalogs,
+    /// filters, GCN events and fundamentals, each its own gRPC service.
     pub broker_url: Option<String>,
     /// The skills service (catalog and runs).
     pub skills_url: Option<String>,
@@ -111,6 +112,8 @@ pub async fn build_core(backends: &Backends, key: InternalKey) -> Result<core::C
         (ithaca_proto::service_names::AUTH, &backends.auth_url),
         (ithaca_proto::service_names::SESSION, &backends.session_url),
         (ithaca_proto::service_names::BROKER, &backends.broker_url),
+        (ithaca_proto::service_names::ALERTS, &backends.broker_url),
+        (ithaca_proto::service_names::CATALOGS, &backends.broker_url),
         (ithaca_proto::service_names::FILTERS, &backends.broker_url),
         (ithaca_proto::service_names::GCN, &backends.broker_url),
         (
@@ -124,7 +127,7 @@ pub async fn build_core(backends: &Backends, key: InternalKey) -> Result<core::C
         (ithaca_proto::service_names::SKILLS, &backends.skills_url),
     ];
     // One backend (channel and concurrency gate) per URL: the broker's
-    // three services share their process's limit.
+    // services share their process's limit.
     let mut by_url: HashMap<String, Backend> = HashMap::new();
     let mut backend_at = |url: &str| -> Result<Backend, BuildError> {
         if let Some(b) = by_url.get(url) {

@@ -61,7 +61,13 @@ pub mod broker {
 pub mod service_names {
     pub const AUTH: &str = "ithaca.auth.v1.AuthService";
     pub const SESSION: &str = "ithaca.session.v1.SessionService";
+    /// Market data and provider accounts.
     pub const BROKER: &str = "ithaca.broker.v1.BrokerService";
+    /// The alert archive, its brokers and time conversion, served by the
+    /// broker process.
+    pub const ALERTS: &str = "ithaca.broker.v1.AlertService";
+    /// Reference catalogs and the crossmatch, served by the broker process.
+    pub const CATALOGS: &str = "ithaca.broker.v1.CatalogService";
     /// Broker filters, served by the broker process beside `BROKER`.
     pub const FILTERS: &str = "ithaca.broker.v1.FilterService";
     /// GCN events, served by the broker process.

@@ -76,3 +76,60 @@ fn every_service_package_is_present() {
         );
     }
 }
+
+#[test]
+fn every_service_name_is_a_service_of_the_descriptor_set() {
+    use ithaca_proto::service_names::*;
+    let pool = annotations::pool();
+    for name in [
+        AUTH,
+        SESSION,
+        BROKER,
+        ALERTS,
+        CATALOGS,
+        FILTERS,
+        GCN,
+        FUNDAMENTALS,
+        SKILLS,
+        APPROVALS,
+    ] {
+        assert!(
+            pool.get_service_by_name(name).is_some(),
+            "{name} is a service of the descriptor set"
+        );
+    }
+}
+
+/// The broker's services list their tools in the order they had on the one
+/// `BrokerService` they were split from: market first (the package's
+/// namesake file leads its folder, `build.rs`), then alerts, then catalogs.
+#[test]
+fn the_broker_services_keep_their_tools_in_order() {
+    use ithaca_proto::service_names::{ALERTS, BROKER, CATALOGS};
+    let pool = annotations::pool();
+    let broker: Vec<(String, String)> = annotations::tools(pool)
+        .into_iter()
+        .map(|t| {
+            (
+                t.method.parent_service().full_name().to_owned(),
+                t.options.name,
+            )
+        })
+        .filter(|(service, _)| [BROKER, ALERTS, CATALOGS].contains(&service.as_str()))
+        .collect();
+    let on = |service: &str, tool: &str| (service.to_owned(), tool.to_owned());
+    assert_eq!(
+        broker,
+        [
+            on(BROKER, "list_symbols"),
+            on(BROKER, "list_datasets"),
+            on(BROKER, "get_price_history"),
+            on(ALERTS, "list_brokers"),
+            on(ALERTS, "get_broker_alerts"),
+            on(ALERTS, "get_broker_alert_photometry"),
+            on(ALERTS, "convert_time"),
+            on(ALERTS, "get_alert_schema"),
+            on(CATALOGS, "crossmatch_broker_catalogs"),
+        ]
+    );
+}

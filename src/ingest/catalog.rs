@@ -4,15 +4,16 @@
 //! nothing.
 
 use super::{CHUNK_BYTES, FileUpload, Progress, Target, Upload};
-use crate::broker_client::Client;
+use crate::broker_client::{MAX_MESSAGE, Signed};
 use anyhow::Context;
 use ithaca_kit::config::CommonArgs;
 use ithaca_proto::broker::v1 as pb;
+use ithaca_proto::broker::v1::catalog_service_client::CatalogServiceClient;
 use ithaca_proto::mcp::v1::CallEvent;
 use std::path::PathBuf;
 
-/// The broker's catalog ingest.
-struct Catalog(Client);
+/// The broker's catalog ingest, signed as the system.
+struct Catalog(CatalogServiceClient<Signed>);
 
 impl Upload for Catalog {
     type Chunk = pb::CatalogFileChunk;
@@ -45,7 +46,10 @@ pub async fn catalog(common: &CommonArgs, file: PathBuf, target: Target) -> anyh
         || "catalog.csv".to_owned(),
         |n| n.to_string_lossy().into_owned(),
     );
-    let mut catalog = Catalog(super::connect(common, &target)?);
+    let mut catalog = Catalog(
+        CatalogServiceClient::new(super::channel(common, &target)?)
+            .max_encoding_message_size(MAX_MESSAGE),
+    );
     let total = bytes.len();
     let chunks: Vec<pb::CatalogFileChunk> = bytes
         .chunks(CHUNK_BYTES)

@@ -7,15 +7,17 @@
 //! Re-ingesting a file changes nothing.
 
 use super::{FileUpload, Target, Upload};
-use crate::broker_client::Client;
+use crate::broker_client::{MAX_MESSAGE, Signed};
 use ithaca_kit::config::CommonArgs;
 use ithaca_proto::broker::v1 as pb;
+use ithaca_proto::broker::v1::alert_service_client::AlertServiceClient;
 use ithaca_proto::mcp::v1::CallEvent;
 use std::path::PathBuf;
 
-/// The broker's alert ingest, into one broker's archive.
+/// The broker's alert ingest, into one broker's archive, signed as the
+/// system.
 struct Alerts {
-    broker: Client,
+    service: AlertServiceClient<Signed>,
     broker_id: String,
 }
 
@@ -28,7 +30,7 @@ impl Upload for Alerts {
         chunks: impl tokio_stream::Stream<Item = pb::AlertFileChunk> + Send + 'static,
     ) -> Result<tonic::Streaming<CallEvent>, tonic::Status> {
         Ok(self
-            .broker
+            .service
             .ingest_alerts_with_progress(chunks)
             .await?
             .into_inner())
@@ -62,7 +64,8 @@ pub async fn ztf(
         anyhow::bail!("no .avro files under {}", super::shown(&paths));
     }
     let mut alerts = Alerts {
-        broker: super::connect(common, &target)?,
+        service: AlertServiceClient::new(super::channel(common, &target)?)
+            .max_encoding_message_size(MAX_MESSAGE),
         broker_id,
     };
     let (mut read, mut stored, mut unchanged) = (0i64, 0i64, 0usize);

@@ -15,7 +15,7 @@ use ithaca_kit::client::{self, Outbound};
 use ithaca_kit::error::domain_code;
 use ithaca_kit::principal::{Principal, Subject, VerifiedKey};
 use ithaca_proto::broker::v1 as pb;
-use ithaca_proto::broker::v1::broker_service_client::BrokerServiceClient;
+use ithaca_proto::broker::v1::alert_service_client::AlertServiceClient;
 use ithaca_proto::broker::v1::filter_service_client::FilterServiceClient;
 use prost_types::ListValue;
 use serde_json::{Value, json};
@@ -71,8 +71,8 @@ on_both_brokers!(
 
 mod lifecycle;
 
-/// A broker serving `BrokerService` and `FilterService` on one port, as
-/// `ithaca serve broker` does.
+/// A broker serving `AlertService` and `FilterService` (and the rest of
+/// its services) on one port, as `ithaca serve broker` does.
 pub struct Broker {
     url: String,
     db: ithaca_kit::db::Db,
@@ -106,7 +106,7 @@ impl Broker {
 
     /// Ingest every alert file under `dir`.
     async fn ingest_dir(&self, dir: &std::path::Path) -> usize {
-        let mut broker = BrokerServiceClient::with_interceptor(
+        let mut alerts = AlertServiceClient::with_interceptor(
             client::channel(&self.url).expect("url"),
             Outbound::new(common::key(), Principal::system("")),
         );
@@ -117,7 +117,7 @@ impl Broker {
                 source: path.file_name().expect("name").to_string_lossy().into(),
                 data: std::fs::read(&path).expect("read"),
             };
-            let report = broker
+            let report = alerts
                 .ingest_alerts(tokio_stream::iter(vec![chunk]))
                 .await
                 .expect("ingest")

@@ -1009,7 +1009,7 @@ fn sources(stderr: &str, name: &str) -> Vec<(u64, u64)> {
 /// (done, total, message) in order, then its reply, or the status that
 /// ended it. Anything after the reply fails the test.
 async fn catalog_events(
-    broker: &mut ithaca_proto::broker::v1::broker_service_client::BrokerServiceClient<
+    broker: &mut ithaca_proto::broker::v1::catalog_service_client::CatalogServiceClient<
         tonic::service::interceptor::InterceptedService<
             tonic::transport::Channel,
             ithaca_kit::client::Outbound,
@@ -1068,11 +1068,11 @@ async fn catalog_events(
 async fn catalog_ingestion_streams_sources_stored_of_total() {
     use ithaca_kit::client::{self, Outbound};
     use ithaca_kit::principal::{Principal, VerifiedKey};
-    use ithaca_proto::broker::v1::broker_service_client::BrokerServiceClient;
+    use ithaca_proto::broker::v1::catalog_service_client::CatalogServiceClient;
     let dir = tempfile::tempdir().expect("tempdir");
     let (_broker, url) = common::serve("broker", &common::sqlite_path(&dir, "broker"), "unused");
     let client = |who: Principal| {
-        BrokerServiceClient::with_interceptor(
+        CatalogServiceClient::with_interceptor(
             client::channel(&url).expect("url"),
             Outbound::new(common::key(), who),
         )

@@ -940,7 +940,7 @@ async fn lightcurve_features_match_the_photometry() {
     let out = outputs(&r);
 
     let mut broker =
-        ithaca_proto::broker::v1::broker_service_client::BrokerServiceClient::with_interceptor(
+        ithaca_proto::broker::v1::alert_service_client::AlertServiceClient::with_interceptor(
             ithaca_kit::client::channel(&s.broker_url).expect("url"),
             Outbound::new(common::key(), common::agent("tenant-a", "agent-a")),
         );

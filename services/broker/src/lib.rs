@@ -12,8 +12,11 @@
 //! - [`accounts`]: provider accounts, and the [`accounts::vault`] that
 //!   seals credentials at rest (accounts and alert brokers).
 //! - [`alerts`]: brokers, alert ingest (Apache Avro), queries, light curves,
-//!   plots, and the schema flattening filters validate against.
-//! - [`catalogs`]: Hipparcos-2 and OpenNGC, and the crossmatch.
+//!   plots, and the schema flattening filters validate against
+//!   (`ithaca.broker.v1.AlertService`, with time conversion, served
+//!   alongside).
+//! - [`catalogs`]: Hipparcos-2 and OpenNGC, and the crossmatch
+//!   (`ithaca.broker.v1.CatalogService`, served alongside).
 //! - [`gcn`]: GCN events, circulars, notices, localisations, extractions
 //!   and comments (`ithaca.broker.v1.GcnService`, served alongside).
 //! - [`fundamentals`]: SEC EDGAR company facts, filings and Form 4
@@ -25,8 +28,8 @@
 //!   versions, the pipeline language, the preview, activation, and the
 //!   live path that runs active versions on every newly stored alert
 //!   (`ithaca.broker.v1.FilterService`, served beside the broker's own).
-//! - [`grpc`]: the `ithaca.broker.v1.BrokerService` adapter (market,
-//!   accounts, alerts and catalogs).
+//! - [`grpc`]: the `ithaca.broker.v1.BrokerService` adapter (market and
+//!   accounts).
 //! - [`db`]: the migrations every domain's tables come from; [`progress`]:
 //!   the ingest progress the streaming RPCs share.
 //!
@@ -46,7 +49,6 @@ pub mod filters;
 pub mod fundamentals;
 pub mod gcn;
 pub mod grpc;
-mod grpc_astro;
 pub mod market;
 pub mod progress;
 pub mod sky;
@@ -54,7 +56,9 @@ pub mod sky;
 use ithaca_kit::db::{Db, DbError};
 use ithaca_kit::principal::{InternalKey, Verifier};
 use ithaca_kit::server::ServeOptions;
+use ithaca_proto::broker::v1::alert_service_server::AlertServiceServer;
 use ithaca_proto::broker::v1::broker_service_server::BrokerServiceServer;
+use ithaca_proto::broker::v1::catalog_service_server::CatalogServiceServer;
 use ithaca_proto::broker::v1::filter_service_server::FilterServiceServer;
 use ithaca_proto::broker::v1::fundamentals_service_server::FundamentalsServiceServer;
 use ithaca_proto::broker::v1::gcn_service_server::GcnServiceServer;
@@ -141,11 +145,17 @@ pub fn serve_options_with(db: Db, key: InternalKey, config: alerts::AlertsConfig
     ))
     .max_decoding_message_size(MAX_MESSAGE);
     let sec = tonic::service::interceptor::InterceptedService::new(sec, Verifier::new(key.clone()));
+    let alerts = AlertServiceServer::new(alerts::grpc::AlertGrpc::new(alerts))
+        .max_decoding_message_size(MAX_MESSAGE);
+    let alerts =
+        tonic::service::interceptor::InterceptedService::new(alerts, Verifier::new(key.clone()));
+    let catalogs = CatalogServiceServer::new(catalogs::grpc::CatalogGrpc::new(catalogs))
+        .max_decoding_message_size(MAX_MESSAGE);
+    let catalogs =
+        tonic::service::interceptor::InterceptedService::new(catalogs, Verifier::new(key.clone()));
     let grpc = grpc::Grpc {
         market: market_service(db.clone()),
         accounts: account_service(db, &key),
-        alerts,
-        catalogs,
     };
     let server = BrokerServiceServer::new(grpc).max_decoding_message_size(MAX_MESSAGE);
     let verifier = Verifier::new(key);
@@ -157,11 +167,15 @@ pub fn serve_options_with(db: Db, key: InternalKey, config: alerts::AlertsConfig
     ServeOptions::new(
         vec![
             ithaca_proto::service_names::BROKER,
+            ithaca_proto::service_names::ALERTS,
+            ithaca_proto::service_names::CATALOGS,
             ithaca_proto::service_names::GCN,
             ithaca_proto::service_names::FILTERS,
             ithaca_proto::service_names::FUNDAMENTALS,
         ],
         Routes::new(server)
+            .add_service(alerts)
+            .add_service(catalogs)
             .add_service(gcn)
             .add_service(filters)
             .add_service(sec),

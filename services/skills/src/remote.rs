@@ -10,6 +10,7 @@ use ithaca_kit::error::{Code, ServiceError};
 use ithaca_kit::json;
 use ithaca_kit::principal::Principal;
 use ithaca_proto::broker::v1 as bpb;
+use ithaca_proto::broker::v1::alert_service_client::AlertServiceClient;
 use ithaca_proto::broker::v1::broker_service_client::BrokerServiceClient;
 use ithaca_proto::broker::v1::fundamentals_service_client::FundamentalsServiceClient;
 use ithaca_proto::session::v1 as spb;
@@ -127,6 +128,15 @@ impl SkillsService {
 }
 
 impl SkillsService {
+    /// The broker's alert service (served by the broker process, on the
+    /// same channel).
+    fn alerts_client(&self) -> Result<AlertServiceClient<Channel>, ServiceError> {
+        let channel = self.broker.clone().ok_or_else(|| {
+            ServiceError::new(Code::Unavailable, "no broker service is configured")
+        })?;
+        Ok(AlertServiceClient::new(channel))
+    }
+
     /// An object's light curve from `broker_id` (detections, upper limits
     /// and forced photometry, de-duplicated and sorted), through the broker.
     pub(crate) async fn light_curve(
@@ -144,7 +154,7 @@ impl SkillsService {
             cursor: None,
         });
         self.key.sign(&mut request, caller);
-        self.broker()?
+        self.alerts_client()?
             .get_broker_alert_photometry(request)
             .await
             .map_err(|status| {

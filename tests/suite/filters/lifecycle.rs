@@ -4,7 +4,7 @@
 //! finding a filter by name, and Fink's fields kept out of ZTF's schema.
 
 use super::*;
-use ithaca_proto::broker::v1::broker_service_client::BrokerServiceClient;
+use ithaca_proto::broker::v1::alert_service_client::AlertServiceClient;
 use std::time::Duration;
 
 on_both_brokers!(
@@ -248,7 +248,7 @@ pub(super) async fn a_preview_counts_each_match_stage_and_zero_matches_warn(brok
     assert!(!message.contains("supported here: $and"), "{message}");
 
     // The schema search finds what get_alert_schema's own example names.
-    let mut alerts = BrokerServiceClient::with_interceptor(
+    let mut alerts = AlertServiceClient::with_interceptor(
         client::channel(&broker.url).expect("url"),
         Outbound::new(common::key(), zoe.clone()),
     );
@@ -424,7 +424,7 @@ pub(super) async fn fink_fields_stay_in_finks_namespace(broker: &Broker) {
     let enriched = astro::data().join("ztf/broker_enriched");
     assert!(broker.ingest_dir(&enriched).await > 0, "the Fink packets");
     let fay = person("tenant-f");
-    let mut alerts = BrokerServiceClient::with_interceptor(
+    let mut alerts = AlertServiceClient::with_interceptor(
         client::channel(&broker.url).expect("url"),
         Outbound::new(common::key(), fay.clone()),
     );

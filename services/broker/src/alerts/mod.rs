@@ -17,17 +17,22 @@
 //!   [`queries`] (alerts by object, cone and candid, and the argument
 //!   checks), [`curves`] (light curves and plots) and [`schema_query`]
 //!   (the schema as dotted paths). Every refusal names the field at fault.
+//! - [`grpc`]: the `ithaca.broker.v1.AlertService` adapter (with time
+//!   conversion), and [`render`]: its answers' protobuf shapes, and the
+//!   count and alert URI that filters' answers share.
 
 pub mod avro;
 pub mod brokers;
 pub mod container;
 pub mod curves;
+pub mod grpc;
 pub mod ingest;
 pub mod lightcurve;
 pub mod limits;
 pub mod plot;
 pub mod producers;
 pub mod queries;
+pub mod render;
 pub mod schema;
 pub mod schema_query;
 pub mod service;

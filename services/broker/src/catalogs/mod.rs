@@ -5,7 +5,9 @@
 //! - [`parse`]: the two file formats.
 //! - [`store`]: the `catalog_sources` and `catalog_files` tables.
 //! - [`service`]: ingest and `crossmatch_broker_catalogs`.
+//! - [`grpc`]: the `ithaca.broker.v1.CatalogService` adapter.
 
+pub mod grpc;
 pub mod parse;
 pub mod service;
 pub mod store;

@@ -8,7 +8,7 @@ use super::run::RunArgs;
 use super::service::{FilterService, FilterView, GroupView, NewFilter};
 use super::store::{MatchRow, StreamRow, VersionRow};
 use super::versions::VerdictView;
-use crate::grpc_astro::{alert_uri, n};
+use crate::alerts::render::{alert_uri, n};
 use ithaca_kit::error::ServiceError;
 use ithaca_kit::json::{from_list, to_list};
 use ithaca_kit::{clock, json, principal};

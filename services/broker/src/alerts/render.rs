@@ -1,10 +1,10 @@
-//! Protobuf renderings of the astronomy domain for [`crate::grpc`]. No
-//! logic beyond the shape of the answer.
+//! Protobuf renderings of the alert archive for [`super::grpc`], and the
+//! count and alert URI that filters' and catalogs' answers share. No logic
+//! beyond the shape of the answer.
 
-use crate::alerts::lightcurve::{self, Point};
-use crate::alerts::service::{AlertAnswer, BrokerView, FoundAlert, LightCurve, SchemaAnswer};
+use super::lightcurve::{self, Point};
+use super::service::{AlertAnswer, BrokerView, FoundAlert, IngestReport, LightCurve, SchemaAnswer};
 use crate::astrotime;
-use crate::catalogs::service::{CatalogReport, CrossmatchAnswer};
 use ithaca_kit::json;
 use ithaca_proto::broker::v1 as pb;
 use serde_json::Value as Json;
@@ -220,71 +220,16 @@ pub fn schema(s: SchemaAnswer) -> pb::AlertSchema {
     }
 }
 
-pub fn crossmatch(a: CrossmatchAnswer) -> pb::Crossmatch {
-    let matches: Vec<pb::CatalogMatch> = a
-        .matches
-        .iter()
-        .map(|m| {
-            let s = &m.source;
-            pb::CatalogMatch {
-                catalog: s.catalog.clone(),
-                id: s.source_id.clone(),
-                separation_arcsec: m.separation_arcsec,
-                ra: m.ra,
-                dec: m.dec,
-                catalog_ra: s.ra,
-                catalog_dec: s.dec,
-                catalog_epoch: s.epoch,
-                pm_ra: s.pm_ra,
-                pm_dec: s.pm_dec,
-                parallax: s.parallax,
-                mag: s.mag,
-                mag_band: s.mag_band.clone(),
-                r#type: s.kind.clone(),
-                morphology: s.morphology.clone(),
-                major_axis_arcmin: s.major_axis,
-                minor_axis_arcmin: s.minor_axis,
-                redshift: s.redshift,
-                radial_velocity: s.radial_velocity,
-                distance_mpc: m.distance_mpc(),
-                names: s.names.clone(),
-                b_v: s.b_v,
-            }
-        })
-        .collect();
-    pb::Crossmatch {
-        broker_id: a.broker_id,
-        ra: a.ra,
-        dec: a.dec,
-        radius_arcsec: a.radius_arcsec,
-        epoch_jd: a.epoch_jd,
-        epoch_year: astrotime::julian_year(a.epoch_jd),
-        position_from: a.position_from,
-        catalogs: a.catalogs.iter().map(|c| (*c).to_owned()).collect(),
-        count: n(matches.len() as i64),
-        matches,
-        truncated: a.truncated,
-        coverage: a
-            .coverage
-            .into_iter()
-            .map(|c| pb::CatalogCoverage {
-                catalog: c.catalog.to_owned(),
-                sources: c.sources,
-                holds: c.holds,
-                sky: c.sky.to_owned(),
-            })
-            .collect(),
-        survey_crossmatch: a.survey.map(ithaca_kit::json::to_struct),
-        note: a.note,
-    }
-}
-
-pub fn catalog_report(r: CatalogReport) -> pb::CatalogIngestReport {
-    pb::CatalogIngestReport {
-        catalog: r.catalog.to_owned(),
-        source: r.source,
-        checksum: r.checksum,
-        rows: n(r.rows),
-        already_present: r.already_present,
+pub fn ingest_report(report: IngestReport) -> pb::AlertIngestReport {
+    pb::AlertIngestReport {
+        broker_id: report.broker_id,
+        source: report.source,
+        checksum: report.checksum,
+        alerts: n(report.alerts),
+        stored: n(report.stored),
+        already_present: report.already_present,
+        candids: report.candids.iter().map(i64::to_string).collect(),
+        object_ids: report.object_ids,
+        schema_version: report.version,
     }
 }
