@@ -245,18 +245,6 @@ macro_rules! on_both_databases {
 }
 pub(crate) use on_both_databases;
 
-/// Serve an edge's `app` on `listener` the way `ithaca up` does: through
-/// the production listener with its default limits (header timeout,
-/// connection cap, idle close), until the test's runtime ends.
-pub fn serve_edge(listener: tokio::net::TcpListener, app: axum::Router) {
-    tokio::spawn(ithaca_edge::listener::serve(
-        listener,
-        app,
-        ithaca_edge::listener::Limits::default(),
-        CancellationToken::new(),
-    ));
-}
-
 /// The `ithaca` binary Cargo built for these tests.
 pub fn ithaca() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_ithaca"));
