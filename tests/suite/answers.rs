@@ -7,7 +7,7 @@
 
 use crate::common;
 
-use common::harness::{StackBuilder, TestStack};
+use common::harness::{StackBuilder, TestStack, serve_fixture};
 use common::http;
 use ithaca::services::Service;
 use ithaca_proto::auth::v1 as pb;
@@ -27,22 +27,13 @@ async fn replicas() -> (String, String, String, String, TestStack, [TestStack; 2
         .await;
     let caller = auth.key(&["data:read"], pb::Actor::Agent).await;
     let other = auth.key(&["data:read"], pb::Actor::Agent).await;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let fixture = format!("http://{}", listener.local_addr().expect("addr"));
-    tokio::spawn(ithaca_fixture::serve(listener, std::future::pending()));
+    let fixture = serve_fixture().await;
     let replica = || {
         let fixture = fixture.clone();
         StackBuilder::new()
-            .services(&[])
+            .fronting_fixture(fixture)
             .elsewhere(Service::Auth, auth.url_of(Service::Auth))
-            .edge(move |e| {
-                e.backends = vec![fixture];
-                e.backend_timeout_ms = 5000;
-                e.key_cache_ms = 1000;
-                e.no_session_gate = true;
-            })
+            .edge(|e| e.key_cache_ms = 1000)
             .advertise()
             .start()
     };

@@ -5,17 +5,13 @@
 use crate::common;
 
 use base64::Engine;
-use common::harness::{StackBuilder, TestStack};
+use common::harness::{StackBuilder, TestStack, serve_fixture};
 use common::http::{self, Reply};
 use serde_json::{Value, json};
 use std::time::Duration;
 
 async fn edge() -> (String, TestStack) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let fixture_url = format!("http://{}", listener.local_addr().expect("addr"));
-    tokio::spawn(ithaca_fixture::serve(listener, std::future::pending()));
+    let fixture_url = serve_fixture().await;
 
     // Without a session service the edge refuses tools that would run
     // ungated (seed 002), unless told it fronts a protocol fixture.
@@ -30,14 +26,8 @@ async fn edge() -> (String, TestStack) {
         "an edge with tools and no session gate must not build"
     );
     let stack = StackBuilder::new()
-        .services(&[])
+        .fronting_fixture(fixture_url)
         .unauthenticated()
-        .edge(move |e| {
-            e.backends = vec![fixture_url];
-            e.backend_timeout_ms = 5000;
-            e.no_session_gate = true;
-            e.local_tenant = "local".to_owned();
-        })
         .start()
         .await;
     (stack.url.clone(), stack)

@@ -9,7 +9,7 @@
 
 use crate::common;
 
-use common::harness::{StackBuilder, TestStack};
+use common::harness::{StackBuilder, TestStack, serve_fixture};
 use common::http::{self, Reply};
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -23,19 +23,10 @@ async fn edge() -> (String, TestStack) {
 /// fixture (learned through reflection, ungated), with at most
 /// `max_in_flight` calls in flight to it (0: the default).
 async fn edge_with(max_in_flight: usize) -> (String, TestStack) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let fixture_url = format!("http://{}", listener.local_addr().expect("addr"));
-    tokio::spawn(ithaca_fixture::serve(listener, std::future::pending()));
     let stack = StackBuilder::new()
-        .services(&[])
+        .fronting_fixture(serve_fixture().await)
         .unauthenticated()
         .edge(move |e| {
-            e.backends = vec![fixture_url];
-            e.backend_timeout_ms = 5000;
-            e.no_session_gate = true;
-            e.local_tenant = "local".to_owned();
             if max_in_flight > 0 {
                 e.limits.backend_max_in_flight = max_in_flight;
             }

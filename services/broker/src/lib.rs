@@ -52,6 +52,7 @@ pub mod grpc;
 pub mod market;
 pub mod progress;
 pub mod sky;
+pub mod upload;
 
 use ithaca_kit::db::{Db, DbError};
 use ithaca_kit::principal::{InternalKey, Verifier};

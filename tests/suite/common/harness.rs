@@ -96,14 +96,26 @@ impl StackBuilder {
         self
     }
 
+    /// No services of its own: the edge fronts the conformance fixture at
+    /// `fixture_url` alone (its tools learned through reflection, run
+    /// without a session gate, as only a protocol fixture may).
+    pub fn fronting_fixture(self, fixture_url: String) -> Self {
+        self.services(&[]).edge(move |e| {
+            e.backends = vec![fixture_url];
+            e.backend_timeout_ms = 5000;
+            e.no_session_gate = true;
+        })
+    }
+
     /// No edge: the services alone.
     pub fn without_edge(mut self) -> Self {
         self.edge = None;
         self
     }
 
-    /// An edge that verifies no keys: one local agent of tenant `local`
-    /// with every scope, on loopback only (`--auth off`).
+    /// An edge that verifies no keys: one local agent with every scope, of
+    /// the stack's tenant or, without auth, of tenant `local` (`--tenant`
+    /// changes it), on loopback only (`--auth off`).
     pub fn unauthenticated(self) -> Self {
         self.edge(|e| e.auth = AuthMode::Off)
     }
@@ -148,6 +160,10 @@ impl StackBuilder {
         let (agent, human) = started.new_keys.clone().unwrap_or_default();
         if let (Some(changes), Some(listener)) = (self.edge, edge_listener) {
             let mut args = EdgeArgs::local(|s| started.url(s), &started.tenant_id);
+            if started.tenant_id.is_empty() {
+                // `--tenant`'s default, for an edge without auth.
+                args.local_tenant = "local".to_owned();
+            }
             for change in changes {
                 change(&mut args);
             }
@@ -173,6 +189,15 @@ impl StackBuilder {
             dir,
         }
     }
+}
+
+/// The conformance fixture (`tests/fixture`) on a loopback port until the
+/// test's runtime ends; its URL.
+pub async fn serve_fixture() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    tokio::spawn(ithaca_fixture::serve(listener, std::future::pending()));
+    url
 }
 
 /// A running stack. Dropping it stops its services; [`stop`](Self::stop)

@@ -5,7 +5,6 @@
 use super::render;
 use super::service::{AlertQuery, AlertService, MAX_FILE_BYTES, NewBroker};
 use crate::progress::Events;
-use ithaca_kit::error::ServiceError;
 use ithaca_kit::principal;
 use ithaca_proto::broker::v1 as pb;
 use ithaca_proto::broker::v1::alert_service_server::AlertService as Rpc;
@@ -220,23 +219,14 @@ impl Rpc for AlertGrpc {
 /// One alert file's chunks: broker and source (first chunk) and its bytes,
 /// at most [`MAX_FILE_BYTES`].
 async fn read_alert_file(
-    mut stream: Streaming<pb::AlertFileChunk>,
+    stream: Streaming<pb::AlertFileChunk>,
 ) -> Result<(String, String, Vec<u8>), Status> {
-    let (mut broker_id, mut source, mut data) = (String::new(), String::new(), Vec::new());
-    let mut first = true;
-    while let Some(chunk) = stream.message().await? {
-        if first {
-            broker_id = chunk.broker_id;
-            source = chunk.source;
-            first = false;
-        }
-        if data.len() + chunk.data.len() > MAX_FILE_BYTES {
-            return Err(ServiceError::invalid(format!(
-                "data: a file may hold at most {MAX_FILE_BYTES} bytes"
-            ))
-            .into());
-        }
-        data.extend_from_slice(&chunk.data);
-    }
+    let ((broker_id, source), data) = crate::upload::read_file(
+        stream,
+        MAX_FILE_BYTES,
+        |(_, source): &(String, String)| source,
+        |c| ((c.broker_id, c.source), c.data),
+    )
+    .await?;
     Ok((broker_id, source, data))
 }

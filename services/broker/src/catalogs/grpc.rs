@@ -7,7 +7,6 @@ use crate::alerts::render::n;
 use crate::alerts::service::MAX_FILE_BYTES;
 use crate::astrotime;
 use crate::progress::Events;
-use ithaca_kit::error::ServiceError;
 use ithaca_kit::principal;
 use ithaca_proto::broker::v1 as pb;
 use ithaca_proto::broker::v1::catalog_service_server::CatalogService as Rpc;
@@ -82,22 +81,12 @@ impl Rpc for CatalogGrpc {
 /// One catalog file's chunks: its source (first chunk) and its bytes, at
 /// most [`MAX_FILE_BYTES`].
 async fn read_catalog_file(
-    mut stream: Streaming<pb::CatalogFileChunk>,
+    stream: Streaming<pb::CatalogFileChunk>,
 ) -> Result<(String, Vec<u8>), Status> {
-    let (mut source, mut data) = (String::new(), Vec::new());
-    while let Some(chunk) = stream.message().await? {
-        if source.is_empty() {
-            source = chunk.source;
-        }
-        if data.len() + chunk.data.len() > MAX_FILE_BYTES {
-            return Err(ServiceError::invalid(format!(
-                "data: a file may hold at most {MAX_FILE_BYTES} bytes"
-            ))
-            .into());
-        }
-        data.extend_from_slice(&chunk.data);
-    }
-    Ok((source, data))
+    crate::upload::read_file(stream, MAX_FILE_BYTES, String::as_str, |c| {
+        (c.source, c.data)
+    })
+    .await
 }
 
 fn crossmatch(a: CrossmatchAnswer) -> pb::Crossmatch {

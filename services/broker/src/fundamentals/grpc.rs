@@ -2,31 +2,17 @@
 
 use super::FundamentalsService;
 use crate::progress::Events;
-use ithaca_kit::error::ServiceError;
 use ithaca_kit::principal;
 use ithaca_proto::broker::v1 as pb;
 use ithaca_proto::broker::v1::fundamentals_service_server::FundamentalsService as Rpc;
 use tonic::{Request, Response, Status, Streaming};
 
 /// Read a streamed file, refusing one larger than the parsers accept.
-async fn read_file(mut stream: Streaming<pb::SecFileChunk>) -> Result<(String, Vec<u8>), Status> {
-    let (mut source, mut data) = (String::new(), Vec::new());
-    let mut first = true;
-    while let Some(chunk) = stream.message().await? {
-        if first {
-            source = chunk.source;
-            first = false;
-        }
-        if data.len() + chunk.data.len() > super::parse::MAX_FILE_BYTES {
-            return Err(ServiceError::invalid(format!(
-                "{source}: a file may hold at most {} bytes",
-                super::parse::MAX_FILE_BYTES
-            ))
-            .into());
-        }
-        data.extend_from_slice(&chunk.data);
-    }
-    Ok((source, data))
+async fn read_file(stream: Streaming<pb::SecFileChunk>) -> Result<(String, Vec<u8>), Status> {
+    crate::upload::read_file(stream, super::parse::MAX_FILE_BYTES, String::as_str, |c| {
+        (c.source, c.data)
+    })
+    .await
 }
 
 /// The gRPC face of [`FundamentalsService`].

@@ -7,7 +7,6 @@ use super::service::{
     MAX_FILE_BYTES, NewExtraction,
 };
 use super::store::{CircularRow, CommentRow, ExtractionRow, LocalisationRow, NoticeRow};
-use ithaca_kit::error::ServiceError;
 use ithaca_kit::{clock, json, principal};
 use ithaca_proto::broker::v1 as pb;
 use ithaca_proto::broker::v1::gcn_service_server::GcnService as Rpc;
@@ -29,23 +28,11 @@ use crate::progress::Events;
 
 /// One file's chunks: its source (first chunk) and its bytes, at most
 /// [`MAX_FILE_BYTES`].
-async fn read_file(mut stream: Streaming<pb::GcnFileChunk>) -> Result<(String, Vec<u8>), Status> {
-    let (mut source, mut data) = (String::new(), Vec::new());
-    let mut first = true;
-    while let Some(chunk) = stream.message().await? {
-        if first {
-            source = chunk.source;
-            first = false;
-        }
-        if data.len() + chunk.data.len() > MAX_FILE_BYTES {
-            return Err(ServiceError::invalid(format!(
-                "data: a file may hold at most {MAX_FILE_BYTES} bytes"
-            ))
-            .into());
-        }
-        data.extend_from_slice(&chunk.data);
-    }
-    Ok((source, data))
+async fn read_file(stream: Streaming<pb::GcnFileChunk>) -> Result<(String, Vec<u8>), Status> {
+    crate::upload::read_file(stream, MAX_FILE_BYTES, String::as_str, |c| {
+        (c.source, c.data)
+    })
+    .await
 }
 
 /// The gRPC face of [`GcnService`].
