@@ -253,19 +253,6 @@ impl TestStack {
         self.key(&scopes, pb::Actor::Agent).await
     }
 
-    /// A new tenant named `name`; its id.
-    pub async fn tenant(&self, name: &str) -> String {
-        super::auth_client(
-            &self.url_of(Service::Auth),
-            ithaca_kit::principal::Principal::system(""),
-        )
-        .create_tenant(pb::CreateTenantRequest { name: name.into() })
-        .await
-        .expect("create tenant")
-        .into_inner()
-        .tenant_id
-    }
-
     /// An MCP caller of the edge with `token`, speaking 2026-07-28.
     pub fn mcp<'a>(&'a self, token: &'a str) -> Mcp<'a> {
         Mcp {
@@ -347,15 +334,6 @@ impl TestStack {
         .await;
     }
 
-    /// Ingest GCN files or folders.
-    pub async fn ingest_gcn(&self, paths: &[PathBuf]) {
-        self.ingest(IngestCommand::Gcn {
-            paths: paths.to_vec(),
-            target: self.ingest_target(),
-        })
-        .await;
-    }
-
     /// Stop every service and the edge, wait for them (bounded), and drop
     /// the PostgreSQL schemas.
     pub async fn stop(mut self) {
@@ -387,16 +365,6 @@ impl Mcp<'_> {
     /// Any request; its raw reply.
     pub async fn request(&self, method: &str, params: Value) -> Reply {
         http::modern(self.base, self.token, method, params).await
-    }
-
-    /// `tools/list`: the tools.
-    pub async fn tools(&self) -> Vec<Value> {
-        let reply = self.request("tools/list", serde_json::json!({})).await;
-        assert_eq!(reply.status, 200, "tools/list: {}", reply.text());
-        reply.json()["result"]["tools"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
     }
 
     /// `tools/call`: the JSON-RPC `result` (a tool error is a result with
