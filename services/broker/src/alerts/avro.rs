@@ -35,7 +35,8 @@ pub struct DecodedAlert {
     pub prv_upper_limits: i64,
     /// `None` when the schema has no `fp_hists` (before 4.0) or it is null.
     pub fp_hists: Option<i64>,
-    /// The whole alert re-encoded as an Avro datum of the writer schema.
+    /// The alert's Avro datum exactly as the container held it (of the
+    /// writer schema): stored as it came, never re-encoded.
     pub datum: Vec<u8>,
 }
 
@@ -86,7 +87,7 @@ pub fn decode_file(bytes: &[u8]) -> Result<DecodedFile, DecodeError> {
         let mut data: &[u8] = &block.data;
         for _ in 0..block.records {
             let index = alerts.len();
-            let value = decode_datum(&schema, &mut walk, &mut data, index)?;
+            let (value, datum) = decode_datum(&schema, &mut walk, &mut data, index)?;
             // The candidate is what an alert keeps decoded (as JSON).
             let kept = candidate_values(&value);
             if kept > candidate_left {
@@ -96,7 +97,7 @@ pub fn decode_file(bytes: &[u8]) -> Result<DecodedFile, DecodeError> {
                 )));
             }
             candidate_left -= kept;
-            let (alert, label) = extract(&schema, value)
+            let (alert, label) = extract(&value, datum)
                 .map_err(|reason| DecodeError::NotAnAlert { index, reason })?;
             if version.is_empty() {
                 version = label;
@@ -127,19 +128,21 @@ pub fn decode_file(bytes: &[u8]) -> Result<DecodedFile, DecodeError> {
 }
 
 /// Walk the datum at the start of `data` within the limits, then decode
-/// exactly the bytes the walk spanned.
-fn decode_datum(
+/// exactly the bytes the walk spanned: the value, and those bytes (the
+/// datum as it came, which is what the archive stores).
+fn decode_datum<'a>(
     schema: &Schema,
     walk: &mut walk::Walk<'_, '_>,
-    data: &mut &[u8],
+    data: &mut &'a [u8],
     index: usize,
-) -> Result<Value, DecodeError> {
+) -> Result<(Value, &'a [u8]), DecodeError> {
     let start = *data;
     walk.datum(schema, data).map_err(|e| match e {
         WalkError::Limit(reason) => DecodeError::Refused(format!("alert {index}: {reason}")),
         WalkError::Corrupt(reason) => DecodeError::Record { index, reason },
     })?;
-    let mut datum = &start[..start.len() - data.len()];
+    let raw = &start[..start.len() - data.len()];
+    let mut datum = raw;
     let spanned = datum.len();
     let value = apache_avro::from_avro_datum(schema, &mut datum, None).map_err(|e| {
         DecodeError::Record {
@@ -157,7 +160,7 @@ fn decode_datum(
             ),
         });
     }
-    Ok(value)
+    Ok((value, raw))
 }
 
 /// How many values the alert's `candidate` record holds, itself included.
@@ -208,15 +211,19 @@ pub fn to_json(value: &Value) -> Json {
         Value::Union(_, inner) => to_json(inner),
         Value::Array(items) => Json::Array(items.iter().map(to_json).collect()),
         Value::Map(m) => Json::Object(m.iter().map(|(k, v)| (k.clone(), to_json(v))).collect()),
-        Value::Record(fields) => {
-            let mut map = Map::with_capacity(fields.len());
-            for (k, v) in fields {
-                map.insert(k.clone(), to_json(v));
-            }
-            Json::Object(map)
-        }
+        Value::Record(fields) => record_json(fields),
         other => Json::String(format!("{other:?}")),
     }
+}
+
+/// A record's fields as a JSON object (what [`to_json`] makes of a record,
+/// without cloning the record first).
+fn record_json(fields: &[(String, Value)]) -> Json {
+    let mut map = Map::with_capacity(fields.len());
+    for (k, v) in fields {
+        map.insert(k.clone(), to_json(v));
+    }
+    Json::Object(map)
 }
 
 fn number(f: f64) -> Json {
@@ -262,9 +269,13 @@ fn as_str(value: Option<&Value>) -> Option<&str> {
     }
 }
 
-/// The stored form of one alert, and its schema version label.
-fn extract(schema: &Schema, value: Value) -> Result<(DecodedAlert, String), String> {
-    let Value::Record(fields) = &value else {
+/// The stored form of one alert, and its schema version label. `datum` is
+/// the alert's bytes as the container held them: the walk and the decoder
+/// both spanned exactly these, so they decode again to `value` with the
+/// writer schema, and storing them saves re-encoding (and validating) every
+/// alert, which was most of a whole packet's ingest.
+fn extract(value: &Value, datum: &[u8]) -> Result<(DecodedAlert, String), String> {
+    let Value::Record(fields) = value else {
         return Err("the top-level value is not a record".to_owned());
     };
     let object_id = as_str(field(fields, "objectId"))
@@ -304,9 +315,8 @@ fn extract(schema: &Schema, value: Value) -> Result<(DecodedAlert, String), Stri
         Some(Value::Array(fp)) => Some(fp.len() as i64),
         _ => None,
     };
-    let candidate_json = to_json(&Value::Record(candidate.clone()));
+    let candidate_json = record_json(candidate);
     let magpsf = as_f64(field(candidate, "magpsf"));
-    let datum = apache_avro::to_avro_datum(schema, value).map_err(|e| e.to_string())?;
     Ok((
         DecodedAlert {
             candid,
@@ -321,7 +331,7 @@ fn extract(schema: &Schema, value: Value) -> Result<(DecodedAlert, String), Stri
             prv_detections,
             prv_upper_limits,
             fp_hists,
-            datum,
+            datum: datum.to_vec(),
         },
         label,
     ))
