@@ -43,6 +43,8 @@ pub mod span;
 pub mod sse;
 pub mod trace_stream;
 
+#[cfg(test)]
+mod tests;
 
 pub use authn::{BrowserAuth, Callers, REALM};
 pub use options::HttpOptions;

@@ -178,14 +178,15 @@ const KNOWN_NOTIFICATIONS: &[&str] = &[
 ];
 
 /// The scopes one JSON-RPC message needs (seed 000's table plus each
-/// tool's and resource's own scope).
+/// resource's own scope).
 fn required_scopes(catalog: &Catalog, message: &Value) -> Vec<String> {
     let params = &message["params"];
     let scopes: Vec<&str> = match message["method"].as_str().unwrap_or("") {
-        "tools/call" => match params["name"].as_str().and_then(|n| catalog.tool(n)) {
-            Some(tool) => tool.scopes(),
-            None => vec![crate::catalog::BASE_SCOPE],
-        },
+        // Only the scope every call needs. A tool's own scope is checked
+        // where the tool is looked up (`call/lookup.rs`), so a tool the
+        // caller may not use is refused exactly as one that does not
+        // exist; a 403 naming its scope would say that it does.
+        "tools/call" => vec![crate::catalog::BASE_SCOPE],
         // Subscribing is checked as reading is.
         "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
             match params["uri"].as_str().and_then(|u| catalog.resource(u)) {
