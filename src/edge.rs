@@ -3,7 +3,7 @@
 
 use anyhow::{Context, bail};
 use ithaca_edge::auth::{Authenticator, MAX_CACHE_TTL};
-use ithaca_edge::http::{Callers, HttpOptions};
+use ithaca_edge::front::{Callers, HttpOptions};
 use ithaca_edge::listener::Limits;
 use ithaca_edge::{Backends, mcp::Gateway};
 use ithaca_kit::principal::{InternalKey, Principal};
@@ -335,8 +335,8 @@ pub async fn start_http(
     // stream accepts its sign-ins, and nothing else of the edge knows it.
     let browser = console
         .clone()
-        .map(|c| c as Arc<dyn ithaca_edge::http::BrowserAuth>);
-    let mut app = ithaca_edge::http::router_with(core, callers, options, browser);
+        .map(|c| c as Arc<dyn ithaca_edge::front::BrowserAuth>);
+    let mut app = ithaca_edge::front::router_with(core, callers, options, browser);
     if let Some(console) = console {
         app = app.merge(ithaca_console::router(console));
     }

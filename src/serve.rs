@@ -31,7 +31,7 @@ pub struct ServeArgs {
     #[arg(
         long,
         env = "ITHACA_PUBLIC_URL",
-        default_value = ithaca_edge::http::HttpOptions::DEFAULT_PUBLIC_URL
+        default_value = ithaca_edge::front::HttpOptions::DEFAULT_PUBLIC_URL
     )]
     pub public_url: String,
     /// The edge's port when --listen is not given (seed 000's variable).

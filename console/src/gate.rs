@@ -154,7 +154,7 @@ impl Console {
             .get(header::HOST)
             .and_then(|h| h.to_str().ok())
             .unwrap_or("");
-        if ithaca_edge::http::host_allowed(&self.public_host, host) {
+        if ithaca_edge::front::host_allowed(&self.public_host, host) {
             Ok(())
         } else {
             Err(view::error(StatusCode::FORBIDDEN, "host not allowed"))
@@ -188,7 +188,7 @@ impl Console {
             let same = origin
                 .to_str()
                 .ok()
-                .and_then(ithaca_edge::http::host_of)
+                .and_then(ithaca_edge::front::host_of)
                 .is_some_and(|h| h == host);
             if !same {
                 return refuse();

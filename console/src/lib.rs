@@ -95,7 +95,7 @@ pub struct Console {
 
 impl Console {
     pub fn new(config: Config) -> Arc<Console> {
-        let public_host = ithaca_edge::http::host_of(&config.public_url).unwrap_or_default();
+        let public_host = ithaca_edge::front::host_of(&config.public_url).unwrap_or_default();
         Arc::new(Console {
             sealer: cookie::Sealer::new(&config.key),
             key: config.key,
@@ -119,7 +119,7 @@ impl Console {
 
 /// The trace stream accepts console sign-ins, so a page's `EventSource`
 /// needs no key in the browser.
-impl ithaca_edge::http::BrowserAuth for Console {
+impl ithaca_edge::front::BrowserAuth for Console {
     fn principal<'a>(&'a self, headers: &'a HeaderMap) -> BoxFuture<'a, Option<Principal>> {
         Box::pin(async move { self.person(headers).await.ok().map(|p| p.principal) })
     }

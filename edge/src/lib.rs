@@ -5,12 +5,15 @@
 //! - [`discover`]: descriptors of other backends through gRPC reflection.
 //! - [`transcode`] and [`backend`]: JSON ⇄ dynamic protobuf and the unary
 //!   gRPC hop, with deadline, principal assertion and trace context.
-//! - [`core`]: the tool pipeline (offering, session gate, trace, errors);
-//!   [`stream`]: the streaming mapping (progress, logs, input during a
+//! - [`core`]: what a request needs once parsed (catalog, backends, the
+//!   trace append); [`call`]: the tool pipeline, one stage a file
+//!   (lookup, gate, invoke or approval, record, render); [`resources`] and
+//!   [`prompts`]; [`stream`]: the streaming mapping (progress, logs, input during a
 //!   call, the sealed `requestState`).
-//! - [`mcp`]: the `rmcp` handler for both protocol eras; [`http`]: the HTTP
-//!   front (Host/Origin, keys, scopes, limits, SSE trace stream, health,
-//!   metrics); [`relay`]: a running call's notices and legacy input
+//! - [`mcp`]: the `rmcp` handler for both protocol eras; [`front`]: the HTTP
+//!   front, `/mcp` as a stack of layers (Host/Origin, keys, limits, the
+//!   one parse, scopes, batches, answer forwarding, the span) and the SSE
+//!   trace stream, health and metrics beside it; [`relay`]: a running call's notices and legacy input
 //!   requests to its client; [`auth`]: key verification with a short cache,
 //!   and [`throttle`]: failed key checks per key id and client address;
 //!   [`listener`]: the HTTP listener's connection cap and header, body and
@@ -25,17 +28,20 @@
 
 pub mod auth;
 pub mod backend;
-pub mod batch;
+pub mod call;
 pub mod catalog;
 pub mod core;
 pub mod discover;
-pub mod http;
+pub mod front;
 pub mod limits;
 pub mod listener;
 pub mod mcp;
 pub mod metrics;
 pub mod oauth;
+pub mod orphans;
+pub mod prompts;
 pub mod relay;
+pub mod resources;
 pub mod revoked;
 pub mod schema;
 pub mod stream;

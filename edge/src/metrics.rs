@@ -56,9 +56,19 @@ impl Metrics {
         let Ok(mut series) = self.series.lock() else {
             return;
         };
-        let s = series
-            .entry((method.to_owned(), error_type.to_owned()))
-            .or_default();
+        // Labels are bounded (a few dozen series), so finding one by a scan
+        // costs less than the two strings a keyed lookup would allocate on
+        // every request.
+        let known = |(m, e): &(String, String)| m == method && e == error_type;
+        if !series.keys().any(known) {
+            series.insert(
+                (method.to_owned(), error_type.to_owned()),
+                Series::default(),
+            );
+        }
+        let Some(s) = series.iter_mut().find(|(k, _)| known(k)).map(|(_, s)| s) else {
+            return;
+        };
         let secs = elapsed.as_secs_f64();
         for (i, bound) in BUCKETS.iter().enumerate() {
             if secs <= *bound {

@@ -300,3 +300,66 @@ pub async fn follow<N, H>(
         }
     }
 }
+
+/// A 2026-07-28 `subscriptions/listen`: one watch per accepted URI the
+/// caller may read, each update sent on the listen's stream, until the
+/// client goes or the caller's key stops verifying.
+pub async fn listen(
+    core: &Arc<Core>,
+    principal: &Principal,
+    revoked: &crate::revoked::Revoked,
+    context: rmcp::service::SubscriptionContext,
+) -> Result<(), rmcp::ErrorData> {
+    let uris = context
+        .accepted()
+        .resource_subscriptions
+        .clone()
+        .unwrap_or_default();
+    if uris.len() > crate::subscribe::MAX_PER_CALLER {
+        return Err(rmcp::ErrorData::invalid_params(
+            format!(
+                "resourceSubscriptions: at most {} URIs per listen",
+                crate::subscribe::MAX_PER_CALLER
+            ),
+            None,
+        ));
+    }
+    // One watch per URI, for as long as the listen stream is open.
+    let mut watches = tokio::task::JoinSet::new();
+    for uri in uris {
+        let stream = match core.watch_resource(principal, &uri).await {
+            Ok(stream) => stream,
+            Err(error) => {
+                tracing::debug!(uri, error = %error.message, "a listened URI is not watched");
+                continue;
+            }
+        };
+        let core = core.clone();
+        let principal = principal.clone();
+        let sink = context.sink().clone();
+        watches.spawn(async move {
+            let notify = |uri: String| {
+                let sink = sink.clone();
+                Box::pin(async move { sink.notify_resource_updated(uri).await.is_ok() })
+                    as futures::future::BoxFuture<'static, bool>
+            };
+            crate::subscribe::follow(&core, &principal, &uri, stream, notify, || true).await;
+        });
+    }
+    // The listen ends when its client goes, or when its key stops
+    // verifying: a revoked key hears nothing more.
+    let ended_by_revocation = tokio::select! {
+        () = context.cancelled() => false,
+        () = revoked.wait() => true,
+    };
+    watches.abort_all();
+    if ended_by_revocation {
+        tracing::info!("a listen ended: its caller no longer verifies");
+        return Err(rmcp::ErrorData::new(
+            rmcp::model::ErrorCode(crate::core::codes::INVALID_REQUEST),
+            "the listen ended: the caller's key no longer verifies",
+            None,
+        ));
+    }
+    Ok(())
+}

@@ -1,5 +1,5 @@
 //! The edge's request front: a POST body and its headers through
-//! `ithaca_edge::http::screen`, every check the edge makes before a service
+//! `ithaca_edge::front::screen`, every check the edge makes before a service
 //! is called (JSON, the JSON-RPC envelope, the protocol version header, the
 //! method of the era, the params it needs, the scopes it needs), then the
 //! arguments of a known tool through transcoding, as the edge does next.
@@ -11,7 +11,8 @@
 
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use ithaca_edge::catalog::Catalog;
-use ithaca_edge::http::Screened;
+use ithaca_edge::front::Screened;
+use ithaca_edge::front::screen::{Batch, Message};
 use libfuzzer_sys::fuzz_target;
 use std::sync::LazyLock;
 
@@ -41,7 +42,7 @@ fuzz_target!(|data: &[u8]| {
         Some(at) => (&data[..at], &data[at + 1..]),
         None => (&[][..], data),
     };
-    match ithaca_edge::http::screen(&CATALOG, &headers(head), body) {
+    match ithaca_edge::front::screen(&CATALOG, &headers(head), body) {
         Screened::Refused(response) => {
             let status = response.status();
             assert!(
@@ -49,20 +50,20 @@ fuzz_target!(|data: &[u8]| {
                 "a refusal is the client's fault: {status}"
             );
         }
-        Screened::Batch { scopes, members } => {
+        Screened::Batch(Batch { scopes, members }) => {
             assert!(scopes.iter().all(|s| ithaca_proto::scopes::ALL.contains(&s.as_str())));
             // Whether the batch is served, and each member's own refusal,
             // are decided without panicking on any input.
-            let _ = ithaca_edge::batch::check(&headers(head), &members);
+            let _ = ithaca_edge::front::batch::check(&headers(head), &members);
             for member in &members {
-                let _ = ithaca_edge::batch::member_refusal(member);
+                let _ = ithaca_edge::front::batch::member_refusal(member);
             }
         }
-        Screened::Message {
+        Screened::Message(Message {
             message,
             scopes,
             method,
-        } => {
+        }) => {
             assert_eq!(message["jsonrpc"], "2.0");
             assert!(scopes.iter().all(|s| ithaca_proto::scopes::ALL.contains(&s.as_str())));
             // A client never mints a metrics label.

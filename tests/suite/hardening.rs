@@ -14,7 +14,7 @@ use common::harness::{StackBuilder, TestStack};
 use common::http;
 use ithaca::edge::ListenerArgs;
 use ithaca::services::Service;
-use ithaca_edge::http::HttpOptions;
+use ithaca_edge::front::HttpOptions;
 use ithaca_edge::listener::Limits;
 use ithaca_kit::principal::Principal;
 use ithaca_proto::auth::v1 as pb;

@@ -15,6 +15,7 @@ mod cli;
 mod concurrency;
 mod connect;
 mod console;
+mod denied_tools;
 mod edge;
 mod faults;
 mod filter_preview;

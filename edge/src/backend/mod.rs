@@ -2,14 +2,15 @@
 //! are known only from descriptors, so a small codec encodes and decodes
 //! `DynamicMessage`s for tonic's generic client.
 
+mod codec;
+
+use codec::DynamicCodec;
 use ithaca_kit::principal::{InternalKey, Principal};
-use prost::Message;
-use prost_reflect::{DynamicMessage, MessageDescriptor, MethodDescriptor};
+use prost_reflect::{DynamicMessage, MethodDescriptor};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::sync::Semaphore;
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::transport::Channel;
 use tonic::{Request, Status};
 
@@ -394,51 +395,5 @@ impl BackendStream {
     /// The next message, `None` at the end of the stream.
     pub async fn message(&mut self) -> Result<Option<DynamicMessage>, Status> {
         self.inner.message().await
-    }
-}
-
-/// Encodes any `DynamicMessage`, decodes the method's output type.
-#[derive(Clone)]
-struct DynamicCodec {
-    output: MessageDescriptor,
-}
-
-impl Codec for DynamicCodec {
-    type Encode = DynamicMessage;
-    type Decode = DynamicMessage;
-    type Encoder = DynamicEncoder;
-    type Decoder = DynamicDecoder;
-
-    fn encoder(&mut self) -> Self::Encoder {
-        DynamicEncoder
-    }
-
-    fn decoder(&mut self) -> Self::Decoder {
-        DynamicDecoder(self.output.clone())
-    }
-}
-
-struct DynamicEncoder;
-
-impl Encoder for DynamicEncoder {
-    type Item = DynamicMessage;
-    type Error = Status;
-
-    fn encode(&mut self, item: DynamicMessage, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        item.encode(dst)
-            .map_err(|e| Status::internal(format!("encoding request: {e}")))
-    }
-}
-
-struct DynamicDecoder(MessageDescriptor);
-
-impl Decoder for DynamicDecoder {
-    type Item = DynamicMessage;
-    type Error = Status;
-
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<DynamicMessage>, Status> {
-        DynamicMessage::decode(self.0.clone(), src)
-            .map(Some)
-            .map_err(|e| Status::internal(format!("decoding response: {e}")))
     }
 }

@@ -23,11 +23,11 @@
 //! ([`Asks::elsewhere`]). The owner authenticates the forwarded answer
 //! itself, so it still takes answers only from the caller it asked.
 
+mod asks;
+
+pub use asks::{ASK_KEY_PURPOSE, Asks};
+
 use crate::stream::{AskError, CallSink, LogLevel, Notice};
-use base64::Engine;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use chacha20poly1305::aead::{Aead, KeyInit, Payload};
-use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
 use futures::future::BoxFuture;
 use ithaca_kit::principal::Principal;
 use rmcp::RoleServer;
@@ -37,7 +37,6 @@ use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
-use tokio::sync::oneshot;
 
 /// The method of the marker notification the HTTP layer turns into a
 /// server-to-client request. Never reaches a client as itself.
@@ -45,9 +44,6 @@ pub const ASK_MARKER: &str = "notifications/io.ithaca/ask";
 
 /// How long a call waits for a client's answer (a person may be typing).
 pub const ASK_TIMEOUT: Duration = Duration::from_secs(600);
-
-/// Most requests waiting for an answer at once, edge-wide.
-const MAX_WAITING: usize = 4096;
 
 /// Most callers whose legacy log level is remembered.
 const MAX_LEVELS: usize = 10_000;
@@ -65,143 +61,6 @@ pub fn owner_of(principal: &Principal) -> String {
 
 /// The header a forwarded answer carries, so it is never forwarded again.
 pub const FORWARDED_HEADER: &str = "x-ithaca-forwarded-answer";
-
-/// Bound to every sealed ask id, so nothing else sealed under the same
-/// derived key opens as one.
-const ASK_AAD: &[u8] = b"ithaca legacy ask id v1";
-
-/// The purpose the ask id key is derived for from the internal key.
-pub const ASK_KEY_PURPOSE: &str = "mcp-legacy-ask-id-v1";
-
-/// Longest advertised URL an id may carry.
-const MAX_URL: usize = 512;
-
-/// Requests sent to legacy HTTP clients that wait for an answer, by id.
-#[derive(Default)]
-pub struct Asks {
-    waiting: Mutex<HashMap<String, Waiting>>,
-    /// This replica's internal URL and the cipher that seals it into ids;
-    /// `None`: ids name no replica (one replica, or a sticky balancer).
-    home: Option<Home>,
-}
-
-struct Home {
-    url: String,
-    cipher: ChaCha20Poly1305,
-}
-
-struct Waiting {
-    owner: String,
-    answer: oneshot::Sender<Value>,
-}
-
-impl Asks {
-    /// Asks whose ids name this replica by `advertise_url` (its URL for the
-    /// other replicas), sealed under `key` (derived from the internal key
-    /// for [`ASK_KEY_PURPOSE`]); without a URL, ids name nothing.
-    pub fn new(key: [u8; 32], advertise_url: Option<String>) -> Self {
-        let home = advertise_url
-            .map(|url| url.trim_end_matches('/').to_owned())
-            .filter(|url| !url.is_empty() && url.len() <= MAX_URL)
-            .map(|url| Home {
-                url,
-                cipher: ChaCha20Poly1305::new(Key::from_slice(&key)),
-            });
-        Asks {
-            waiting: Mutex::default(),
-            home,
-        }
-    }
-
-    /// A fresh, unguessable id; it names this replica when it has a home.
-    fn fresh_id(&self) -> String {
-        let Some(home) = &self.home else {
-            return format!("ithaca-{}", hex::encode(rand::random::<[u8; 16]>()));
-        };
-        // 96 random bits of nonce make each id unique and unguessable.
-        let nonce: [u8; 12] = rand::random();
-        let sealed = home
-            .cipher
-            .encrypt(
-                Nonce::from_slice(&nonce),
-                Payload {
-                    msg: home.url.as_bytes(),
-                    aad: ASK_AAD,
-                },
-            )
-            .expect("encryption with a valid key and nonce does not fail");
-        let mut raw = nonce.to_vec();
-        raw.extend_from_slice(&sealed);
-        format!("ithaca-{}", URL_SAFE_NO_PAD.encode(raw))
-    }
-
-    /// The internal URL of the replica that issued `id`, when another
-    /// replica of this edge did: where an answer to it must go. `None` for
-    /// an id this replica issued, one sealed under another key, or
-    /// anything made up.
-    pub fn elsewhere(&self, id: &str) -> Option<String> {
-        let home = self.home.as_ref()?;
-        let encoded = id.strip_prefix("ithaca-")?;
-        if encoded.len() > 2 * MAX_URL {
-            return None;
-        }
-        let raw = URL_SAFE_NO_PAD.decode(encoded).ok()?;
-        if raw.len() <= 12 {
-            return None;
-        }
-        let (nonce, sealed) = raw.split_at(12);
-        let url = home
-            .cipher
-            .decrypt(
-                Nonce::from_slice(nonce),
-                Payload {
-                    msg: sealed,
-                    aad: ASK_AAD,
-                },
-            )
-            .ok()?;
-        let url = String::from_utf8(url).ok()?;
-        (url != home.url).then_some(url)
-    }
-
-    /// A fresh id for a request `owner` will answer, and where the answer
-    /// arrives. `None` when too many requests already wait.
-    fn register(&self, owner: String) -> Option<(String, oneshot::Receiver<Value>)> {
-        let id = self.fresh_id();
-        let (answer, receiver) = oneshot::channel();
-        let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
-        waiting.retain(|_, w| !w.answer.is_closed());
-        if waiting.len() >= MAX_WAITING {
-            return None;
-        }
-        waiting.insert(id.clone(), Waiting { owner, answer });
-        Some((id, receiver))
-    }
-
-    fn forget(&self, id: &str) {
-        let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
-        waiting.remove(id);
-    }
-
-    /// Hand a client's JSON-RPC response to the call waiting for it: true
-    /// when one was, and `principal` is the caller it asked.
-    pub fn answer(&self, principal: &Principal, response: Value) -> bool {
-        let Some(id) = response.get("id").and_then(Value::as_str) else {
-            return false;
-        };
-        let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
-        let mine = waiting
-            .get(id)
-            .is_some_and(|w| w.owner == owner_of(principal));
-        if !mine {
-            return false;
-        }
-        let Some(w) = waiting.remove(id) else {
-            return false;
-        };
-        w.answer.send(response).is_ok()
-    }
-}
 
 /// The log level each legacy caller set with `logging/setLevel`. The
 /// legacy profile keeps the level for the session, and the stateless edge
@@ -416,71 +275,4 @@ pub fn rewrite_event(event: &[u8]) -> Vec<u8> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_marker_becomes_a_request_and_anything_else_passes() {
-        let marker = format!(
-            "data: {}\n\n",
-            json!({"jsonrpc": "2.0", "method": ASK_MARKER, "params": {"id": "ithaca-1", "method": "roots/list", "params": {}}})
-        );
-        let out = String::from_utf8(rewrite_event(marker.as_bytes())).expect("utf-8");
-        let data: Value =
-            serde_json::from_str(out.trim().trim_start_matches("data: ")).expect("json");
-        assert_eq!(
-            data,
-            json!({"jsonrpc": "2.0", "id": "ithaca-1", "method": "roots/list", "params": {}})
-        );
-        let progress = b"data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\"}\n\n";
-        assert_eq!(rewrite_event(progress), progress.to_vec());
-        assert_eq!(
-            rewrite_event(b": keep-alive\n\n"),
-            b": keep-alive\n\n".to_vec()
-        );
-    }
-
-    #[test]
-    fn ids_name_their_replica_to_the_others_only() {
-        let key = [7u8; 32];
-        let a = Asks::new(key, Some("http://10.0.0.1:8080/".into()));
-        let b = Asks::new(key, Some("http://10.0.0.2:8080".into()));
-        let alice = Principal::local_agent("t", "alice", ["data:read"]);
-        let (id, _receiver) = a.register(owner_of(&alice)).expect("room");
-        assert!(!id.contains("10.0.0.1"), "the URL is not readable: {id}");
-        assert_eq!(b.elsewhere(&id).as_deref(), Some("http://10.0.0.1:8080"));
-        assert_eq!(a.elsewhere(&id), None, "a's own id is answered at a");
-        // A changed character, another key, or no home: nothing to forward.
-        let mut forged = id.clone().into_bytes();
-        let last = forged.len() - 1;
-        forged[last] = if forged[last] == b'A' { b'B' } else { b'A' };
-        let forged = String::from_utf8(forged).expect("ascii");
-        assert_eq!(b.elsewhere(&forged), None);
-        let other = Asks::new([8u8; 32], Some("http://10.0.0.3:8080".into()));
-        assert_eq!(other.elsewhere(&id), None);
-        assert_eq!(Asks::default().elsewhere(&id), None);
-        assert_eq!(b.elsewhere("ithaca-nothing"), None);
-        // Without a home, ids are as before.
-        let (plain, _r) = Asks::default().register(owner_of(&alice)).expect("room");
-        assert_eq!(plain.len(), "ithaca-".len() + 32);
-    }
-
-    #[test]
-    fn only_the_caller_asked_may_answer() {
-        let asks = Asks::default();
-        let alice = Principal::local_agent("t", "alice", ["data:read"]);
-        let bob = Principal::local_agent("t", "bob", ["data:read"]);
-        let (id, mut receiver) = asks.register(owner_of(&alice)).expect("room");
-        assert!(!asks.answer(&bob, json!({"id": id, "result": {}})));
-        assert!(!asks.answer(&alice, json!({"id": "ithaca-other", "result": {}})));
-        assert!(asks.answer(&alice, json!({"id": id, "result": {"ok": true}})));
-        assert_eq!(
-            receiver.try_recv().expect("answered"),
-            json!({"id": id, "result": {"ok": true}})
-        );
-        assert!(
-            !asks.answer(&alice, json!({"id": id, "result": {}})),
-            "an answer is taken once"
-        );
-    }
-}
+mod tests;

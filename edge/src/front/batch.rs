@@ -5,23 +5,65 @@
 //! when the request speaks 2025-03-26 or older (an HTTP request without
 //! `MCP-Protocol-Version` is 2025-03-26 by the spec's rule) and refused with
 //! `-32600` when it names a later revision. Either way the caller must first
-//! hold the union of the members' scopes (`http.rs`).
+//! hold the union of the members' scopes (the scope layer, just outside).
 //!
-//! Each member goes through the same path as a message sent alone, one
-//! after another, so a session's trace records them in the batch's order.
-//! This module holds the parts of that which need no edge: whether a batch
-//! may be served, a member's own refusal, and folding each member's HTTP
-//! answer into the batch's one JSON array.
+//! Each member goes through the layers inside this one as a message sent
+//! alone, one after another, so a session's trace records them in the
+//! batch's order. Besides the layer, this module holds the parts of that
+//! which need no edge (and which the `request_front` fuzz target drives):
+//! whether a batch may be served, a member's own refusal, and folding each
+//! member's HTTP answer into the batch's one JSON array.
 
-// Refusals are finished HTTP responses, as in `http.rs`; boxing them would
-// only add noise.
+// Refusals are finished HTTP responses; boxing them would only add noise.
 #![allow(clippy::result_large_err)]
 
+use super::screen::{Batch, Screen, Screened, screen_value};
 use crate::core::codes;
 use axum::body::Body;
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
+use std::sync::Arc;
+
+/// The layer: a single message passes; a batch that may be served has its
+/// members served in order through the layers inside, each with its own
+/// screened [`super::screen::Message`], and their answers folded into one.
+pub async fn layer(State(screen): State<Arc<Screen>>, request: Request, next: Next) -> Response {
+    let (mut parts, body) = request.into_parts();
+    let Some(batch) = parts.extensions.remove::<Batch>() else {
+        return next.run(Request::from_parts(parts, body)).await;
+    };
+    if let Err(refused) = check(&parts.headers, &batch.members) {
+        return refused;
+    }
+    let mut answers = Vec::with_capacity(batch.members.len());
+    for member in batch.members {
+        let id = member.get("id").cloned().unwrap_or(Value::Null);
+        let response = match member_refusal(&member) {
+            Some(refused) => refused,
+            None => {
+                // rmcp reads the member's own bytes; the edge's layers read
+                // the member as screened here.
+                let body = Body::from(member.to_string());
+                match screen_value(&screen.core.catalog, &parts.headers, member) {
+                    Screened::Refused(refused) => refused,
+                    Screened::Batch(_) => nested(),
+                    Screened::Message(message) => {
+                        let mut member_parts = parts.clone();
+                        member_parts.extensions.insert(message);
+                        next.clone()
+                            .run(Request::from_parts(member_parts, body))
+                            .await
+                    }
+                }
+            }
+        };
+        answers.extend(self::answers(response, id).await);
+    }
+    combine(answers)
+}
 
 /// The most messages one batch may hold. Each member is a full request,
 /// so a larger batch would let one HTTP request do the work of many past

@@ -26,22 +26,21 @@
 //! platform, they are not an authorization, and auth being down already
 //! stops every caller whose key is not cached.
 
+mod store;
+
+pub use store::Store;
+
 use crate::backend::Backend;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use ithaca_kit::client::Outbound;
 use ithaca_kit::principal::Principal;
-use ithaca_proto::auth::v1 as pb;
-use ithaca_proto::auth::v1::auth_service_client::AuthServiceClient;
 use std::collections::HashMap;
 use std::fmt;
 use std::fmt::Write as _;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use tonic::service::interceptor::InterceptedService;
-use tonic::transport::Channel;
+use std::time::{Duration, Instant};
 
 /// At most `limit` requests per fixed `window` (aligned to the Unix epoch).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -181,91 +180,6 @@ fn window_text(window: Duration) -> String {
     let rule = Rule { limit: 1, window };
     let text = rule.to_string();
     text.trim_start_matches("1/").to_owned()
-}
-
-/// The auth client the shared store leases through.
-type AuthClient = AuthServiceClient<InterceptedService<Channel, Outbound>>;
-
-/// Where the counters are kept.
-pub enum Store {
-    /// In this process: for an edge without keys, whose one caller cannot
-    /// be spread over replicas anyway.
-    Local(Mutex<HashMap<(String, i64, i64), u64>>),
-    /// In the auth service, shared by every edge that uses it.
-    Shared {
-        client: Box<AuthClient>,
-        timeout: Duration,
-    },
-}
-
-impl Store {
-    pub fn local() -> Self {
-        Store::Local(Mutex::new(HashMap::new()))
-    }
-
-    /// Take up to `want` units of `subject`'s budget under `rule`: how many
-    /// were granted, and how long until the window ends.
-    async fn lease(&self, subject: &str, rule: &Rule, want: u64) -> Result<Grant, String> {
-        match self {
-            Store::Local(windows) => Ok(local_lease(windows, subject, rule, want)),
-            Store::Shared { client, timeout } => {
-                let mut request = tonic::Request::new(pb::LeaseQuotaRequest {
-                    subject: subject.to_owned(),
-                    window_ms: rule.window_ms(),
-                    limit: i64::try_from(rule.limit).unwrap_or(i64::MAX),
-                    want: i64::try_from(want).unwrap_or(1),
-                });
-                request.set_timeout(*timeout);
-                let mut client = AuthClient::clone(client);
-                let reply = tokio::time::timeout(*timeout, client.lease_quota(request))
-                    .await
-                    .map_err(|_| format!("no answer within {} ms", timeout.as_millis()))?
-                    .map_err(|status| status.message().to_owned())?
-                    .into_inner();
-                Ok(Grant {
-                    granted: u64::try_from(reply.granted).unwrap_or(0),
-                    resets_in: Duration::from_millis(
-                        u64::try_from(reply.resets_in_ms).unwrap_or(0),
-                    ),
-                })
-            }
-        }
-    }
-}
-
-/// What one lease granted.
-struct Grant {
-    granted: u64,
-    resets_in: Duration,
-}
-
-/// Windows kept by [`Store::Local`] before ended ones are swept.
-const LOCAL_SWEEP_AT: usize = 10_000;
-
-fn local_lease(
-    windows: &Mutex<HashMap<(String, i64, i64), u64>>,
-    subject: &str,
-    rule: &Rule,
-    want: u64,
-) -> Grant {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-    let window = rule.window_ms();
-    let start = now - now.rem_euclid(window);
-    let mut windows = windows.lock().unwrap_or_else(|e| e.into_inner());
-    if windows.len() >= LOCAL_SWEEP_AT {
-        windows.retain(|(_, w, s), _| s + w > now);
-    }
-    let used = windows
-        .entry((subject.to_owned(), window, start))
-        .or_default();
-    let granted = want.min(rule.limit.saturating_sub(*used));
-    *used += granted;
-    Grant {
-        granted,
-        resets_in: Duration::from_millis(u64::try_from(start + window - now).unwrap_or(0)),
-    }
 }
 
 /// Units of one rule for one key or tenant that this edge holds.
@@ -479,93 +393,4 @@ fn label(s: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rules_read_and_print() {
-        let rule: Rule = "120/1m".parse().expect("rule");
-        assert_eq!(rule.limit, 120);
-        assert_eq!(rule.window, Duration::from_secs(60));
-        assert_eq!(rule.to_string(), "120/1m");
-        assert_eq!("10/s".parse::<Rule>().expect("rule").to_string(), "10/1s");
-        assert_eq!("5/90s".parse::<Rule>().expect("rule").to_string(), "5/90s");
-        assert_eq!(
-            "50000/1d".parse::<Rule>().expect("rule").window,
-            Duration::from_secs(86_400)
-        );
-        for bad in [
-            "", "10", "0/1m", "10/0s", "10/1w", "x/1m", "10/m1", "10/32d",
-        ] {
-            assert!(bad.parse::<Rule>().is_err(), "{bad:?} should be refused");
-        }
-    }
-
-    #[test]
-    fn batches_are_a_twentieth_within_bounds() {
-        let rule = |limit| Rule {
-            limit,
-            window: Duration::from_secs(60),
-        };
-        assert_eq!(rule(5).batch(), 1);
-        assert_eq!(rule(200).batch(), 10);
-        assert_eq!(rule(1_000_000).batch(), 100);
-    }
-
-    #[tokio::test]
-    async fn a_local_budget_is_spent_then_refused_with_the_time_left() {
-        let limits = RateLimits {
-            per_key: vec![],
-            per_tenant: vec!["3/1h".parse().expect("rule")],
-        };
-        let limiter = Limiter::new(limits, Store::local());
-        let caller = Principal::local_agent("t1", "a", ["data:read"]);
-        for _ in 0..3 {
-            limiter.admit(&caller).await.expect("within the limit");
-        }
-        let limited = limiter.admit(&caller).await.expect_err("over the limit");
-        assert_eq!(limited.scope, Scope::Tenant);
-        assert!(limited.retry_after <= Duration::from_secs(3600));
-        assert!(limited.retry_after_secs() >= 1);
-        let other = Principal::local_agent("t2", "a", ["data:read"]);
-        limiter
-            .admit(&other)
-            .await
-            .expect("another tenant has its own budget");
-        assert!(
-            limiter
-                .render(&[])
-                .contains("ithaca_edge_rate_limited_total{scope=\"tenant\"} 1")
-        );
-    }
-
-    /// What the limiter adds to a request whose units are already leased
-    /// (the hot path): printed, not asserted, since the machine is shared.
-    #[tokio::test]
-    async fn the_cost_of_an_admitted_request_is_printed() {
-        let rule: Rule = "10000000/31d".parse().expect("rule");
-        let limits = RateLimits {
-            per_key: vec![rule],
-            per_tenant: vec![rule],
-        };
-        let limiter = Limiter::new(limits, Store::local());
-        let caller = Principal::verified(ithaca_kit::principal::VerifiedKey {
-            human: false,
-            tenant_id: "t".into(),
-            key_id: "k".into(),
-            scopes: vec!["data:read".into()],
-        });
-        const N: u32 = 200_000;
-        let started = Instant::now();
-        for _ in 0..N {
-            limiter.admit(&caller).await.expect("within the limit");
-        }
-        let per = started.elapsed() / N;
-        eprintln!(
-            "limiter: {} ns per admitted request (one key rule and one tenant rule, \
-             batches of {})",
-            per.as_nanos(),
-            rule.batch()
-        );
-    }
-}
+mod tests;
