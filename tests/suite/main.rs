@@ -26,6 +26,7 @@ mod hardening;
 mod hostile_input;
 mod limits;
 mod oauth;
+mod objects;
 mod oauth_jwt;
 mod oauth_store;
 mod otel;
