@@ -148,7 +148,10 @@ pub fn router(console: Arc<Console>) -> Router {
         .route("/gcn", get(gcn::list))
         .route("/gcn/{dateobs}", get(gcn::show))
         .route("/objects/{object_id}", get(objects::show))
-        .route("/objects/{object_id}/lightcurve.svg", get(objects::light_curve))
+        .route(
+            "/objects/{object_id}/lightcurve.svg",
+            get(objects::light_curve),
+        )
         .route("/alerts/{candid}/cutouts/{file}", get(objects::cutout))
         .route("/keys", get(keys::list).post(keys::create))
         .route("/keys/{id}/revoke", post(keys::revoke))

@@ -1144,8 +1144,15 @@ async fn object_page_is_whole(b: &Browser, object: &str) {
     let survey = b
         .js("return document.querySelectorAll('#survey-crossmatch dt').length")
         .await;
-    assert!(survey.as_i64().unwrap_or(0) >= 1, "the survey's crossmatch: {survey}");
-    assert!(b.text("#lightcurve figcaption").await.contains("Difference magnitudes"));
+    assert!(
+        survey.as_i64().unwrap_or(0) >= 1,
+        "the survey's crossmatch: {survey}"
+    );
+    assert!(
+        b.text("#lightcurve figcaption")
+            .await
+            .contains("Difference magnitudes")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1167,7 +1174,10 @@ async fn browser_filter_and_gcn_event_pages() {
     // notices.
     up.ingest("ztf", &[common::astro::alerts_dir().join("v4.02")]);
     for name in ["hipparcos2_hp_le_6.0.csv", "openngc_galaxies_z_le_0.01.csv"] {
-        up.ingest("catalog", &[common::astro::data().join("catalogs").join(name)]);
+        up.ingest(
+            "catalog",
+            &[common::astro::data().join("catalogs").join(name)],
+        );
     }
     up.ingest(
         "gcn",
@@ -1357,7 +1367,8 @@ async fn browser_filter_and_gcn_event_pages() {
             .js("return document.querySelectorAll('#alerts tbody tr')[1].dataset.candid")
             .await;
         let other = other.as_str().expect("a candid").to_owned();
-        b.submit(&format!("#alerts tr[data-candid='{other}'] a")).await;
+        b.submit(&format!("#alerts tr[data-candid='{other}'] a"))
+            .await;
         assert_eq!(b.text("#cutouts-candid").await, other);
         object_page_is_whole(&b, &object).await;
     }
@@ -1369,8 +1380,10 @@ async fn browser_filter_and_gcn_event_pages() {
     )
     .await);
     b.goto(&format!("{}/console/sessions/{sid}", up.url)).await;
-    b.submit(&format!("#trace a.object-link[href='/console/objects/{object}']"))
-        .await;
+    b.submit(&format!(
+        "#trace a.object-link[href='/console/objects/{object}']"
+    ))
+    .await;
     assert_eq!(b.path().await, format!("/console/objects/{object}"));
     // Someone else's, or no, filter: not found.
     b.goto(&format!(
@@ -1400,7 +1413,9 @@ async fn browser_filter_and_gcn_event_pages() {
     // Its optical afterglow, named in the circulars, links to its page.
     assert!(
         b.client
-            .find(Locator::Css("#event-objects a[href='/console/objects/ZTF23aaxeacr']"))
+            .find(Locator::Css(
+                "#event-objects a[href='/console/objects/ZTF23aaxeacr']"
+            ))
             .await
             .is_ok(),
         "{}",

@@ -1440,7 +1440,11 @@ async fn an_objects_matches_are_its_tenants_filters_only(broker: &Broker) {
     let mine = of_object(&ivan, &object).await.expect("list").into_inner();
     assert_eq!(mine.broker_id, "ztf-archive");
     let filters: BTreeSet<String> = mine.matches.iter().map(|m| m.filter_id.clone()).collect();
-    assert_eq!(filters, BTreeSet::from([first.clone(), second.clone()]), "{mine:?}");
+    assert_eq!(
+        filters,
+        BTreeSet::from([first.clone(), second.clone()]),
+        "{mine:?}"
+    );
     assert!(!filters.contains(&judys));
     for found in &mine.matches {
         let saved = found.r#match.as_ref().expect("the match");

@@ -161,7 +161,12 @@ async fn object_page_cutouts_and_their_resource() {
     ] {
         assert!(html.contains(part), "{part} not on the page: {html}");
     }
-    let svg = get(&up, &format!("/console/objects/{OBJECT}/lightcurve.svg"), &cookie).await;
+    let svg = get(
+        &up,
+        &format!("/console/objects/{OBJECT}/lightcurve.svg"),
+        &cookie,
+    )
+    .await;
     assert_eq!(svg.status, 200, "{}", svg.text());
     assert_eq!(svg.header("content-type"), Some("image/svg+xml"));
     assert!(svg.text().contains("difference magnitude (AB)"));
@@ -177,7 +182,11 @@ async fn object_page_cutouts_and_their_resource() {
         assert_eq!(served.status, 200, "{kind}: {}", served.text());
         assert_eq!(served.header("content-type"), Some("image/png"));
         let (pw, ph, rgb_bytes) = rgb(&served.body);
-        assert_eq!((pw as usize, ph as usize), (w, h), "{kind}: the FITS's size");
+        assert_eq!(
+            (pw as usize, ph as usize),
+            (w, h),
+            "{kind}: the FITS's size"
+        );
         // Blank pixels, and only they, in the blank colour, where the FITS
         // has them (first row at the bottom); the rest grey.
         let mut blanks = 0;
@@ -207,10 +216,22 @@ async fn object_page_cutouts_and_their_resource() {
 
     // Refusals name what was wrong.
     for (uri, said) in [
-        (format!("doomberg://brokers/ztf-archive/alerts/{CANDID}/cutouts/spectrum.png"), "spectrum"),
-        ("doomberg://brokers/ztf-archive/alerts/12x/cutouts/science.png".to_owned(), "12x"),
-        ("doomberg://brokers/ztf-archive/alerts/1/cutouts/science.png".to_owned(), "/1/"),
-        (format!("doomberg://brokers/nowhere/alerts/{CANDID}/cutouts/science.png"), "nowhere"),
+        (
+            format!("doomberg://brokers/ztf-archive/alerts/{CANDID}/cutouts/spectrum.png"),
+            "spectrum",
+        ),
+        (
+            "doomberg://brokers/ztf-archive/alerts/12x/cutouts/science.png".to_owned(),
+            "12x",
+        ),
+        (
+            "doomberg://brokers/ztf-archive/alerts/1/cutouts/science.png".to_owned(),
+            "/1/",
+        ),
+        (
+            format!("doomberg://brokers/nowhere/alerts/{CANDID}/cutouts/science.png"),
+            "nowhere",
+        ),
     ] {
         let reply = read(&up, &uri).await;
         let error = &reply["error"];
@@ -220,18 +241,32 @@ async fn object_page_cutouts_and_their_resource() {
             "{reply}"
         );
     }
-    let bad_kind = get(&up, &format!("/console/alerts/{CANDID}/cutouts/spectrum.png"), &cookie).await;
+    let bad_kind = get(
+        &up,
+        &format!("/console/alerts/{CANDID}/cutouts/spectrum.png"),
+        &cookie,
+    )
+    .await;
     assert_eq!(bad_kind.status, 400, "{}", bad_kind.text());
     assert!(bad_kind.text().contains("science, template or difference"));
     let unknown = get(&up, "/console/alerts/1/cutouts/science.png", &cookie).await;
     assert_eq!(unknown.status, 404, "{}", unknown.text());
-    let not_png = get(&up, &format!("/console/alerts/{CANDID}/cutouts/science.jpg"), &cookie).await;
+    let not_png = get(
+        &up,
+        &format!("/console/alerts/{CANDID}/cutouts/science.jpg"),
+        &cookie,
+    )
+    .await;
     assert_eq!(not_png.status, 404, "{}", not_png.text());
     let no_object = get(&up, "/console/objects/ZTF99zzzzzzz", &cookie).await;
     assert_eq!(no_object.status, 404, "{}", no_object.text());
     let bad_object = get(&up, "/console/objects/bad%21id", &cookie).await;
     assert_eq!(bad_object.status, 400, "{}", bad_object.text());
-    assert!(bad_object.text().contains("objectId"), "{}", bad_object.text());
+    assert!(
+        bad_object.text().contains("objectId"),
+        "{}",
+        bad_object.text()
+    );
     // Signed out: to the sign-in page, never the picture.
     let anonymous = http::request(
         &up.url,
@@ -258,7 +293,10 @@ fn astropy() -> Option<Value> {
         return None;
     };
     let out = std::process::Command::new(python)
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/astro/cutouts_check.py"))
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/astro/cutouts_check.py"
+        ))
         .arg(common::astro::alerts_dir().join(FILE))
         .arg(CANDID)
         .output()
@@ -298,7 +336,12 @@ async fn cutouts_match_astropy_pixel_by_pixel() {
         assert_eq!((ours.width, ours.height), (w, h), "{kind}");
         for (i, (a, b)) in ours.pixels.iter().zip(&values).enumerate() {
             let same = (a.is_nan() && b.is_nan()) || a.to_bits() == b.to_bits();
-            assert!(same, "{kind} pixel {i} (x {}, y {}): ours {a}, astropy {b}", i % w, i / w);
+            assert!(
+                same,
+                "{kind} pixel {i} (x {}, y {}): ours {a}, astropy {b}",
+                i % w,
+                i / w
+            );
         }
 
         // The zscale limits agree with astropy's ZScaleInterval (the same

@@ -178,16 +178,24 @@ pub async fn show(
             Ok(s) => (s, String::new()),
             Err(err) => (Vec::new(), err.to_string()),
         };
+    let extractions_total = extractions.total;
     let extractions: Vec<Extraction> = extractions.extractions.into_iter().map(flatten).collect();
     let objects = ztf_objects(
         event
             .aliases
             .iter()
             .map(String::as_str)
-            .chain(event.circulars.iter().flat_map(|c| {
-                [c.subject.as_str(), c.body.as_deref().unwrap_or_default()]
-            }))
-            .chain(extractions.iter().flat_map(|x| [x.values.as_str(), x.text.as_str()])),
+            .chain(
+                event
+                    .circulars
+                    .iter()
+                    .flat_map(|c| [c.subject.as_str(), c.body.as_deref().unwrap_or_default()]),
+            )
+            .chain(
+                extractions
+                    .iter()
+                    .flat_map(|x| [x.values.as_str(), x.text.as_str()]),
+            ),
     );
     html(
         StatusCode::OK,
@@ -196,7 +204,7 @@ pub async fn show(
             objects,
             comments: comments.comments,
             comments_total: comments.total,
-            extractions_total: extractions.total,
+            extractions_total,
             extractions,
             sessions,
             sessions_error,
@@ -253,8 +261,7 @@ fn ztf_objects<'a>(texts: impl Iterator<Item = &'a str>) -> Vec<String> {
                 && b[i + 3..i + 5].iter().all(u8::is_ascii_digit)
                 && b[i + 5..end].iter().all(u8::is_ascii_lowercase);
             let alone = |c: Option<&u8>| c.is_none_or(|c| !c.is_ascii_alphanumeric());
-            if !name_like || !alone(i.checked_sub(1).and_then(|p| b.get(p))) || !alone(b.get(end))
-            {
+            if !name_like || !alone(i.checked_sub(1).and_then(|p| b.get(p))) || !alone(b.get(end)) {
                 continue;
             }
             let name = &text[i..end];

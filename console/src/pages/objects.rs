@@ -372,10 +372,8 @@ fn part<T>(result: Result<tonic::Response<T>, tonic::Status>) -> (Option<T>, Str
 }
 
 fn alert_row(a: &pb::Alert, selected: bool) -> AlertRow {
-    let f = |v: Option<f64>, digits: usize| {
-        v.map(|x| format!("{:.*}", digits, x))
-            .unwrap_or_default()
-    };
+    let f =
+        |v: Option<f64>, digits: usize| v.map(|x| format!("{:.*}", digits, x)).unwrap_or_default();
     AlertRow {
         candid: a.candid.clone(),
         time_utc: a.time_utc.clone(),

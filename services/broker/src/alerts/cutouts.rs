@@ -122,7 +122,9 @@ pub fn decode(stamp: &[u8]) -> Result<Image, CutoutError> {
     }
     let bitpix = header.int("BITPIX").map_err(bad)?.unwrap_or_default();
     if ![8, 16, 32, 64, -32, -64].contains(&bitpix) {
-        return Err(bad(format!("HDU 0: BITPIX = {bitpix} is not a FITS BITPIX")));
+        return Err(bad(format!(
+            "HDU 0: BITPIX = {bitpix} is not a FITS BITPIX"
+        )));
     }
     let naxis = header.int_in("NAXIS", 0..=999).map_err(bad)?;
     if naxis != 2 {

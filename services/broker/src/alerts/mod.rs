@@ -38,9 +38,9 @@ pub mod queries;
 pub mod render;
 pub mod schema;
 pub mod schema_query;
-pub mod stretch;
 pub mod service;
 pub mod store;
+pub mod stretch;
 pub mod walk;
 
 #[cfg(test)]

@@ -4,8 +4,8 @@
 
 use super::cutouts::{Cutout, CutoutKind};
 use super::lightcurve::{self, Point};
-use super::stretch::BLANK_COLOUR;
 use super::service::{AlertAnswer, BrokerView, FoundAlert, IngestReport, LightCurve, SchemaAnswer};
+use super::stretch::BLANK_COLOUR;
 use crate::astrotime;
 use ithaca_kit::json;
 use ithaca_proto::broker::v1 as pb;
@@ -248,9 +248,10 @@ pub fn cutout_uri(broker_id: &str, candid: i64, kind: CutoutKind) -> String {
 /// A cutout as one image block, with what was drawn beside it (the console
 /// shows the limits; a resource read carries only the image).
 pub fn cutout(c: Cutout) -> mcp::ToolContent {
-    let stretch = c.stretch.map_or(Json::Null, |s| {
-        serde_json::json!({"name": "zscale", "z1": s.z1, "z2": s.z2})
-    });
+    let stretch = c.stretch.map_or(
+        Json::Null,
+        |s| serde_json::json!({"name": "zscale", "z1": s.z1, "z2": s.z2}),
+    );
     let about = serde_json::json!({
         "uri": cutout_uri(&c.broker_id, c.candid, c.kind),
         "candid": c.candid.to_string(),

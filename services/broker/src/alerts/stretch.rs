@@ -113,9 +113,7 @@ pub fn zscale(pixels: &[f64]) -> Option<Stretch> {
         let residual = |i: usize| sample[i] - (a + b * i as f64);
         let sigma = spread(&sample, &rejected, &residual);
         let threshold = KREJ * sigma;
-        let mut out: Vec<usize> = (0..n)
-            .filter(|&i| residual(i).abs() > threshold)
-            .collect();
+        let mut out: Vec<usize> = (0..n).filter(|&i| residual(i).abs() > threshold).collect();
         out.extend((0..n).filter(|&i| rejected[i]));
         // Each rejection takes its neighbours with it: a window of `grow`
         // points around it (one more after than before when even).
