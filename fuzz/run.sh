@@ -26,7 +26,7 @@ seconds="${1:?usage: fuzz/run.sh <seconds-per-target> [target ...]}"
 shift
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-    targets=(request_front bearer_token transcode principal pipeline avro_packet gcn_notice)
+    targets=(request_front bearer_token transcode principal pipeline avro_packet gcn_notice fits_cutout)
 fi
 base="${FUZZ_TARGET_DIR:-$HOME/.cache/ithaca/fuzz-target}"
 sanitizer="${FUZZ_SANITIZER:-address}"

@@ -64,6 +64,39 @@
     return a;
   }
 
+  // The objects (objectId, object_id) a call's arguments or a result name,
+  // each once, at most 20, found at most five levels deep.
+  var OBJECT_ID = /^[A-Za-z0-9_.-]{1,64}$/;
+  function objectsIn(value) {
+    var found = [];
+    (function walk(v, depth) {
+      if (!v || typeof v !== "object" || depth > 5 || found.length >= 20) return;
+      Object.keys(v).forEach(function (k) {
+        var x = v[k];
+        if ((k === "objectId" || k === "object_id") && typeof x === "string" && OBJECT_ID.test(x)) {
+          if (found.indexOf(x) < 0 && found.length < 20) found.push(x);
+        } else {
+          walk(x, depth + 1);
+        }
+      });
+    })(value, 0);
+    return found;
+  }
+
+  // A line of links to the object pages of what `value` names, or null.
+  function objectLinks(value, brokerId) {
+    var ids = objectsIn(value);
+    if (!ids.length) return null;
+    var line = el("div", "objects-mentioned", "objects: ");
+    var query = brokerId && brokerId !== "ztf-archive" ? "?broker=" + encodeURIComponent(brokerId) : "";
+    ids.forEach(function (id) {
+      var a = link("/console/objects/" + encodeURIComponent(id) + query, id);
+      a.className = "object-link";
+      line.appendChild(a);
+    });
+    return line;
+  }
+
   var TYPES = ["session_open", "reasoning", "tool_call", "tool_result", "strategy_proposed",
     "run_transition", "denial", "call_error", "approval", "session_closed"];
 
@@ -105,6 +138,8 @@
           d.appendChild(s);
           d.appendChild(el("pre", "args", json(p.arguments || {})));
           li.appendChild(d);
+          var named = objectLinks(p.arguments, (p.arguments || {}).broker_id);
+          if (named) li.appendChild(named);
           (pending[p.name] = pending[p.name] || []).push(li);
           break;
         }
@@ -118,6 +153,8 @@
           res.id = "seq-" + ev.seq;
           res.appendChild(el("span", "seq", "#" + ev.seq + " result"));
           res.appendChild(el("pre", "args", json(p)));
+          var inResult = objectLinks(p, null);
+          if (inResult) res.appendChild(inResult);
           if (call) {
             var out = call.querySelector(".outcome");
             out.textContent = text;

@@ -5,6 +5,8 @@ use ithaca_kit::principal::{InternalKey, Principal};
 use ithaca_proto::approvals::v1::approvals_service_client::ApprovalsServiceClient;
 use ithaca_proto::auth::v1::auth_service_client::AuthServiceClient;
 use ithaca_proto::auth::v1::o_auth_service_client::OAuthServiceClient;
+use ithaca_proto::broker::v1::alert_service_client::AlertServiceClient;
+use ithaca_proto::broker::v1::catalog_service_client::CatalogServiceClient;
 use ithaca_proto::broker::v1::filter_service_client::FilterServiceClient;
 use ithaca_proto::broker::v1::gcn_service_client::GcnServiceClient;
 use ithaca_proto::session::v1::session_service_client::SessionServiceClient;
@@ -19,7 +21,7 @@ pub struct Backends {
     pub session: Option<Channel>,
     pub approvals: Option<Channel>,
     pub skills: Option<Channel>,
-    /// The broker: its filters and GCN events.
+    /// The broker: its filters, GCN events, alerts and catalogs.
     pub broker: Option<Channel>,
     /// Deadline of each call.
     pub timeout: Duration,
@@ -89,6 +91,20 @@ impl Backends {
         self.broker
             .clone()
             .map(FilterServiceClient::new)
+            .ok_or(CallError::Missing("broker"))
+    }
+
+    pub fn alerts(&self) -> Result<AlertServiceClient<Channel>, CallError> {
+        self.broker
+            .clone()
+            .map(AlertServiceClient::new)
+            .ok_or(CallError::Missing("broker"))
+    }
+
+    pub fn catalogs(&self) -> Result<CatalogServiceClient<Channel>, CallError> {
+        self.broker
+            .clone()
+            .map(CatalogServiceClient::new)
             .ok_or(CallError::Missing("broker"))
     }
 

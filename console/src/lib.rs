@@ -11,7 +11,7 @@
 //! - [`gate`]: sign-in, sign-out, who a request is (the [`gate::Person`] and
 //!   [`gate::Change`] extractors), Host/Origin and CSRF checks.
 //! - [`pages`]: one module per area (sessions, approvals, runs, filters,
-//!   GCN events, keys).
+//!   GCN events, objects, keys).
 //! - [`signins`]: the sign-in records the auth service keeps for the
 //!   console, opened at sign-in, checked on every request, ended at
 //!   sign-out or when the key is revoked.
@@ -127,7 +127,7 @@ impl ithaca_edge::front::BrowserAuth for Console {
 
 /// The console's routes, all under `/console`.
 pub fn router(console: Arc<Console>) -> Router {
-    use pages::{approvals, apps, filters, gcn, keys, runs, sessions};
+    use pages::{approvals, apps, filters, gcn, keys, objects, runs, sessions};
     let routes = Router::new()
         .route("/", get(gate::home))
         .route("/sign-in", get(gate::sign_in_page).post(gate::sign_in))
@@ -147,6 +147,12 @@ pub fn router(console: Arc<Console>) -> Router {
         .route("/filters/{id}", get(filters::show))
         .route("/gcn", get(gcn::list))
         .route("/gcn/{dateobs}", get(gcn::show))
+        .route("/objects/{object_id}", get(objects::show))
+        .route(
+            "/objects/{object_id}/lightcurve.svg",
+            get(objects::light_curve),
+        )
+        .route("/alerts/{candid}/cutouts/{file}", get(objects::cutout))
         .route("/keys", get(keys::list).post(keys::create))
         .route("/keys/{id}/revoke", post(keys::revoke))
         .route("/apps", get(apps::list))

@@ -14,7 +14,7 @@ pub struct Nav {
     /// The sign-out form's CSRF token.
     pub csrf: String,
     /// Which area is shown: `sessions`, `approvals`, `runs`, `filters`,
-    /// `gcn`, `keys` or `apps`.
+    /// `gcn`, `keys` or `apps` (`objects`, which has no list, lights none).
     pub active: &'static str,
 }
 

@@ -227,6 +227,7 @@ async fn story(s: &Stack, legacy: Option<&'static str>) {
         "doomberg://brokers/{broker_id}/alerts/{candid}",
         "doomberg://brokers/{broker_id}/objects/{objectId}/lightcurve",
         "doomberg://brokers/{broker_id}/objects/{objectId}/lightcurve.svg",
+        "doomberg://brokers/{broker_id}/alerts/{candid}/cutouts/{kind}.png",
     ] {
         assert!(templates.contains(t), "{t} in {templates}");
     }

@@ -1122,6 +1122,39 @@ mod plain {
     }
 }
 
+/// What every object page shows once its images have loaded: the name, the
+/// light curve drawn, three 63×63 cutouts, the alerts, and the survey's
+/// own crossmatch.
+async fn object_page_is_whole(b: &Browser, object: &str) {
+    assert_eq!(b.text("#object-id").await, object);
+    b.until(
+        "the light curve and the cutouts to load",
+        "const imgs = [...document.querySelectorAll('#lightcurve img, #cutouts img')]; \
+         return imgs.length === 4 && imgs.every(i => i.complete && i.naturalWidth > 0)",
+    )
+    .await;
+    let sizes = b
+        .js("return [...document.querySelectorAll('#cutouts img')].map(i => [i.naturalWidth, i.naturalHeight])")
+        .await;
+    assert_eq!(sizes, json!([[63, 63], [63, 63], [63, 63]]));
+    let rows = b
+        .js("return document.querySelectorAll('#alerts tbody tr').length")
+        .await;
+    assert!(rows.as_i64().unwrap_or(0) >= 1, "{rows}");
+    let survey = b
+        .js("return document.querySelectorAll('#survey-crossmatch dt').length")
+        .await;
+    assert!(
+        survey.as_i64().unwrap_or(0) >= 1,
+        "the survey's crossmatch: {survey}"
+    );
+    assert!(
+        b.text("#lightcurve figcaption")
+            .await
+            .contains("Difference magnitudes")
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn browser_filter_and_gcn_event_pages() {
     let Some(b) = browser("browser_filter_and_gcn_event_pages").await else {
@@ -1137,8 +1170,15 @@ async fn browser_filter_and_gcn_event_pages() {
     b.goto(&format!("{}/console/gcn", up.url)).await;
     assert!(b.text("#empty").await.contains("ithaca ingest gcn"));
 
-    // A night of alerts, and the GCN circulars and notices.
+    // A night of alerts, the reference catalogs, and the GCN circulars and
+    // notices.
     up.ingest("ztf", &[common::astro::alerts_dir().join("v4.02")]);
+    for name in ["hipparcos2_hp_le_6.0.csv", "openngc_galaxies_z_le_0.01.csv"] {
+        up.ingest(
+            "catalog",
+            &[common::astro::data().join("catalogs").join(name)],
+        );
+    }
     up.ingest(
         "gcn",
         &[common::gcn::circulars_file(), common::gcn::notices_dir()],
@@ -1304,6 +1344,47 @@ async fn browser_filter_and_gcn_event_pages() {
     b.goto(&format!("{}/console/sessions/{sid}", up.url)).await;
     b.submit("#session-subject").await;
     assert_eq!(b.path().await, format!("/console/filters/{filter_id}"));
+    // A match opens its object's page: the light curve, the alerts, the
+    // three cutouts drawn, the filter that matched it, the catalogs.
+    b.goto(&format!("{}/console/filters/{filter_id}", up.url))
+        .await;
+    let object = b.text("#matches a.object-link code").await;
+    b.submit("#matches a.object-link").await;
+    assert_eq!(b.path().await, format!("/console/objects/{object}"));
+    object_page_is_whole(&b, &object).await;
+    assert!(
+        b.text("#filter-matches").await.contains("bright and real"),
+        "the filter that matched it"
+    );
+    assert!(b.text("#filter-matches").await.contains("active"));
+    b.screenshot("object").await;
+    // Another alert's cutouts, from the alerts table.
+    let alerts = b
+        .js("return document.querySelectorAll('#alerts tbody tr').length")
+        .await;
+    if alerts.as_i64().unwrap_or(0) > 1 {
+        let other = b
+            .js("return document.querySelectorAll('#alerts tbody tr')[1].dataset.candid")
+            .await;
+        let other = other.as_str().expect("a candid").to_owned();
+        b.submit(&format!("#alerts tr[data-candid='{other}'] a"))
+            .await;
+        assert_eq!(b.text("#cutouts-candid").await, other);
+        object_page_is_whole(&b, &object).await;
+    }
+    // The agent looks the object up in the session: the trace links it.
+    ok(&call(
+        &up,
+        "get_broker_alerts",
+        json!({"broker_id": "ztf-archive", "objectId": object}),
+    )
+    .await);
+    b.goto(&format!("{}/console/sessions/{sid}", up.url)).await;
+    b.submit(&format!(
+        "#trace a.object-link[href='/console/objects/{object}']"
+    ))
+    .await;
+    assert_eq!(b.path().await, format!("/console/objects/{object}"));
     // Someone else's, or no, filter: not found.
     b.goto(&format!(
         "{}/console/filters/0191d2a4-0000-7000-8000-000000000000",
@@ -1329,6 +1410,17 @@ async fn browser_filter_and_gcn_event_pages() {
     assert_eq!(rows, json!(1), "one event goes by that name");
     b.submit("#events tbody tr a").await;
     assert_eq!(b.text("#event-name").await, "GRB 230812B");
+    // Its optical afterglow, named in the circulars, links to its page.
+    assert!(
+        b.client
+            .find(Locator::Css(
+                "#event-objects a[href='/console/objects/ZTF23aaxeacr']"
+            ))
+            .await
+            .is_ok(),
+        "{}",
+        b.text("#event-objects").await
+    );
     let circulars = b
         .js("return document.querySelectorAll('#circulars > li').length")
         .await;

@@ -65,6 +65,7 @@ on_both_brokers!(
     tenants_never_see_each_others_groups_or_filters,
     the_defaults_are_a_deep_copy,
     an_active_version_saves_matches_of_newly_ingested_alerts,
+    an_objects_matches_are_its_tenants_filters_only,
     a_gcn_localisation_bounds_the_preview,
     a_sky_map_bounds_the_preview,
 );
@@ -1380,6 +1381,135 @@ async fn an_active_version_saves_matches_of_newly_ingested_alerts(broker: &Broke
     // Every public alert of the three v3.x files (not the Caltech one).
     assert_eq!(v2.len(), 4);
     assert!(v2.iter().all(|m| m.candid != CALTECH_ALERT));
+}
+
+/// The object page's list: one object's matches across the caller's
+/// tenant's filters, newest first, each with its filter; another tenant's
+/// filters never show, and a bad request is named.
+async fn an_objects_matches_are_its_tenants_filters_only(broker: &Broker) {
+    let (ivan, judy) = (person("tenant-i"), person("tenant-j"));
+    let activate = |who: &Principal, name: &'static str, session: &'static str| {
+        let who = who.clone();
+        async move {
+            let targets = default_group(broker, &who).await;
+            let filter_id = broker
+                .filters(&who)
+                .post_filter(pb::PostFilterRequest {
+                    name: name.into(),
+                    group_id: targets.groups[0].group_id.clone(),
+                    stream_id: "ztf-public".into(),
+                    ..Default::default()
+                })
+                .await
+                .expect("post_filter")
+                .into_inner()
+                .filter_id;
+            let on = on_filter(&who, session, &filter_id);
+            let verdict = post_version(broker, &on, &filter_id, bright_cut(18.5)).await;
+            let mut c = broker.filters(&on);
+            c.run_broker_filter(preview_of(&filter_id, bright_cut(18.5)))
+                .await
+                .expect("preview");
+            c.activate_broker_filter_version(pb::ActivateBrokerFilterVersionRequest {
+                filter_id: filter_id.clone(),
+                version: verdict.version,
+            })
+            .await
+            .expect("activate");
+            filter_id
+        }
+    };
+    let first = activate(&ivan, "ivan's first", "s1").await;
+    let second = activate(&ivan, "ivan's second", "s2").await;
+    let judys = activate(&judy, "judy's", "s3").await;
+    broker.ingest("v4.01").await;
+    // An object one of the bright v4.01 alerts belongs to, from the saved
+    // matches themselves.
+    let saved = read(broker, &ivan, &first).await;
+    let m = saved.latest_matches.first().expect("a saved match");
+    let object = m.object_id.clone();
+    let of_object = |who: &Principal, object: &str| {
+        let mut c = broker.filters(who);
+        let req = pb::ListObjectFilterMatchesRequest {
+            broker_id: String::new(),
+            object_id: object.to_owned(),
+            limit: None,
+        };
+        async move { c.list_object_filter_matches(req).await }
+    };
+    let mine = of_object(&ivan, &object).await.expect("list").into_inner();
+    assert_eq!(mine.broker_id, "ztf-archive");
+    let filters: BTreeSet<String> = mine.matches.iter().map(|m| m.filter_id.clone()).collect();
+    assert_eq!(
+        filters,
+        BTreeSet::from([first.clone(), second.clone()]),
+        "{mine:?}"
+    );
+    assert!(!filters.contains(&judys));
+    for found in &mine.matches {
+        let saved = found.r#match.as_ref().expect("the match");
+        assert_eq!(saved.object_id, object);
+        assert_eq!(found.active_version, Some(1));
+        assert!(found.filter_name.starts_with("ivan's"), "{found:?}");
+        assert_eq!(
+            saved.uri,
+            format!("doomberg://brokers/ztf-archive/alerts/{}", saved.candid)
+        );
+    }
+    assert_eq!(mine.count as usize, mine.matches.len());
+    let theirs = of_object(&judy, &object).await.expect("list").into_inner();
+    assert_eq!(theirs.matches.len(), mine.matches.len() / 2);
+    assert!(theirs.matches.iter().all(|m| m.filter_id == judys));
+    // A tenant without filters, and an object nothing matched: none.
+    let nobody = of_object(&person("tenant-k"), &object).await.expect("list");
+    assert!(nobody.into_inner().matches.is_empty());
+    let unmatched = of_object(&ivan, "ZTF99zzzzzzz").await.expect("list");
+    assert!(unmatched.into_inner().matches.is_empty());
+    // A page of one says there is more.
+    let one = broker
+        .filters(&ivan)
+        .list_object_filter_matches(pb::ListObjectFilterMatchesRequest {
+            broker_id: "ztf-archive".into(),
+            object_id: object.clone(),
+            limit: Some(1),
+        })
+        .await
+        .expect("list")
+        .into_inner();
+    assert_eq!((one.count, one.truncated), (1, true));
+    for (req, field) in [
+        (
+            pb::ListObjectFilterMatchesRequest {
+                object_id: "bad id!".into(),
+                ..Default::default()
+            },
+            "objectId",
+        ),
+        (
+            pb::ListObjectFilterMatchesRequest {
+                object_id: object.clone(),
+                limit: Some(0),
+                ..Default::default()
+            },
+            "limit",
+        ),
+        (
+            pb::ListObjectFilterMatchesRequest {
+                broker_id: "Not A Broker".into(),
+                object_id: object.clone(),
+                ..Default::default()
+            },
+            "broker_id",
+        ),
+    ] {
+        let err = broker
+            .filters(&ivan)
+            .list_object_filter_matches(req)
+            .await
+            .expect_err(field);
+        refused(&err, Code::InvalidArgument, None);
+        assert!(err.message().starts_with(field), "{err:?}");
+    }
 }
 
 /// Great-circle distance in degrees.

@@ -29,6 +29,7 @@ mod limits;
 mod oauth;
 mod oauth_jwt;
 mod oauth_store;
+mod objects;
 mod otel;
 mod pin;
 mod principal;

@@ -115,6 +115,9 @@ struct EventPage {
     subject_noun: &'static str,
     subject_kind: &'static str,
     subject_id: String,
+    /// ZTF objects the event's names, circulars and extractions mention,
+    /// each linked to its object page.
+    objects: Vec<String>,
 }
 
 /// How many of the built-in parser's extractions the page lists.
@@ -175,14 +178,34 @@ pub async fn show(
             Ok(s) => (s, String::new()),
             Err(err) => (Vec::new(), err.to_string()),
         };
+    let extractions_total = extractions.total;
+    let extractions: Vec<Extraction> = extractions.extractions.into_iter().map(flatten).collect();
+    let objects = ztf_objects(
+        event
+            .aliases
+            .iter()
+            .map(String::as_str)
+            .chain(
+                event
+                    .circulars
+                    .iter()
+                    .flat_map(|c| [c.subject.as_str(), c.body.as_deref().unwrap_or_default()]),
+            )
+            .chain(
+                extractions
+                    .iter()
+                    .flat_map(|x| [x.values.as_str(), x.text.as_str()]),
+            ),
+    );
     html(
         StatusCode::OK,
         &EventPage {
             nav: person.nav("gcn"),
+            objects,
             comments: comments.comments,
             comments_total: comments.total,
-            extractions_total: extractions.total,
-            extractions: extractions.extractions.into_iter().map(flatten).collect(),
+            extractions_total,
+            extractions,
             sessions,
             sessions_error,
             subject_noun: "event",
@@ -218,6 +241,40 @@ fn display_name(aliases: &[String], dateobs: &str) -> String {
         .or_else(|| aliases.first())
         .cloned()
         .unwrap_or_else(|| dateobs.to_owned())
+}
+
+/// Most objects the page links.
+const OBJECTS_SHOWN: usize = 50;
+
+/// The ZTF object names (`ZTF23aaxeacr`: `ZTF`, two digits, seven
+/// lowercase letters, standing alone) in `texts`, first mention first,
+/// each once.
+fn ztf_objects<'a>(texts: impl Iterator<Item = &'a str>) -> Vec<String> {
+    let mut found: Vec<String> = Vec::new();
+    for text in texts {
+        let b = text.as_bytes();
+        let mut at = 0;
+        while let Some(i) = text[at..].find("ZTF").map(|i| i + at) {
+            at = i + 3;
+            let end = i + 12;
+            let name_like = b.len() >= end
+                && b[i + 3..i + 5].iter().all(u8::is_ascii_digit)
+                && b[i + 5..end].iter().all(u8::is_ascii_lowercase);
+            let alone = |c: Option<&u8>| c.is_none_or(|c| !c.is_ascii_alphanumeric());
+            if !name_like || !alone(i.checked_sub(1).and_then(|p| b.get(p))) || !alone(b.get(end)) {
+                continue;
+            }
+            let name = &text[i..end];
+            if !found.iter().any(|f| f == name) {
+                found.push(name.to_owned());
+                if found.len() == OBJECTS_SHOWN {
+                    return found;
+                }
+            }
+            at = end;
+        }
+    }
+    found
 }
 
 /// An extraction's payload as one line of `key=value` pairs, the matched
@@ -261,6 +318,19 @@ mod tests {
         assert_eq!(gw, "S230814r");
         assert_eq!(super::display_name(&names(&["Fermi 1"]), "d"), "Fermi 1");
         assert_eq!(super::display_name(&[], "2023-08-12"), "2023-08-12");
+    }
+
+    #[test]
+    fn ztf_objects_are_found_once_each_and_only_whole() {
+        let texts = [
+            "AT 2023qxj (ZTF23abaanxz) was found",
+            "ZTF23abaanxz again, ZTF23aaxeacr, xZTF23aaaaaaa, ZTF23aaaaaaaa, ZTF2",
+            "ZTF observed; ztf23abcdefg is not the form",
+        ];
+        assert_eq!(
+            super::ztf_objects(texts.into_iter()),
+            vec!["ZTF23abaanxz".to_owned(), "ZTF23aaxeacr".to_owned()]
+        );
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub mod apps;
 pub mod filters;
 pub mod gcn;
 pub mod keys;
+pub mod objects;
 pub mod runs;
 pub mod sessions;
 

@@ -122,6 +122,19 @@ impl Rpc for AlertGrpc {
         Ok(Response::new(render::alert(alert)))
     }
 
+    async fn get_alert_cutout(
+        &self,
+        request: Request<pb::GetAlertCutoutRequest>,
+    ) -> Result<Response<mcp::ToolContent>, Status> {
+        let caller = principal::of(&request)?;
+        let r = request.into_inner();
+        let cutout = self
+            .service
+            .cutout(&caller, &r.broker_id, &r.candid, &r.kind)
+            .await?;
+        Ok(Response::new(render::cutout(cutout)))
+    }
+
     async fn convert_time(
         &self,
         request: Request<pb::ConvertTimeRequest>,

@@ -11,6 +11,8 @@
 //! - [`schema`]: the flattening of an Avro schema to dotted paths.
 //! - [`store`]: the `brokers`, `alert_schemas`, `alert_files` and `alerts` tables.
 //! - [`lightcurve`] and [`plot`]: light-curve points and their SVG.
+//! - [`cutouts`] and [`stretch`]: the three FITS cutouts a packet carries,
+//!   decoded and drawn as PNG (IRAF zscale).
 //! - [`service`]: the [`AlertService`] itself, its limits and
 //!   configuration, and the ingest hook live filters use; its operations
 //!   are split by part: [`brokers`] (the registry), [`ingest`],
@@ -25,6 +27,7 @@ pub mod avro;
 pub mod brokers;
 pub mod container;
 pub mod curves;
+pub mod cutouts;
 pub mod grpc;
 pub mod ingest;
 pub mod lightcurve;
@@ -37,6 +40,7 @@ pub mod schema;
 pub mod schema_query;
 pub mod service;
 pub mod store;
+pub mod stretch;
 pub mod walk;
 
 #[cfg(test)]

@@ -3,7 +3,9 @@
 //! higher), one colour per band, detections with 1-sigma error bars, limits
 //! as downward triangles (the source was fainter), forced photometry as open
 //! circles, and time in days since the first detection, whose date is in
-//! the axis label.
+//! the axis label. The magnitude axis is labelled a difference magnitude:
+//! ZTF's `magpsf` measures what changed against the reference image, not
+//! the source's total brightness.
 
 use super::lightcurve::{Kind, Point, band};
 use crate::astrotime;
@@ -99,7 +101,7 @@ fn draw(
     chart
         .configure_mesh()
         .x_desc(x_desc)
-        .y_desc("magnitude (AB)")
+        .y_desc("difference magnitude (AB)")
         .y_label_formatter(&|v| format!("{:.1}", -v))
         .x_label_formatter(&|v| format!("{v:.0}"))
         .light_line_style(RGBColor(0xee, 0xee, 0xee))
@@ -195,5 +197,8 @@ mod tests {
             "g is green"
         );
         assert!(svg.contains("polygon"), "limits are triangles");
+        // What is plotted is what changed against the reference image, and
+        // the axis says so.
+        assert!(svg.contains("difference magnitude (AB)"), "{svg}");
     }
 }

@@ -2,11 +2,14 @@
 //! count and alert URI that filters' and catalogs' answers share. No logic
 //! beyond the shape of the answer.
 
+use super::cutouts::{Cutout, CutoutKind};
 use super::lightcurve::{self, Point};
 use super::service::{AlertAnswer, BrokerView, FoundAlert, IngestReport, LightCurve, SchemaAnswer};
+use super::stretch::BLANK_COLOUR;
 use crate::astrotime;
 use ithaca_kit::json;
 use ithaca_proto::broker::v1 as pb;
+use ithaca_proto::mcp::v1 as mcp;
 use serde_json::Value as Json;
 
 /// A count as the wire carries it (int32, so agents get JSON integers).
@@ -231,5 +234,41 @@ pub fn ingest_report(report: IngestReport) -> pb::AlertIngestReport {
         candids: report.candids.iter().map(i64::to_string).collect(),
         object_ids: report.object_ids,
         schema_version: report.version,
+    }
+}
+
+pub fn cutout_uri(broker_id: &str, candid: i64, kind: CutoutKind) -> String {
+    format!(
+        "{}/cutouts/{}.png",
+        alert_uri(broker_id, candid),
+        kind.as_str()
+    )
+}
+
+/// A cutout as one image block, with what was drawn beside it (the console
+/// shows the limits; a resource read carries only the image).
+pub fn cutout(c: Cutout) -> mcp::ToolContent {
+    let stretch = c.stretch.map_or(
+        Json::Null,
+        |s| serde_json::json!({"name": "zscale", "z1": s.z1, "z2": s.z2}),
+    );
+    let about = serde_json::json!({
+        "uri": cutout_uri(&c.broker_id, c.candid, c.kind),
+        "candid": c.candid.to_string(),
+        "kind": c.kind.as_str(),
+        "width": c.width,
+        "height": c.height,
+        "stretch": stretch,
+        "blank_pixels": c.blank_pixels,
+        "blank_colour": BLANK_COLOUR,
+    });
+    mcp::ToolContent {
+        content: vec![mcp::Content {
+            kind: Some(mcp::content::Kind::Image(mcp::BinaryContent {
+                data: c.png,
+                mime_type: "image/png".to_owned(),
+            })),
+        }],
+        structured: Some(json::to_struct(about)),
     }
 }

@@ -452,6 +452,35 @@ impl Rpc for Grpc {
         }))
     }
 
+    async fn list_object_filter_matches(
+        &self,
+        request: Request<pb::ListObjectFilterMatchesRequest>,
+    ) -> Result<Response<pb::ObjectFilterMatches>, Status> {
+        let caller = principal::of(&request)?;
+        let r = request.into_inner();
+        let found = self
+            .service
+            .object_matches(&caller, &r.broker_id, &r.object_id, r.limit)
+            .await?;
+        let matches: Vec<pb::ObjectFilterMatch> = found
+            .matches
+            .into_iter()
+            .map(|m| pb::ObjectFilterMatch {
+                filter_id: m.matched.filter_id.clone(),
+                filter_name: m.filter_name,
+                active_version: m.active_version.map(n),
+                r#match: Some(matched(m.matched)),
+            })
+            .collect();
+        Ok(Response::new(pb::ObjectFilterMatches {
+            broker_id: found.broker_id,
+            object_id: found.object_id,
+            count: n(matches.len() as i64),
+            matches,
+            truncated: found.truncated,
+        }))
+    }
+
     async fn add_filter_group(
         &self,
         request: Request<pb::AddFilterGroupRequest>,

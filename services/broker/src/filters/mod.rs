@@ -20,6 +20,8 @@
 //! - [`lifecycle`] (and [`lifecycle_store`]): deactivation, deletion, what
 //!   a filter's watch compares, and the zero-match warning.
 //! - [`events`]: GCN events ([`crate::gcn::GcnService`]) as preview regions.
+//! - [`objects`]: one object's saved matches across the tenant's filters
+//!   (the console's object page).
 //! - [`defaults`]: the counterpart-search defaults.
 //! - [`grpc`]: the `ithaca.broker.v1.FilterService` adapter.
 
@@ -32,6 +34,7 @@ pub mod lifecycle;
 pub mod lifecycle_store;
 pub mod live;
 pub mod model;
+pub mod objects;
 pub mod pipeline;
 pub mod preview;
 pub mod regions;
