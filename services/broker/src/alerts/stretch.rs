@@ -111,7 +111,7 @@ pub fn zscale(pixels: &[f64]) -> Option<Stretch> {
         };
         slope = Some(b);
         let residual = |i: usize| sample[i] - (a + b * i as f64);
-        let sigma = spread(&sample, &rejected, &residual);
+        let sigma = spread(&sample, &rejected, residual);
         let threshold = KREJ * sigma;
         let mut out: Vec<usize> = (0..n).filter(|&i| residual(i).abs() > threshold).collect();
         out.extend((0..n).filter(|&i| rejected[i]));
