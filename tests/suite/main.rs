@@ -6,6 +6,7 @@
 mod common;
 
 mod agents;
+mod alert_cuts;
 mod answers;
 mod approvals;
 mod astro;

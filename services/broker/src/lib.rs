@@ -135,6 +135,9 @@ pub fn serve_options(db: Db, key: InternalKey) -> ServeOptions {
 /// `--ztf-schema-dir`.
 pub fn serve_options_with(db: Db, key: InternalKey, config: alerts::AlertsConfig) -> ServeOptions {
     let (alerts, catalogs) = astro(db.clone(), &key, config);
+    // An archive stored before the filter records existed gets them in
+    // the background; previews read the candidates until it is done.
+    alerts.store().spawn_cuts_backfill();
     let events = gcn_service(db.clone());
     let filters =
         filters::attach(db.clone(), &alerts).with_regions(std::sync::Arc::new(events.clone()));

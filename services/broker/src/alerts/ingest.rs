@@ -2,6 +2,7 @@
 //! carries, stored once (a file seen before changes nothing), and handed to
 //! the ingest hook (the live filters) once committed.
 use super::avro::{self, DecodedFile};
+use super::cuts::Cuts;
 use super::schema::{self};
 use super::service::{ARCHIVE_BROKER, AlertService, StoredBatch, require_admin};
 use super::store::{AlertRow, FileRecord, NewAlert, SchemaRow};
@@ -171,6 +172,7 @@ impl AlertService {
                     ingested_at_ms: now,
                 },
                 packet: a.datum,
+                cuts: Cuts::of(&a.candidate),
             });
         }
         let writer = self

@@ -10,6 +10,9 @@
 //!   datum checks against those limits.
 //! - [`schema`]: the flattening of an Avro schema to dotted paths.
 //! - [`store`]: the `brokers`, `alert_schemas`, `alert_files` and `alerts` tables.
+//! - [`cuts`] and [`cuts_store`]: each alert's compact filter record (the
+//!   candidate fields filters cut on most, typed), written with the alert,
+//!   and its resumable backfill for archives stored before it existed.
 //! - [`lightcurve`] and [`plot`]: light-curve points and their SVG.
 //! - [`cutouts`] and [`stretch`]: the three FITS cutouts a packet carries,
 //!   decoded and drawn as PNG (IRAF zscale).
@@ -28,6 +31,8 @@ pub mod brokers;
 pub mod container;
 pub mod curves;
 pub mod cutouts;
+pub mod cuts;
+pub mod cuts_store;
 pub mod grpc;
 pub mod ingest;
 pub mod lightcurve;

@@ -1,6 +1,8 @@
 //! The alert archive's SQL, one text for SQLite and PostgreSQL: brokers,
 //! writer schemas, ingested files and alerts with their HEALPix index.
 
+use super::cuts::Cuts;
+use super::cuts_store::{CutsRow, insert_cuts};
 use ithaca_kit::db::Db;
 use ithaca_kit::with_pool;
 use std::ops::RangeInclusive;
@@ -64,11 +66,12 @@ pub struct AlertRow {
     pub ingested_at_ms: i64,
 }
 
-/// An alert to store: its row and its packet.
+/// An alert to store: its row, its packet and its compact filter record.
 #[derive(Clone, Debug)]
 pub struct NewAlert {
     pub row: AlertRow,
     pub packet: Vec<u8>,
+    pub cuts: Cuts,
 }
 
 /// A cone-search candidate: enough to check the exact distance and time.
@@ -205,7 +208,16 @@ impl AlertStore {
                         .push_bind(&a.packet);
                 });
                 builder.push(" ON CONFLICT (broker_id, candid) DO NOTHING RETURNING candid");
-                stored.extend(builder.build_query_scalar::<i64>().fetch_all(&mut *tx).await?);
+                let new = builder.build_query_scalar::<i64>().fetch_all(&mut *tx).await?;
+                // The filter records of the alerts this chunk stored (an
+                // alert stored before has its record, or the backfill's).
+                let records: Vec<CutsRow<'_>> = chunk
+                    .iter()
+                    .filter(|a| new.contains(&a.row.candid))
+                    .map(CutsRow::of)
+                    .collect();
+                insert_cuts!(&mut *tx, &records);
+                stored.extend(new);
                 written += chunk.len() as u64;
                 crate::progress::report(progress, written, total);
             }

@@ -7,7 +7,9 @@
 //!   (`$match`, `$project`, `$addFields`), compiled against the alert
 //!   schema and the filter's stream, evaluated in Rust.
 //! - [`preview`]: a pipeline over stored alerts, in a time window, a sky
-//!   region (a MOC) and programmes: a count, or the top alerts by a field.
+//!   region (a MOC) and programmes: a count, or the top alerts by a field;
+//!   [`compact`]: reading the alerts' compact filter records instead of
+//!   their candidates, with the pipeline's first cuts applied in SQL.
 //! - [`model`]: ids, sort order, auto-save settings, domain codes, a
 //!   filter's URI, the canonical text and hash of a pipeline.
 //! - [`document`]: the alert document a filter sees (no cutouts, withheld
@@ -26,6 +28,7 @@
 //! - [`grpc`]: the `ithaca.broker.v1.FilterService` adapter.
 
 pub mod access;
+pub mod compact;
 pub mod defaults;
 pub mod document;
 pub mod events;

@@ -10,11 +10,13 @@
 //! `candidate` is read only for the fields the pipeline needs, and parsed
 //! whole only for the alerts that enter the top `limit`.
 
+use super::compact::{Bind, CompactPlan};
 use super::document::strip;
 pub use super::document::{alert_document, packet_document};
 use super::pipeline::scan::{KeySet, fill_subset};
 use super::pipeline::{CandidateNeeds, Pipeline, compare_values, needs_of, value_at};
 use crate::alerts::avro;
+use crate::alerts::cuts::{self, CutRef, Kind};
 use crate::alerts::service::time_window;
 use crate::alerts::store::AlertStore;
 use crate::sky;
@@ -252,6 +254,24 @@ pub async fn preview(
             Some(keys)
         }
     };
+    // Read the compact filter records instead of the candidates when they
+    // hold every field read and every alert has one; the database applies
+    // the pipeline's first cuts then (not through a coarse region cover,
+    // whose alerts are checked one by one, so the database cannot count
+    // them).
+    let compact = match &keys {
+        Some(keys) if !packet => match CompactPlan::new(keys) {
+            Some(plan) if store.cuts_ready().await? => Some(plan),
+            _ => None,
+        },
+        _ => None,
+    };
+    let compact = compact.map(|mut plan| {
+        if exact.is_none() {
+            plan.push_down(&pipeline.leading_cuts(), &q.withheld, &q.programids);
+        }
+        plan
+    });
     let schemas = if packet {
         writer_schemas(store).await?
     } else {
@@ -259,6 +279,8 @@ pub async fn preview(
     };
     let mut scanner = Scanner {
         pipeline: pipeline.clone(),
+        compact: compact.clone(),
+        counting: true,
         keys: keys.map(KeySet::new),
         doc: alert_document("", 0, "", Value::Object(Map::new())),
         packet,
@@ -272,35 +294,201 @@ pub async fn preview(
         kept: vec![0; pipeline.stage_count()],
     };
 
-    let columns = if packet {
-        "candid, object_id, schemavsn, hpx, candidate, schema_id, packet"
-    } else {
-        "candid, object_id, schemavsn, hpx, candidate"
+    let ranges = ranges.as_deref();
+    let mut pushed_count = 0u64;
+    if let Some(plan) = &compact {
+        let select = format!("SELECT {} FROM alert_cuts", plan.columns());
+        scanner.counting = !plan.pushes();
+        for (sql, bounds, binds) in statements(&select, ranges, Some(plan), "present >= 0") {
+            scanner = with_pool!(store.db(), pool => {
+                let query = bind_all(sqlx::query(&sql), broker_id, window, &bounds, &binds);
+                scan_rows(query.fetch(pool), scanner, true).await?
+            });
+        }
+        if plan.pushes() {
+            // The database left out the alerts the first stage drops; it
+            // counts those the pipeline would have run on.
+            let counting = plan.counting();
+            for (sql, bounds, binds) in statements(
+                "SELECT COUNT(*) FROM alert_cuts",
+                ranges,
+                Some(&counting),
+                "present >= 0",
+            ) {
+                let counts: Vec<i64> = with_pool!(store.db(), pool => {
+                    bind_all(sqlx::query_scalar::<_, i64>(&sql), broker_id, window, &bounds, &binds)
+                        .fetch_all(pool)
+                        .await
+                })?;
+                pushed_count += counts
+                    .into_iter()
+                    .map(|n| u64::try_from(n).unwrap_or(0))
+                    .sum::<u64>();
+            }
+        }
+        scanner.counting = true;
+    }
+    // Every alert, or (reading the records) those whose record could not
+    // carry their candidate: from the candidates' JSON.
+    let spilled = "candid IN (SELECT candid FROM alert_cuts WHERE broker_id = $1 AND present < 0)";
+    let json_pass = compact.is_none() || store.has_spilled_cuts(broker_id).await?;
+    if json_pass {
+        let columns = if packet {
+            "candid, object_id, schemavsn, hpx, candidate, schema_id, packet"
+        } else {
+            "candid, object_id, schemavsn, hpx, candidate"
+        };
+        let select = format!("SELECT {columns} FROM alerts");
+        let only = if compact.is_some() { spilled } else { "" };
+        for (sql, bounds, binds) in statements(&select, ranges, None, only) {
+            scanner = with_pool!(store.db(), pool => {
+                let query = bind_all(sqlx::query(&sql), broker_id, window, &bounds, &binds);
+                scan_rows(query.fetch(pool), scanner, false).await?
+            });
+        }
+    }
+    let (mut result, partial) = scanner.finish();
+    result.evaluated += pushed_count;
+    whole_outputs(
+        store,
+        broker_id,
+        pipeline,
+        &q.withheld,
+        &mut result.alerts,
+        partial,
+    )
+    .await?;
+    Ok(result)
+}
+
+/// A statement of a scan: its SQL, the index ranges its parts read, and
+/// the pushed-down cuts' values.
+type Statement = (String, Vec<(i64, i64)>, Vec<Bind>);
+
+/// The statements of a scan: `select` over the time window, one part per
+/// index range (glued with `UNION ALL`, [`RANGES_PER_STATEMENT`] ranges a
+/// statement) or one over the whole table, with `extra` (a condition on
+/// the table, or empty) and `plan`'s pushed-down cuts. Placeholders: `$1`
+/// the broker, `$2`/`$3` the window, then each part's range, then the
+/// cuts (shared by every part).
+fn statements(
+    select: &str,
+    ranges: Option<&[(i64, i64)]>,
+    plan: Option<&CompactPlan>,
+    extra: &str,
+) -> Vec<Statement> {
+    let mut base = format!("{select} WHERE broker_id = $1 AND jd >= $2 AND jd <= $3");
+    if !extra.is_empty() {
+        base.push_str(" AND ");
+        base.push_str(extra);
+    }
+    let binds = plan.map(CompactPlan::binds).unwrap_or_default();
+    let render = |parts: &[(i64, i64)]| {
+        let first = 4 + 2 * parts.len();
+        let cuts = plan.map(|p| p.condition(first).0).unwrap_or_default();
+        if parts.is_empty() {
+            return format!("{base}{cuts}");
+        }
+        (0..parts.len())
+            .map(|i| {
+                format!(
+                    "{base} AND hpx BETWEEN ${} AND ${}{cuts}",
+                    4 + 2 * i,
+                    5 + 2 * i
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(" UNION ALL ")
     };
-    let base =
-        format!("SELECT {columns} FROM alerts WHERE broker_id = $1 AND jd >= $2 AND jd <= $3");
-    let statements: Vec<(String, Vec<(i64, i64)>)> = match &ranges {
-        None => vec![(base, Vec::new())],
+    match ranges {
+        None => vec![(render(&[]), Vec::new(), binds)],
         Some(ranges) => ranges
             .chunks(RANGES_PER_STATEMENT)
-            .map(|chunk| {
-                let parts: Vec<String> = (0..chunk.len())
-                    .map(|i| format!("{base} AND hpx BETWEEN ${} AND ${}", 4 + 2 * i, 5 + 2 * i))
-                    .collect();
-                (parts.join(" UNION ALL "), chunk.to_vec())
-            })
+            .map(|chunk| (render(chunk), chunk.to_vec(), binds.clone()))
             .collect(),
-    };
-    for (sql, bounds) in statements {
-        scanner = with_pool!(store.db(), pool => {
-            let mut query = sqlx::query(&sql).bind(broker_id).bind(window.0).bind(window.1);
-            for (start, end) in &bounds {
-                query = query.bind(*start).bind(*end);
-            }
-            scan_rows(query.fetch(pool), scanner).await?
-        });
     }
-    Ok(scanner.finish())
+}
+
+/// Bind a statement of [`statements`]: the broker, the window, the ranges
+/// and the cuts' values.
+fn bind_all<'q, Q: Bindable<'q>>(
+    query: Q,
+    broker_id: &'q str,
+    window: (f64, f64),
+    bounds: &[(i64, i64)],
+    binds: &'q [Bind],
+) -> Q {
+    let mut query = query
+        .bind_str(broker_id)
+        .bind_f64(window.0)
+        .bind_f64(window.1);
+    for (start, end) in bounds {
+        query = query.bind_i64(*start).bind_i64(*end);
+    }
+    for b in binds {
+        query = match b {
+            Bind::Int(i) => query.bind_i64(*i),
+            Bind::Real(f) => query.bind_f64(*f),
+            Bind::Text(t) => query.bind_str(t),
+        };
+    }
+    query
+}
+
+/// The binds the scan statements take, on both backends and both kinds
+/// of query (rows, and the count's scalars).
+trait Bindable<'q>: Sized {
+    fn bind_str(self, v: &'q str) -> Self;
+    fn bind_f64(self, v: f64) -> Self;
+    fn bind_i64(self, v: i64) -> Self;
+}
+
+macro_rules! bindable {
+    ($($ty:ty),*) => {$(
+        impl<'q> Bindable<'q> for $ty {
+            fn bind_str(self, v: &'q str) -> Self { self.bind(v) }
+            fn bind_f64(self, v: f64) -> Self { self.bind(v) }
+            fn bind_i64(self, v: i64) -> Self { self.bind(v) }
+        }
+    )*};
+}
+
+bindable!(
+    sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>>,
+    sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    sqlx::query::QueryScalar<'q, sqlx::Sqlite, i64, sqlx::sqlite::SqliteArguments<'q>>,
+    sqlx::query::QueryScalar<'q, sqlx::Postgres, i64, sqlx::postgres::PgArguments>
+);
+
+/// Replace the outputs of `alerts` at `partial` (index, candid): made from
+/// the fields the scan read, they become the outputs of the whole alert
+/// (matches are few; the top `limit` are fewer).
+async fn whole_outputs(
+    store: &AlertStore,
+    broker_id: &str,
+    pipeline: &Pipeline,
+    withheld: &[String],
+    alerts: &mut [Value],
+    partial: Vec<(usize, i64)>,
+) -> Result<(), ServiceError> {
+    if partial.is_empty() {
+        return Ok(());
+    }
+    let candids: Vec<i64> = partial.iter().map(|(_, c)| *c).collect();
+    let rows = store.alerts_by_candid(broker_id, &candids).await?;
+    for row in rows {
+        let Some((index, _)) = partial.iter().find(|(_, c)| *c == row.candid) else {
+            continue;
+        };
+        let candidate: Value =
+            serde_json::from_str(&row.candidate).map_err(|_| corrupt("candidate"))?;
+        let mut full = alert_document(&row.object_id, row.candid, &row.schemavsn, candidate);
+        strip(&mut full, withheld);
+        if let (Some(out), Some(slot)) = (pipeline.eval(&full), alerts.get_mut(*index)) {
+            *slot = out;
+        }
+    }
+    Ok(())
 }
 
 /// One alert document through `pipeline`: the document that passed, or
@@ -320,10 +508,27 @@ fn fill_document(
     candidate: &str,
     keys: &KeySet,
 ) -> Result<(), serde_json::Error> {
-    let Value::Object(top) = doc else {
+    match fill_ids(doc, object_id, candid, schemavsn) {
+        Some(c) => fill_subset(candidate, keys, c),
+        None => Err(<serde_json::Error as serde::de::Error>::custom(
+            "the document is not an object",
+        )),
+    }
+}
+
+/// Set the ids of a document made by [`alert_document`] for the next
+/// alert, reusing its strings, and return its candidate object (always
+/// `Some`: a document that is not one is made anew).
+fn fill_ids<'d>(
+    doc: &'d mut Value,
+    object_id: &str,
+    candid: i64,
+    schemavsn: &str,
+) -> Option<&'d mut Map<String, Value>> {
+    if !doc.is_object() {
         *doc = alert_document(object_id, candid, schemavsn, Value::Object(Map::new()));
-        return fill_document(doc, object_id, candid, schemavsn, candidate, keys);
-    };
+    }
+    let top = doc.as_object_mut()?;
     for (name, text) in [("objectId", object_id), ("schemavsn", schemavsn)] {
         match top.get_mut(name) {
             Some(Value::String(s)) => {
@@ -336,15 +541,10 @@ fn fill_document(
         }
     }
     top.insert("candid".to_owned(), Value::from(candid));
-    match top.get_mut("candidate") {
-        Some(Value::Object(c)) => fill_subset(candidate, keys, c),
-        _ => {
-            let mut c = Map::new();
-            fill_subset(candidate, keys, &mut c)?;
-            top.insert("candidate".to_owned(), Value::Object(c));
-            Ok(())
-        }
+    if !matches!(top.get("candidate"), Some(Value::Object(_))) {
+        top.insert("candidate".to_owned(), Value::Object(Map::new()));
     }
+    top.get_mut("candidate").and_then(Value::as_object_mut)
 }
 
 /// The `hpx` ranges (inclusive, depth 29) to read for `moc`, and whether
@@ -380,20 +580,29 @@ async fn writer_schemas(store: &AlertStore) -> Result<HashMap<String, Arc<Schema
 
 /// Stream `rows` to a blocking evaluator in batches, so decoding and
 /// evaluating one batch overlaps reading the next.
-async fn scan_rows<R, S>(mut rows: S, mut scanner: Scanner) -> Result<Scanner, ServiceError>
+async fn scan_rows<R, S>(
+    mut rows: S,
+    mut scanner: Scanner,
+    compact: bool,
+) -> Result<Scanner, ServiceError>
 where
     S: Stream<Item = Result<R, sqlx::Error>> + Unpin,
     R: sqlx::Row + Send + 'static,
     for<'r> &'r str: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
     for<'r> &'r [u8]: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
     for<'r> i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> f64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
     usize: sqlx::ColumnIndex<R>,
 {
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<R>>(4);
     let worker = tokio::task::spawn_blocking(move || {
         while let Some(batch) = rx.blocking_recv() {
             for row in &batch {
-                scanner.row(row)?;
+                if compact {
+                    scanner.row_compact(row)?;
+                } else {
+                    scanner.row(row)?;
+                }
             }
         }
         Ok::<Scanner, ServiceError>(scanner)
@@ -434,6 +643,10 @@ where
 /// The evaluator's state over one preview.
 struct Scanner {
     pipeline: Pipeline,
+    /// The compact records' columns, when the preview reads them.
+    compact: Option<CompactPlan>,
+    /// Count the alerts evaluated (off while the database counts them).
+    counting: bool,
     /// Candidate keys to read; `None` reads the whole record.
     keys: Option<KeySet>,
     /// The current alert's document; with `keys`, one map whose values each
@@ -514,6 +727,54 @@ impl Scanner {
                 }
             }
         }
+        self.evaluate(candid)
+    }
+
+    /// A row of `alert_cuts` (the plan's columns): the document refilled
+    /// from the typed fields, then evaluated.
+    fn row_compact<R>(&mut self, row: &R) -> Result<(), ServiceError>
+    where
+        R: sqlx::Row,
+        for<'r> &'r str: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+        for<'r> i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+        for<'r> f64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+        usize: sqlx::ColumnIndex<R>,
+    {
+        let Some(plan) = &self.compact else {
+            return Err(corrupt("compact plan"));
+        };
+        let candid: i64 = row.try_get(0)?;
+        let hpx: i64 = row.try_get(3)?;
+        if let Some(moc) = &self.exact
+            && !u64::try_from(hpx).is_ok_and(|h| moc.contains_val(&h))
+        {
+            return Ok(());
+        }
+        let object_id: &str = row.try_get(1)?;
+        let schemavsn: &str = row.try_get(2)?;
+        let present: i64 = row.try_get(4)?;
+        let candidate = fill_ids(&mut self.doc, object_id, candid, schemavsn)
+            .ok_or_else(|| corrupt("document"))?;
+        for (n, (key, i, kind)) in plan.fields.iter().enumerate() {
+            let column = 5 + n;
+            let value = match kind {
+                Kind::Int => row
+                    .try_get::<Option<i64>, _>(column)?
+                    .map_or(CutRef::Null, CutRef::Int),
+                Kind::Real => row
+                    .try_get::<Option<f64>, _>(column)?
+                    .map_or(CutRef::Null, CutRef::Real),
+                Kind::Text => row
+                    .try_get::<Option<&str>, _>(column)?
+                    .map_or(CutRef::Null, CutRef::Text),
+            };
+            cuts::fill(candidate, key, (present >> i) & 1 == 1, value);
+        }
+        self.evaluate(candid)
+    }
+
+    /// Run the pipeline on the current document (alert `candid`).
+    fn evaluate(&mut self, candid: i64) -> Result<(), ServiceError> {
         let doc = &self.doc;
         if !self.programids.is_empty() {
             let programid = value_at(doc, "candidate.programid").and_then(Value::as_i64);
@@ -521,7 +782,9 @@ impl Scanner {
                 return Ok(());
             }
         }
-        self.evaluated += 1;
+        if self.counting {
+            self.evaluated += 1;
+        }
         let Some(sort) = &mut self.sort else {
             if self.pipeline.passes_counted(doc, &mut self.kept) {
                 self.matched += 1;
@@ -537,52 +800,47 @@ impl Scanner {
             candid,
             ascending: sort.ascending,
             doc: Value::Null,
+            // Made from some of the candidate's fields: the output of the
+            // whole alert replaces it once the top is known.
+            partial: !(self.packet || self.keys.is_none()) || self.compact.is_some(),
         };
         if sort.heap.len() >= sort.limit && sort.heap.peek().is_some_and(|worst| ranked >= *worst) {
             return Ok(());
         }
-        // Entering the top: the output of the whole document.
-        let whole = if self.packet || self.keys.is_none() {
-            out
-        } else {
-            let full: Value = serde_json::from_str(candidate).map_err(|_| corrupt("candidate"))?;
-            let mut full = alert_document(object_id, candid, schemavsn, full);
-            strip(&mut full, &self.withheld);
-            self.pipeline.eval(&full).unwrap_or(out)
-        };
-        sort.heap.push(Ranked {
-            doc: whole,
-            ..ranked
-        });
+        sort.heap.push(Ranked { doc: out, ..ranked });
         if sort.heap.len() > sort.limit {
             sort.heap.pop();
         }
         Ok(())
     }
 
-    fn finish(self) -> PreviewResult {
-        let alerts = self
+    /// The result, and the (index, candid) of each alert returned whose
+    /// output was made from part of its candidate.
+    fn finish(self) -> (PreviewResult, Vec<(usize, i64)>) {
+        let ranked = self
             .sort
-            .map(|s| {
-                s.heap
-                    .into_sorted_vec()
-                    .into_iter()
-                    .map(|r| r.doc)
-                    .collect()
-            })
+            .map(|s| s.heap.into_sorted_vec())
             .unwrap_or_default();
+        let partial = ranked
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.partial)
+            .map(|(i, r)| (i, r.candid))
+            .collect();
+        let alerts = ranked.into_iter().map(|r| r.doc).collect();
         let kept = self
             .pipeline
             .match_stages()
             .into_iter()
             .map(|i| (i, self.kept.get(i).copied().unwrap_or(0)))
             .collect();
-        PreviewResult {
+        let result = PreviewResult {
             evaluated: self.evaluated,
             matched: self.matched,
             alerts,
             kept,
-        }
+        };
+        (result, partial)
     }
 }
 
@@ -601,6 +859,8 @@ struct Ranked {
     candid: i64,
     ascending: bool,
     doc: Value,
+    /// `doc` is the output of part of the alert.
+    partial: bool,
 }
 
 fn class(v: &Value) -> u8 {

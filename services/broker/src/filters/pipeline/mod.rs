@@ -17,12 +17,14 @@
 //! Modules: `ast` (the compiled form and its canonical JSON), `compile`
 //! (checking), `paths` (schema index, document shape, suggestions), `eval`
 //! (evaluation), `scan` (reading only the candidate fields a pipeline
-//! needs out of the stored JSON).
+//! needs out of the stored JSON), `pushdown` (the first stage's cuts a
+//! database can apply).
 
 mod ast;
 mod compile;
 mod eval;
 mod paths;
+mod pushdown;
 pub mod scan;
 #[cfg(test)]
 mod tests;
@@ -32,6 +34,7 @@ use serde_json::Value;
 use std::sync::Arc;
 
 pub use compile::{MAX_DEPTH, MAX_IN, MAX_PATH, MAX_STAGES};
+pub use pushdown::{CutOp, FieldCut};
 
 /// What a filter's stream carries: the ZTF programmes (`candidate.programid`:
 /// 1 public, 2 partnership, 3 Caltech) and the paths (prefixes such as
@@ -212,6 +215,12 @@ impl Pipeline {
     /// pipeline.
     pub fn canonical(&self) -> Value {
         ast::canonical_stages(&self.stages)
+    }
+
+    /// Comparisons of candidate fields with literals that every alert
+    /// passing the first stage meets, for a database to apply first.
+    pub fn leading_cuts(&self) -> Vec<FieldCut> {
+        pushdown::leading_cuts(&self.stages)
     }
 
     /// The parts of the alert document the pipeline reads.
