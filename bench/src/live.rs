@@ -7,7 +7,9 @@
 //! history (which makes every alert's packet decoded). Each phase reports
 //! ingest alerts/s (decode, store, filters) and, timed inside the ingest
 //! hook, the filters' own alerts/s (documents, evaluation of every version,
-//! the batch's matches saved and trimmed).
+//! the batch's matches saved and trimmed); when a version reads the history
+//! the hook watches the decode (issue 27 §3), and the time its watcher
+//! spends on each decoded alert is counted too.
 //!
 //! The versions are posted, previewed and activated through the filter
 //! service as an agent's calls would be (a system principal in one session),
@@ -15,9 +17,11 @@
 //! stripped once) and half on the partnership stream.
 
 use crate::alerts::Generator;
-use ithaca_broker::alerts::service::{AlertsConfig, IngestHook, StoredBatch};
+use apache_avro::types::Value as AvroValue;
+use ithaca_broker::alerts::avro::DecodedAlert;
+use ithaca_broker::alerts::service::{AlertsConfig, FileWatch, IngestHook, StoredBatch};
 use ithaca_broker::filters::defaults;
-use ithaca_broker::filters::live::LiveFilters;
+use ithaca_broker::filters::live::{LiveFilters, LiveWatch};
 use ithaca_broker::filters::run::RunArgs;
 use ithaca_broker::filters::service::{FilterService, NewFilter};
 use ithaca_broker::filters::store::FilterStore;
@@ -60,7 +64,14 @@ pub struct LiveArgs {
 /// The live path, timed inside the ingest hook.
 struct Timed {
     live: LiveFilters,
-    totals: Mutex<Totals>,
+    totals: Arc<Mutex<Totals>>,
+}
+
+/// A file's watcher, timed on the decode thread and after the store.
+struct TimedWatch {
+    inner: LiveWatch,
+    totals: Arc<Mutex<Totals>>,
+    spent: Duration,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -71,20 +82,58 @@ struct Totals {
     failures: u64,
 }
 
+impl Totals {
+    fn add(&mut self, spent: Duration, alerts: u64, outcome: Option<usize>) {
+        self.spent += spent;
+        self.alerts += alerts;
+        match outcome {
+            Some(matches) => self.matches += matches as u64,
+            None => self.failures += 1,
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl FileWatch for TimedWatch {
+    fn decoded(&mut self, alert: &DecodedAlert, value: &AvroValue) {
+        let started = Instant::now();
+        self.inner.decoded(alert, value);
+        self.spent += started.elapsed();
+    }
+
+    async fn stored(self: Box<Self>, batch: StoredBatch) {
+        let started = Instant::now();
+        let n = batch.alerts.len() as u64;
+        let (spent, totals) = (self.spent, self.totals.clone());
+        let outcome = self.inner.finish(batch).await;
+        if let Ok(mut t) = totals.lock() {
+            t.add(
+                spent + started.elapsed(),
+                n,
+                outcome.ok().map(|r| r.matches),
+            );
+        }
+    }
+}
+
 #[tonic::async_trait]
 impl IngestHook for Timed {
+    async fn watch(&self, broker_id: &str) -> Option<Box<dyn FileWatch>> {
+        let inner = self.live.watch(broker_id).await?;
+        Some(Box::new(TimedWatch {
+            inner,
+            totals: self.totals.clone(),
+            spent: Duration::ZERO,
+        }))
+    }
+
     async fn stored(&self, batch: StoredBatch) {
         let started = Instant::now();
         let n = batch.alerts.len() as u64;
         let outcome = self.live.run(batch).await;
         let spent = started.elapsed();
         if let Ok(mut t) = self.totals.lock() {
-            t.spent += spent;
-            t.alerts += n;
-            match outcome {
-                Ok(report) => t.matches += report.matches as u64,
-                Err(_) => t.failures += 1,
-            }
+            t.add(spent, n, outcome.ok().map(|r| r.matches));
         }
     }
 }
@@ -172,7 +221,7 @@ async fn one_database(
     let service = FilterService::new(FilterStore::new(db.clone()), alerts.clone());
     let timed = Arc::new(Timed {
         live: service.live().clone(),
-        totals: Mutex::new(Totals::default()),
+        totals: Arc::new(Mutex::new(Totals::default())),
     });
     if alerts.set_ingest_hook(timed.clone()).is_err() {
         anyhow::bail!("the alert service already has an ingest hook");

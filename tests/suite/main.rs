@@ -21,6 +21,7 @@ mod edge;
 mod faults;
 mod filter_preview;
 mod filters;
+mod filters_live;
 mod fixture_edge;
 mod fundamentals;
 mod gcn;

@@ -9,10 +9,14 @@
 
 use super::container::{self, WalkError};
 pub use super::limits::DecodeError;
+use super::service::FileWatch;
 use super::walk;
 use apache_avro::Schema;
 use apache_avro::schema::ResolvedSchema;
 use apache_avro::types::Value;
+/// A decoded Avro value, as [`FileWatch::decoded`] gets it (named here so a
+/// watcher need not depend on the Avro crate itself).
+pub use apache_avro::types::Value as AvroValue;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Map, Value as Json};
@@ -58,13 +62,29 @@ pub struct DecodedFile {
 /// [`container::DECODE_STACK_BYTES`] stack: the decoder recurses once per
 /// nesting level, and a pool thread's stack is whatever the runtime chose.
 pub async fn decode_file_on_thread(bytes: Vec<u8>) -> Result<DecodedFile, DecodeError> {
+    decode_watched_on_thread(bytes, None)
+        .await
+        .map(|(file, _)| file)
+}
+
+/// [`decode_file_watched`] on a thread of its own, as
+/// [`decode_file_on_thread`], with a file's watcher (if any), which comes
+/// back with the file.
+pub async fn decode_watched_on_thread(
+    bytes: Vec<u8>,
+    mut watch: Option<Box<dyn FileWatch>>,
+) -> Result<(DecodedFile, Option<Box<dyn FileWatch>>), DecodeError> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     std::thread::Builder::new()
         .name("avro-decode".to_owned())
         .stack_size(container::DECODE_STACK_BYTES)
         .spawn(move || {
+            let decoded = match watch.as_mut() {
+                Some(w) => decode_file_watched(&bytes, &mut |a, v| w.decoded(a, v)),
+                None => decode_file(&bytes),
+            };
             // The receiver is gone only when the caller gave up; nothing to tell.
-            let _ = tx.send(decode_file(&bytes));
+            let _ = tx.send(decoded.map(|file| (file, watch)));
         })
         .map_err(|e| DecodeError::Thread(e.to_string()))?;
     rx.await
@@ -73,6 +93,17 @@ pub async fn decode_file_on_thread(bytes: Vec<u8>) -> Result<DecodedFile, Decode
 
 /// Decode every alert of a container file with its writer schema.
 pub fn decode_file(bytes: &[u8]) -> Result<DecodedFile, DecodeError> {
+    decode_file_watched(bytes, &mut |_, _| {})
+}
+
+/// [`decode_file`], handing each alert and its decoded value to `watch`
+/// right after the alert is decoded, before the value is dropped: the one
+/// decode of the packet at ingest is also the filters' (issue 27 §3). Only
+/// one alert's value is alive at a time; `watch` must not keep it whole.
+pub fn decode_file_watched(
+    bytes: &[u8],
+    watch: &mut dyn FnMut(&DecodedAlert, &Value),
+) -> Result<DecodedFile, DecodeError> {
     container::limit_allocations();
     let header = container::read_header(bytes)?;
     let schema = header.schema.clone();
@@ -102,6 +133,7 @@ pub fn decode_file(bytes: &[u8]) -> Result<DecodedFile, DecodeError> {
             if version.is_empty() {
                 version = label;
             }
+            watch(&alert, &value);
             alerts.push(alert);
         }
         if !data.is_empty() {

@@ -4,7 +4,7 @@
 use super::avro::{self, DecodedFile};
 use super::cuts::Cuts;
 use super::schema::{self};
-use super::service::{ARCHIVE_BROKER, AlertService, StoredBatch, require_admin};
+use super::service::{ARCHIVE_BROKER, AlertService, FileWatch, StoredBatch, require_admin};
 use super::store::{AlertRow, FileRecord, NewAlert, SchemaRow};
 use crate::progress::{Progress, report};
 use crate::sky;
@@ -29,6 +29,16 @@ pub struct IngestReport {
     pub candids: Vec<i64>,
     pub object_ids: Vec<String>,
     pub version: String,
+}
+
+/// A decoded file on its way to the store, with the hook's watcher of its
+/// decode (if any), which is told what was newly stored.
+pub(super) struct DecodedIngest<'a> {
+    pub broker_id: &'a str,
+    pub source: &'a str,
+    pub checksum: &'a str,
+    pub decoded: DecodedFile,
+    pub watch: Option<Box<dyn FileWatch>>,
 }
 
 impl AlertService {
@@ -75,9 +85,17 @@ impl AlertService {
         }
         .to_owned();
         let checksum = hex::encode(Sha256::digest(&bytes));
+        let already_present = self.store.file(broker_id, &checksum).await?.is_some();
+        // A file seen before stores nothing, so the hook has nothing to
+        // watch; otherwise it may watch the decode (the filters evaluate
+        // each alert on the value decoded here, never decoding it again).
+        let watch = match self.ingest_hook.get() {
+            Some(hook) if !already_present => hook.watch(broker_id).await,
+            _ => None,
+        };
         // Decoding is CPU work; keep it off the async workers, on a thread
         // whose stack fits the deepest schema the limits accept.
-        let decoded = match avro::decode_file_on_thread(bytes).await {
+        let (decoded, watch) = match avro::decode_watched_on_thread(bytes, watch).await {
             Ok(decoded) => decoded,
             Err(e @ avro::DecodeError::Thread(_)) => return Err(ServiceError::internal(&e)),
             Err(e) => {
@@ -89,7 +107,7 @@ impl AlertService {
         let object_ids: Vec<String> = decoded.alerts.iter().map(|a| a.object_id.clone()).collect();
         let count = decoded.alerts.len() as i64;
         let version = decoded.version.clone();
-        if self.store.file(broker_id, &checksum).await?.is_some() {
+        if already_present {
             report(progress, count as u64, count as u64);
             return Ok(IngestReport {
                 broker_id: broker_id.to_owned(),
@@ -103,9 +121,14 @@ impl AlertService {
                 version,
             });
         }
-        let stored = self
-            .store_reporting(broker_id, &source, &checksum, decoded, progress)
-            .await?;
+        let file = DecodedIngest {
+            broker_id,
+            source: &source,
+            checksum: &checksum,
+            decoded,
+            watch,
+        };
+        let stored = self.store_reporting(file, progress).await?;
         tracing::info!(%broker_id, %source, alerts = count, stored, "alerts ingested");
         Ok(IngestReport {
             broker_id: broker_id.to_owned(),
@@ -129,18 +152,28 @@ impl AlertService {
         checksum: &str,
         decoded: DecodedFile,
     ) -> Result<i64, ServiceError> {
-        self.store_reporting(broker_id, source, checksum, decoded, None)
-            .await
+        let file = DecodedIngest {
+            broker_id,
+            source,
+            checksum,
+            decoded,
+            watch: None,
+        };
+        self.store_reporting(file, None).await
     }
 
     pub(super) async fn store_reporting(
         &self,
-        broker_id: &str,
-        source: &str,
-        checksum: &str,
-        decoded: DecodedFile,
+        file: DecodedIngest<'_>,
         progress: Option<&Progress>,
     ) -> Result<i64, ServiceError> {
+        let DecodedIngest {
+            broker_id,
+            source,
+            checksum,
+            decoded,
+            watch,
+        } = file;
         let now = clock::now_ms();
         let paths = schema::flatten(&decoded.schema, &[]);
         let schema_row = SchemaRow {
@@ -194,17 +227,22 @@ impl AlertService {
             .ingest_file(file, &schema_row, &alerts, progress)
             .await?;
         let count = stored.len() as i64;
-        if let Some(hook) = self.ingest_hook.get()
-            && !stored.is_empty()
-        {
-            let new: std::collections::HashSet<i64> = stored.into_iter().collect();
-            alerts.retain(|a| new.contains(&a.row.candid));
-            hook.stored(StoredBatch {
-                broker_id: broker_id.to_owned(),
-                schema: writer,
-                alerts,
-            })
-            .await;
+        let hook = self.ingest_hook.get();
+        if (hook.is_none() && watch.is_none()) || stored.is_empty() {
+            // Nothing new: a watcher is dropped with what it kept.
+            return Ok(count);
+        }
+        let new: std::collections::HashSet<i64> = stored.into_iter().collect();
+        alerts.retain(|a| new.contains(&a.row.candid));
+        let batch = StoredBatch {
+            broker_id: broker_id.to_owned(),
+            schema: writer,
+            alerts,
+        };
+        match (watch, hook) {
+            (Some(watch), _) => watch.stored(batch).await,
+            (None, Some(hook)) => hook.stored(batch).await,
+            (None, None) => {}
         }
         Ok(count)
     }

@@ -4,6 +4,7 @@
 //! `schema_query`); their types are re-exported here. Every refusal names
 //! the field at fault; nothing here panics on a caller's input.
 
+use super::avro::DecodedAlert;
 pub use super::brokers::{BrokerView, NewBroker};
 pub use super::curves::LightCurve;
 pub use super::ingest::IngestReport;
@@ -14,6 +15,7 @@ pub use super::schema_query::SchemaAnswer;
 use super::store::{AlertStore, NewAlert};
 use crate::accounts::vault::Vault;
 use apache_avro::Schema;
+use apache_avro::types::Value;
 use ithaca_kit::error::ServiceError;
 use ithaca_kit::principal::{Actor, Principal};
 use std::collections::HashMap;
@@ -66,9 +68,36 @@ pub struct AlertService {
 /// the seam through which active filter versions see every new alert.
 #[tonic::async_trait]
 pub trait IngestHook: Send + Sync {
+    /// Asked before a file of `broker_id` is decoded: a watcher to see each
+    /// alert's decoded value as the decode makes it, which then takes this
+    /// hook's place for the file (its [`FileWatch::stored`] is called
+    /// instead of [`Self::stored`]). `None` (the default): the hook needs
+    /// nothing the stored alerts do not carry, and the decode is unchanged.
+    async fn watch(&self, _broker_id: &str) -> Option<Box<dyn FileWatch>> {
+        None
+    }
+
     /// `batch` holds only alerts that were not stored before. A failure is
     /// the hook's to report: the alerts are stored either way.
     async fn stored(&self, batch: StoredBatch);
+}
+
+/// One file's watcher: it sees every alert of the file once, on the decode
+/// thread, right after the alert is decoded (so the value it reads is
+/// never decoded again), and is then told which alerts the ingest newly
+/// stored. Whatever it keeps between the two is its own; it must not keep
+/// the values (a 1,000-alert file decodes to hundreds of megabytes).
+#[tonic::async_trait]
+pub trait FileWatch: Send {
+    /// `alert` (its stored parts) and `value`, the whole decoded packet, in
+    /// file order. Called at most once per alert; a file that fails to
+    /// decode stores nothing and is never followed by [`Self::stored`].
+    fn decoded(&mut self, alert: &DecodedAlert, value: &Value);
+
+    /// The alerts the ingest newly stored, once committed (none stored:
+    /// not called). Alerts stored before are not in `batch`, and whatever
+    /// was kept for them must be dropped.
+    async fn stored(self: Box<Self>, batch: StoredBatch);
 }
 
 /// The alerts one ingest newly stored, with their writer schema.

@@ -5,22 +5,32 @@
 //! The active set (compiled pipelines) is loaded once and kept: activation
 //! in this process marks it stale, and it is reloaded at most
 //! [`RELOAD_AFTER`] after it was loaded, so an activation on another broker
-//! replica reaches this one within that bound. One ingest is one batch: each
-//! alert is decoded once, every relevant version evaluated on it, and all
-//! the batch's matches saved in one transaction (never a database round
-//! trip per alert or per filter).
+//! replica reaches this one within that bound. One ingest is one batch:
+//! every relevant version is evaluated on each alert, and all the batch's
+//! matches saved in one transaction (never a database round trip per alert
+//! or per filter).
+//!
+//! Versions on the candidate read each stored alert's `candidate` JSON after
+//! the store commits. When one reads beyond the candidate, the ingest hands
+//! this hook each alert's decoded value as it decodes the file (a
+//! [`LiveWatch`], in `watch`): the packet is decoded once, by the ingest,
+//! and the matches of alerts that turn out to be stored already are
+//! dropped.
 
-use super::document::{CUTOUTS, alert_document};
+mod watch;
+
+pub use watch::LiveWatch;
+
+use super::document::alert_document;
 pub use super::document::{strip, without};
 use super::model::Autosave;
 use super::pipeline::scan::{KeySet, object_subset};
 use super::pipeline::{self, CandidateNeeds, Pipeline};
 use super::store::{FilterStore, MatchRow};
 use crate::alerts::AlertService;
-use crate::alerts::service::{IngestHook, StoredBatch};
+use crate::alerts::service::{FileWatch, IngestHook, StoredBatch};
 use crate::alerts::store::NewAlert;
 use apache_avro::Schema;
-use apache_avro::types::Value;
 use ithaca_kit::clock;
 use ithaca_kit::error::ServiceError;
 use serde_json::Value as Json;
@@ -162,16 +172,28 @@ impl LiveFilters {
         Ok(out)
     }
 
+    /// A watcher of one file's decode for `broker_id`, when a relevant
+    /// active version reads beyond the candidate; `None` otherwise (the
+    /// stored candidates serve, after the store) or when the active set
+    /// cannot be loaded (the batch's [`Self::run`] tries again and reports).
+    pub async fn watch(&self, broker_id: &str) -> Option<LiveWatch> {
+        let active = self.active().await.ok()?;
+        let picked = relevant(&active, broker_id);
+        let plan = watch::Plan::of(&active, &picked)?;
+        Some(LiveWatch::new(
+            self.clone(),
+            active,
+            picked,
+            plan,
+            broker_id,
+        ))
+    }
+
     /// Run the active versions of `batch.broker_id` on the batch and save
     /// their matches.
     pub async fn run(&self, batch: StoredBatch) -> Result<BatchReport, ServiceError> {
         let active = self.active().await?;
-        let relevant: Vec<usize> = active
-            .iter()
-            .enumerate()
-            .filter(|(_, f)| f.broker_id == batch.broker_id && f.autosave.enabled)
-            .map(|(i, _)| i)
-            .collect();
+        let relevant = relevant(&active, &batch.broker_id);
         let mut report = BatchReport {
             alerts: batch.alerts.len(),
             filters: relevant.len(),
@@ -186,20 +208,52 @@ impl LiveFilters {
         let matches = tokio::task::spawn_blocking(move || evaluate(&set, &picked, &batch))
             .await
             .map_err(|e| ServiceError::internal(&e))?;
+        report.matches = matches.len();
+        self.save(&active, &relevant, &matches).await?;
+        Ok(report)
+    }
+
+    /// Save a batch's matches of the `relevant` versions of `active`, and
+    /// trim each matching filter's to its auto-save limit, in one
+    /// transaction.
+    async fn save(
+        &self,
+        active: &[ActiveFilter],
+        relevant: &[usize],
+        matches: &[MatchRow],
+    ) -> Result<(), ServiceError> {
+        if matches.is_empty() {
+            return Ok(());
+        }
         let trims: Vec<(String, i64)> = relevant
             .iter()
             .map(|&i| &active[i])
             .filter(|f| matches.iter().any(|m| m.filter_id == f.filter_id))
             .map(|f| (f.filter_id.clone(), f.autosave.keep))
             .collect();
-        report.matches = matches.len();
-        self.inner.store.save_matches(&matches, &trims).await?;
-        Ok(report)
+        self.inner.store.save_matches(matches, &trims).await?;
+        Ok(())
     }
+}
+
+/// The indices of the versions of `active` that run on `broker_id`'s alerts
+/// (those that save their matches).
+fn relevant(active: &[ActiveFilter], broker_id: &str) -> Vec<usize> {
+    active
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| f.broker_id == broker_id && f.autosave.enabled)
+        .map(|(i, _)| i)
+        .collect()
 }
 
 #[tonic::async_trait]
 impl IngestHook for LiveFilters {
+    async fn watch(&self, broker_id: &str) -> Option<Box<dyn FileWatch>> {
+        let watch = LiveFilters::watch(self, broker_id).await?;
+        Some(Box::new(watch))
+    }
+
     async fn stored(&self, batch: StoredBatch) {
         let broker_id = batch.broker_id.clone();
         match self.run(batch).await {
@@ -222,12 +276,15 @@ impl IngestHook for LiveFilters {
 }
 
 /// Every match of the `picked` filters of `set` among the batch's alerts.
-/// Each alert becomes one document, the one the preview builds (the
-/// candidate fields the versions read, or the whole packet when one reads
-/// beyond the candidate); a version on a stream that withholds paths sees
-/// the document without them.
+/// Each alert becomes one document, built from its stored `candidate` (the
+/// fields the versions read, or all of it), or, when one reads beyond the
+/// candidate, from its decoded packet ([`evaluate_packets`]); a version on
+/// a stream that withholds paths sees the document without them.
 fn evaluate(set: &[ActiveFilter], picked: &[usize], batch: &StoredBatch) -> Vec<MatchRow> {
     let now = clock::now_ms();
+    if let Some(plan) = watch::Plan::of(set, picked) {
+        return evaluate_packets(set, picked, &plan, batch, now);
+    }
     let read = Reading::of(picked.iter().map(|&i| &set[i]));
     // The distinct withheld sets, the empty one (if any) first: each alert
     // is stripped once per set, and the last set strips the document
@@ -241,7 +298,7 @@ fn evaluate(set: &[ActiveFilter], picked: &[usize], batch: &StoredBatch) -> Vec<
     views.sort_by_key(|v| v.len());
     let mut out = Vec::new();
     for alert in &batch.alerts {
-        let mut doc = match read.document(&batch.schema, alert) {
+        let mut doc = match read.document(alert) {
             Ok(doc) => doc,
             Err(e) => {
                 tracing::error!(candid = alert.row.candid, error = %e, "stored alert does not decode for filtering");
@@ -289,6 +346,56 @@ fn evaluate(set: &[ActiveFilter], picked: &[usize], batch: &StoredBatch) -> Vec<
     out
 }
 
+/// [`evaluate`] when a version reads beyond the candidate and no watcher
+/// saw the file decoded (the active set changed between the ingest's start
+/// and its end, or a decoded file was stored directly): each stored packet
+/// is decoded here, and evaluated as a watcher would have.
+fn evaluate_packets(
+    set: &[ActiveFilter],
+    picked: &[usize],
+    plan: &watch::Plan,
+    batch: &StoredBatch,
+    now: i64,
+) -> Vec<MatchRow> {
+    let each = watch::Batch {
+        set,
+        picked,
+        plan,
+        broker_id: &batch.broker_id,
+        now,
+    };
+    let mut out = Vec::new();
+    for alert in &batch.alerts {
+        let r = &alert.row;
+        let decoded = decode(&batch.schema, &alert.packet).and_then(|value| {
+            let candidate: Json = serde_json::from_str(&r.candidate).map_err(|e| e.to_string())?;
+            Ok((value, candidate))
+        });
+        let (value, candidate) = match decoded {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::error!(candid = r.candid, error = %e, "stored alert does not decode for filtering");
+                continue;
+            }
+        };
+        let parts = watch::AlertParts {
+            candid: r.candid,
+            object_id: &r.object_id,
+            schemavsn: &r.schemavsn,
+            jd: r.jd,
+            candidate: &candidate,
+        };
+        watch::evaluate_alert(&each, &parts, &value, &mut out);
+    }
+    out
+}
+
+/// A stored packet's value, decoded with its writer schema.
+fn decode(schema: &Schema, datum: &[u8]) -> Result<apache_avro::types::Value, String> {
+    let mut reader = datum;
+    apache_avro::from_avro_datum(schema, &mut reader, None).map_err(|e| e.to_string())
+}
+
 /// Top-level parts of an alert a match does not repeat: its ids (the
 /// match has them) and its histories (read the alert's resource for them).
 const NOT_IN_MATCH: [&str; 5] = [
@@ -317,7 +424,7 @@ fn match_fields(f: &ActiveFilter, read: &Reading, alert: &NewAlert, seen: &Json)
             whole = doc;
             &whole
         }
-        Reading::Packet | Reading::Candidate => seen,
+        Reading::Candidate => seen,
     };
     let Some(Json::Object(mut out)) = f.pipeline.eval(input) else {
         return "{}".to_owned();
@@ -336,10 +443,9 @@ fn match_fields(f: &ActiveFilter, read: &Reading, alert: &NewAlert, seen: &Json)
     serde_json::to_string(&Json::Object(out)).unwrap_or_else(|_| "{}".to_owned())
 }
 
-/// What of each alert a batch's versions read.
+/// What of each alert a batch's versions read when none reads beyond the
+/// candidate (otherwise `watch::Plan`).
 enum Reading {
-    /// The whole packet (a version reads beyond the candidate).
-    Packet,
     /// The whole candidate record.
     Candidate,
     /// These candidate fields, `programid` among them.
@@ -350,11 +456,7 @@ impl Reading {
     fn of<'a>(filters: impl Iterator<Item = &'a ActiveFilter>) -> Reading {
         let mut keys = vec!["programid".to_owned()];
         for f in filters {
-            let needs = f.pipeline.needs();
-            if needs.packet {
-                return Reading::Packet;
-            }
-            match &needs.candidate {
+            match &f.pipeline.needs().candidate {
                 CandidateNeeds::Whole => return Reading::Candidate,
                 CandidateNeeds::Keys(k) => keys.extend(k.iter().cloned()),
                 CandidateNeeds::Nothing => {}
@@ -363,10 +465,9 @@ impl Reading {
         Reading::Keys(KeySet::new(keys))
     }
 
-    fn document(&self, schema: &Schema, alert: &NewAlert) -> Result<Json, String> {
+    fn document(&self, alert: &NewAlert) -> Result<Json, String> {
         let r = &alert.row;
         let candidate = match self {
-            Reading::Packet => return packet(schema, &alert.packet),
             Reading::Candidate => serde_json::from_str(&r.candidate).map_err(|e| e.to_string())?,
             Reading::Keys(keys) => {
                 Json::Object(object_subset(&r.candidate, keys).map_err(|e| e.to_string())?)
@@ -379,21 +480,4 @@ impl Reading {
             candidate,
         ))
     }
-}
-
-/// A stored packet as the preview's packet document: the whole alert but
-/// its cutouts (left out before conversion, not after, which saves
-/// base64-encoding three images per alert).
-pub fn packet(schema: &Schema, datum: &[u8]) -> Result<Json, String> {
-    let mut reader = datum;
-    let value =
-        apache_avro::from_avro_datum(schema, &mut reader, None).map_err(|e| e.to_string())?;
-    let Value::Record(fields) = value else {
-        return Err("the alert is not a record".to_owned());
-    };
-    let kept: Vec<(String, Value)> = fields
-        .into_iter()
-        .filter(|(k, _)| !CUTOUTS.contains(&k.as_str()))
-        .collect();
-    Ok(crate::alerts::avro::to_json(&Value::Record(kept)))
 }

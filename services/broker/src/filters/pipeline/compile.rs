@@ -75,6 +75,9 @@ pub(crate) struct Compiled {
     pub warnings: Vec<Problem>,
     /// Alert fields (plain paths) the stages read.
     pub inputs: BTreeSet<String>,
+    /// Alert fields (plain paths) an inclusion `$project` keeps as they
+    /// are: with `inputs`, what such a pipeline's output is built from.
+    pub kept: BTreeSet<String>,
     /// The document's shape after the last stage.
     pub shape: Shape,
 }
@@ -100,6 +103,7 @@ pub(crate) fn compile(
         warnings: Vec::new(),
         shape: Shape::default(),
         inputs: BTreeSet::new(),
+        kept: BTreeSet::new(),
     };
     let Value::Array(list) = stages else {
         c.error(
@@ -139,6 +143,7 @@ pub(crate) fn compile(
             stages: out,
             warnings: c.warnings,
             inputs: c.inputs,
+            kept: c.kept,
             shape: c.shape,
         })
     } else {
@@ -153,6 +158,7 @@ struct Compiler<'a> {
     warnings: Vec<Problem>,
     shape: Shape,
     inputs: BTreeSet<String>,
+    kept: BTreeSet<String>,
 }
 
 fn json_kind(v: &Value) -> &'static str {
@@ -568,8 +574,14 @@ impl Compiler<'_> {
                     );
                     return None;
                 }
-                if matches!(usage, Usage::Match | Usage::Expr) {
-                    self.inputs.insert(field.clone());
+                match usage {
+                    Usage::Match | Usage::Expr => {
+                        self.inputs.insert(field.clone());
+                    }
+                    Usage::Keep => {
+                        self.kept.insert(field.clone());
+                    }
+                    Usage::Drop => {}
                 }
                 self.stream_check(&field, loc, usage);
                 Some((path, kind))

@@ -31,6 +31,7 @@ mod tests;
 
 use crate::alerts::schema::FlatField;
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub use compile::{MAX_DEPTH, MAX_IN, MAX_PATH, MAX_STAGES};
@@ -72,14 +73,20 @@ pub struct Checked {
 }
 
 /// The parts of the alert document a pipeline reads to decide whether an
-/// alert passes (the document's other parts cannot change that).
+/// alert passes, and to compute the fields it adds (the document's other
+/// parts cannot change either).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Needs {
     pub candidate: CandidateNeeds,
     /// A top-level field beyond `objectId`, `candid`, `schemavsn` and
     /// `candidate` (`prv_candidates`, `fp_hists`, a broker's own fields):
-    /// the stored packet must be decoded.
+    /// the packet must be decoded.
     pub packet: bool,
+    /// Those top-level fields by name, each with the keys of its records
+    /// (or of its array's records) read: `prv_candidates.magpsf` needs
+    /// `prv_candidates` with `Keys(["magpsf"])`, a cut on `fp_hists` itself
+    /// needs it `Whole`. Empty exactly when `packet` is false.
+    pub top: BTreeMap<String, CandidateNeeds>,
 }
 
 /// Which fields of `candidate` a pipeline reads.
@@ -98,6 +105,10 @@ pub enum CandidateNeeds {
 pub struct Pipeline {
     stages: Arc<[ast::Stage]>,
     needs: Needs,
+    /// What the output is built from when an inclusion `$project` shapes
+    /// it (the fields read and the fields kept); `None` when the output is
+    /// the whole document with what the stages changed.
+    output_needs: Option<Needs>,
     /// The schema and the document's shape after the last stage, to check
     /// paths into the output (a preview's `sort_by`).
     output: Arc<(paths::SchemaIndex, paths::Shape)>,
@@ -114,10 +125,24 @@ pub fn compile(
     let index = paths::SchemaIndex::new(schema);
     let compiled = compile::compile(stages, &index, stream)?;
     let needs = needs_of(compiled.inputs.iter().map(String::as_str));
+    let includes = compiled
+        .stages
+        .iter()
+        .any(|s| matches!(s, ast::Stage::Project(ast::Projection::Include { .. })));
+    let output_needs = includes.then(|| {
+        needs_of(
+            compiled
+                .inputs
+                .iter()
+                .chain(compiled.kept.iter())
+                .map(String::as_str),
+        )
+    });
     Ok(Checked {
         pipeline: Pipeline {
             stages: compiled.stages.into(),
             needs,
+            output_needs,
             output: Arc::new((index, compiled.shape)),
         },
         warnings: compiled.warnings,
@@ -140,7 +165,22 @@ pub(crate) fn needs_of<'a>(fields: impl IntoIterator<Item = &'a str>) -> Needs {
                     keys.push(key.to_owned());
                 }
             }
-            _ => needs.packet = true,
+            _ => {
+                needs.packet = true;
+                let entry = needs.top.entry(top.to_owned()).or_default();
+                let key = rest.split('.').next().unwrap_or(rest);
+                match entry {
+                    CandidateNeeds::Whole => {}
+                    _ if key.is_empty() => *entry = CandidateNeeds::Whole,
+                    CandidateNeeds::Nothing => *entry = CandidateNeeds::Keys(vec![key.to_owned()]),
+                    CandidateNeeds::Keys(k) => {
+                        if !k.iter().any(|k| k == key) {
+                            k.push(key.to_owned());
+                            k.sort();
+                        }
+                    }
+                }
+            }
         }
     }
     keys.sort();
@@ -152,6 +192,38 @@ pub(crate) fn needs_of<'a>(fields: impl IntoIterator<Item = &'a str>) -> Needs {
         CandidateNeeds::Keys(keys)
     };
     needs
+}
+
+impl CandidateNeeds {
+    /// Whether reading these keys of a record gives what `other` reads.
+    pub fn covers(&self, other: &CandidateNeeds) -> bool {
+        match (self, other) {
+            (CandidateNeeds::Whole, _) | (_, CandidateNeeds::Nothing) => true,
+            (CandidateNeeds::Keys(mine), CandidateNeeds::Keys(theirs)) => {
+                theirs.iter().all(|k| mine.contains(k))
+            }
+            _ => false,
+        }
+    }
+
+    /// These needs and `other`'s together.
+    pub fn union(&mut self, other: &CandidateNeeds) {
+        match (&mut *self, other) {
+            (CandidateNeeds::Whole, _) | (_, CandidateNeeds::Nothing) => {}
+            (_, CandidateNeeds::Whole) => *self = CandidateNeeds::Whole,
+            (CandidateNeeds::Nothing, CandidateNeeds::Keys(k)) => {
+                *self = CandidateNeeds::Keys(k.clone());
+            }
+            (CandidateNeeds::Keys(mine), CandidateNeeds::Keys(theirs)) => {
+                for k in theirs {
+                    if !mine.contains(k) {
+                        mine.push(k.clone());
+                    }
+                }
+                mine.sort();
+            }
+        }
+    }
 }
 
 impl Pipeline {
@@ -226,6 +298,13 @@ impl Pipeline {
     /// The parts of the alert document the pipeline reads.
     pub fn needs(&self) -> &Needs {
         &self.needs
+    }
+
+    /// The parts of the alert document its output is built from, when an
+    /// inclusion `$project` shapes the output; `None` when the output is
+    /// the whole document (every top-level field passes through).
+    pub fn output_needs(&self) -> Option<&Needs> {
+        self.output_needs.as_ref()
     }
 
     /// Check a path into the pipeline's output (a preview's `sort_by`).

@@ -774,7 +774,8 @@ fn needs_name_what_the_decision_reads() {
         p.needs(),
         &Needs {
             candidate: CandidateNeeds::Keys(vec!["drb".into(), "magpsf".into()]),
-            packet: false
+            packet: false,
+            top: Default::default(),
         }
     );
     assert!(ok(m(json!({"prv_candidates.magpsf": 1}))).needs().packet);
@@ -788,6 +789,71 @@ fn needs_name_what_the_decision_reads() {
         ok(m(json!({"objectId": "x"}))).needs().candidate,
         CandidateNeeds::Nothing
     );
+}
+
+#[test]
+fn needs_name_the_top_level_fields_and_their_keys() {
+    let p = ok(json!([
+        {"$match": {"prv_candidates.magpsf": {"$lt": 19}, "prv_candidates.0.jd": {"$gt": 1}}},
+        {"$match": {"fp_hists": {"$exists": true}}}
+    ]));
+    let needs = p.needs();
+    assert!(needs.packet);
+    assert_eq!(
+        needs.top.get("prv_candidates"),
+        Some(&CandidateNeeds::Keys(vec!["jd".into(), "magpsf".into()]))
+    );
+    assert_eq!(needs.top.get("fp_hists"), Some(&CandidateNeeds::Whole));
+    assert_eq!(needs.top.len(), 2);
+    // On the candidate only: no top-level field, no packet.
+    let c = ok(m(json!({"candidate.magpsf": {"$lt": 19}})));
+    assert!(!c.needs().packet && c.needs().top.is_empty());
+}
+
+#[test]
+fn output_needs_name_what_an_inclusion_project_builds_from() {
+    let p = ok(json!([
+        {"$match": {"candidate.drb": {"$gt": 0.5}}},
+        {"$addFields": {"a": {"$add": ["$candidate.magpsf", 1]}}},
+        {"$project": {"candidate.rb": 1, "prv_candidates.magpsf": 1, "a": 1}}
+    ]));
+    let out = p.output_needs().expect("an inclusion $project");
+    assert_eq!(
+        out.candidate,
+        CandidateNeeds::Keys(vec!["drb".into(), "magpsf".into(), "rb".into()])
+    );
+    assert_eq!(
+        out.top.get("prv_candidates"),
+        Some(&CandidateNeeds::Keys(vec!["magpsf".into()]))
+    );
+    // What it reads to decide is less than what its output keeps.
+    assert!(!p.needs().packet);
+    // No $project, or one that drops: the output is the whole document.
+    assert!(
+        ok(m(json!({"candidate.drb": {"$gt": 0.5}})))
+            .output_needs()
+            .is_none()
+    );
+    assert!(
+        ok(json!([{"$project": {"candidate": 0}}]))
+            .output_needs()
+            .is_none()
+    );
+}
+
+#[test]
+fn candidate_needs_cover_and_join() {
+    let keys = |k: &[&str]| CandidateNeeds::Keys(k.iter().map(|s| (*s).to_owned()).collect());
+    assert!(CandidateNeeds::Whole.covers(&keys(&["a"])));
+    assert!(keys(&["a", "b"]).covers(&keys(&["b"])));
+    assert!(!keys(&["a"]).covers(&keys(&["a", "b"])));
+    assert!(!keys(&["a"]).covers(&CandidateNeeds::Whole));
+    assert!(CandidateNeeds::Nothing.covers(&CandidateNeeds::Nothing));
+    let mut joined = keys(&["b"]);
+    joined.union(&keys(&["a", "b"]));
+    assert_eq!(joined, keys(&["a", "b"]));
+    joined.union(&CandidateNeeds::Whole);
+    assert_eq!(joined, CandidateNeeds::Whole);
 }
 
 #[test]
