@@ -238,6 +238,10 @@ pub struct DbFigures {
     pub database: String,
     pub full_alerts: u64,
     pub full_ingest_per_s: f64,
+    /// The archive holding only the whole clones.
+    pub full_disk: Option<crate::disk::Disk>,
+    /// The archive at the end (whole clones and the large archive).
+    pub disk: Option<crate::disk::Disk>,
     pub alerts: u64,
     pub ingest_per_s: f64,
     pub cone_p50_ms: f64,
@@ -327,7 +331,7 @@ async fn one_database(
 ) -> anyhow::Result<DbFigures> {
     let key = InternalKey::new(b"bench-alerts-internal-key-0123456789abcdef".to_vec())?;
     let db = ithaca_broker::open_db(db_url, schema).await?;
-    let (service, catalogs) = ithaca_broker::astro(db, &key, AlertsConfig::default());
+    let (service, catalogs) = ithaca_broker::astro(db.clone(), &key, AlertsConfig::default());
     let admin = Principal::system("");
     let reader = Principal::verified(VerifiedKey {
         tenant_id: "bench".into(),
@@ -385,6 +389,9 @@ async fn one_database(
         }
         figures.full_alerts = done;
         figures.full_ingest_per_s = done as f64 / spent.as_secs_f64().max(1e-9);
+        if done > 0 {
+            figures.full_disk = Some(crate::disk::measure(&db).await?);
+        }
         eprintln!(
             "alerts[{label}]: {done} whole clones at {:.0} alerts/s",
             figures.full_ingest_per_s
@@ -467,6 +474,7 @@ async fn one_database(
     times.sort();
     figures.crossmatch_p50_ms = percentile(&times, 0.50);
     figures.crossmatch_p99_ms = percentile(&times, 0.99);
+    figures.disk = Some(crate::disk::measure(&db).await?);
     eprintln!("alerts[{label}]: {figures:?}");
     Ok(figures)
 }
@@ -538,6 +546,28 @@ pub async fn run(args: AlertsArgs) -> anyhow::Result<Vec<DbFigures>> {
             f.crossmatch_p50_ms,
             f.crossmatch_p99_ms
         );
+    }
+    for f in &out {
+        let lines = [
+            (
+                "whole clones (history, no cutouts)",
+                f.full_disk,
+                f.full_alerts,
+            ),
+            ("whole clones and archive", f.disk, f.full_alerts + f.alerts),
+        ];
+        for (what, disk, alerts) in lines {
+            if let Some(d) = disk {
+                let (with_cuts, without) = d.per_alert(alerts);
+                println!(
+                    "{}: disk, {what}: {alerts} alerts, {:.1} MB: {with_cuts:.0} B per alert, \
+                     of which the compact record {:.0} B ({without:.0} B without it)",
+                    f.database,
+                    d.total_bytes as f64 / 1e6,
+                    with_cuts - without
+                );
+            }
+        }
     }
     let report = args.work_dir.join("report.json");
     std::fs::write(&report, serde_json::to_string_pretty(&out)?)?;

@@ -14,6 +14,7 @@ mod alerts;
 mod appends;
 mod backend;
 mod bare;
+mod disk;
 mod driver;
 mod fastmcp;
 mod filters;

@@ -2,7 +2,10 @@
 //!
 //! A URI that names nothing, that needs a scope the caller lacks, or that
 //! the service will not show the caller (another tenant's) is "resource
-//! not found", all alike.
+//! not found", all alike. A URI whose variables the service cannot read at
+//! all (a cutout kind that does not exist, a candid that is not a number)
+//! is refused with the service's reason: that depends on the URI alone,
+//! never on what is stored or whose it is.
 
 use crate::call::render;
 use crate::catalog::Resource;
@@ -31,9 +34,8 @@ impl Core {
             .await
         {
             Ok(response) => Ok(render_resource(resource, uri, &response)),
-            Err(status) if matches!(status.code(), Code::NotFound | Code::InvalidArgument) => {
-                Err(not_found(uri))
-            }
+            Err(status) if status.code() == Code::InvalidArgument => Err(bad_uri(uri, &status)),
+            Err(status) if status.code() == Code::NotFound => Err(not_found(uri)),
             Err(status) => Err(RpcError::internal(&status)),
         }
     }
@@ -104,6 +106,15 @@ impl Core {
 fn not_found(uri: &str) -> RpcError {
     RpcError::invalid_params(
         format!("resource not found: {uri}"),
+        Some(json!({"uri": uri})),
+    )
+}
+
+/// A URI the resource's service could not read: its reason, which names
+/// the variable.
+fn bad_uri(uri: &str, status: &tonic::Status) -> RpcError {
+    RpcError::invalid_params(
+        format!("resource {uri} cannot be read: {}", status.message()),
         Some(json!({"uri": uri})),
     )
 }

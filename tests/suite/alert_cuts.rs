@@ -170,6 +170,21 @@ async fn cases(alerts: &AlertService) -> Vec<(&'static str, Pipeline, PreviewQue
             query(),
         ),
         (
+            "$or and $nor, over a field old candidates lack (drb)",
+            compiled(
+                alerts,
+                &json!([{"$match": {
+                    "$nor": [
+                        {"candidate.drb": {"$lt": 0.9}},
+                        {"$or": [{"candidate.distpsnr1": {"$gt": 20}}, {"candidate.sgscore1": {"$in": [0.5, 1]}}]}
+                    ],
+                    "$or": [{"candidate.fid": 1}, {"candidate.magpsf": {"$lt": 18}}]
+                }}]),
+            )
+            .await,
+            sorted("candidate.jd", true, 40),
+        ),
+        (
             "a field the record does not hold",
             compiled(
                 alerts,

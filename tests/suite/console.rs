@@ -1358,6 +1358,14 @@ async fn browser_filter_and_gcn_event_pages() {
     );
     assert!(b.text("#filter-matches").await.contains("active"));
     b.screenshot("object").await;
+    // Below the fold: the three cutouts, drawn (each image decoded by the
+    // browser), then the alerts.
+    let drawn = b
+        .js("const c = document.getElementById('cutouts'); c.scrollIntoView(); \
+             return [...c.querySelectorAll('img')].filter(i => i.complete && i.naturalWidth > 0).length")
+        .await;
+    assert_eq!(drawn.as_i64(), Some(3), "three cutouts drawn: {drawn}");
+    b.screenshot("object-cutouts").await;
     // Another alert's cutouts, from the alerts table.
     let alerts = b
         .js("return document.querySelectorAll('#alerts tbody tr').length")

@@ -218,11 +218,11 @@ async fn object_page_cutouts_and_their_resource() {
     for (uri, said) in [
         (
             format!("doomberg://brokers/ztf-archive/alerts/{CANDID}/cutouts/spectrum.png"),
-            "spectrum",
+            "is not a cutout (science, template or difference)",
         ),
         (
             "doomberg://brokers/ztf-archive/alerts/12x/cutouts/science.png".to_owned(),
-            "12x",
+            "candid",
         ),
         (
             "doomberg://brokers/ztf-archive/alerts/1/cutouts/science.png".to_owned(),

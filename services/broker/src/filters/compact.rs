@@ -6,7 +6,7 @@
 //! key and the programme filter read nothing but their fields; otherwise
 //! the preview reads the candidates' JSON as before.
 
-use super::pipeline::{CutOp, FieldCut};
+use super::pipeline::{CutOp, CutTree, FieldCut};
 use crate::alerts::cuts::{self, Kind};
 use serde_json::Value;
 
@@ -29,13 +29,23 @@ struct SqlCut {
     binds: Vec<Bind>,
 }
 
+/// What the database applies: the cuts and how they combine.
+#[derive(Clone, Debug, PartialEq)]
+enum SqlTree {
+    All(Vec<SqlTree>),
+    Any(Vec<SqlTree>),
+    NoneOf(Vec<SqlTree>),
+    Cut(SqlCut),
+}
+
 /// How a preview reads the compact records.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CompactPlan {
     /// The candidate keys read, each with its field index and type, in the
     /// order of the columns after `present`.
     pub fields: Vec<(String, usize, Kind)>,
-    cuts: Vec<SqlCut>,
+    /// Conjuncts the database applies.
+    cuts: Vec<SqlTree>,
     /// `candidate.programid IN (…)` applied by the database.
     programids: Vec<i32>,
 }
@@ -55,13 +65,14 @@ impl CompactPlan {
         })
     }
 
-    /// Let the database apply `leading` (the pipeline's first-stage cuts)
-    /// where it compares exactly as the evaluator does, and the programme
-    /// filter. Keys that are withheld are never pushed (the evaluator sees
-    /// them as missing). Returns whether anything was pushed.
+    /// Let the database apply what it can of `leading` (the pipeline's
+    /// first stage): a condition every alert the stage keeps meets, made of
+    /// comparisons it makes exactly as the evaluator does, and the
+    /// programme filter. Keys that are withheld are never pushed (the
+    /// evaluator sees them as missing). Returns whether anything was pushed.
     pub fn push_down(
         &mut self,
-        leading: &[FieldCut],
+        leading: &CutTree,
         withheld: &[String],
         programids: &[i32],
     ) -> bool {
@@ -75,21 +86,22 @@ impl CompactPlan {
         if !programids.is_empty() && !readable("programid") {
             return false;
         }
-        for cut in leading {
+        let leaf = |cut: &FieldCut| -> Option<SqlTree> {
             if !readable(&cut.key) {
-                continue;
+                return None;
             }
-            let Some((i, kind)) = cuts::field(&cut.key) else {
-                continue;
-            };
-            if let Some(binds) = binds(kind, cut.op, &cut.values) {
-                self.cuts.push(SqlCut {
-                    column: cuts::FIELDS[i].0,
-                    op: cut.op,
-                    binds,
-                });
-            }
-        }
+            let (i, kind) = cuts::field(&cut.key)?;
+            Some(SqlTree::Cut(SqlCut {
+                column: cuts::FIELDS[i].0,
+                op: cut.op,
+                binds: binds(kind, cut.op, &cut.values)?,
+            }))
+        };
+        self.cuts = match necessary(leading, &leaf) {
+            None => Vec::new(),
+            Some(SqlTree::All(parts)) => parts,
+            Some(one) => vec![one],
+        };
         self.programids = programids.to_vec();
         !self.cuts.is_empty() || !self.programids.is_empty()
     }
@@ -125,29 +137,14 @@ impl CompactPlan {
     pub fn condition(&self, first: usize) -> (String, usize) {
         let mut sql = String::new();
         let mut n = first;
-        let mut next = || {
-            let p = format!("${n}");
-            n += 1;
-            p
-        };
         for cut in &self.cuts {
-            let op = match cut.op {
-                CutOp::Eq => "=",
-                CutOp::Gt => ">",
-                CutOp::Gte => ">=",
-                CutOp::Lt => "<",
-                CutOp::Lte => "<=",
-                CutOp::In => "IN",
-            };
-            if cut.op == CutOp::In {
-                let list: Vec<String> = cut.binds.iter().map(|_| next()).collect();
-                sql.push_str(&format!(" AND {} IN ({})", cut.column, list.join(", ")));
-            } else {
-                sql.push_str(&format!(" AND {} {op} {}", cut.column, next()));
-            }
+            sql.push_str(" AND ");
+            render(cut, false, &mut n, &mut sql);
         }
         if !self.programids.is_empty() {
-            let list: Vec<String> = self.programids.iter().map(|_| next()).collect();
+            let list: Vec<String> = (0..self.programids.len())
+                .map(|_| placeholder(&mut n))
+                .collect();
             sql.push_str(&format!(" AND programid IN ({})", list.join(", ")));
         }
         (sql, n - first)
@@ -155,9 +152,117 @@ impl CompactPlan {
 
     /// The values of [`Self::condition`]'s placeholders, in order.
     pub fn binds(&self) -> Vec<Bind> {
-        let mut out: Vec<Bind> = self.cuts.iter().flat_map(|c| c.binds.clone()).collect();
+        fn walk(t: &SqlTree, out: &mut Vec<Bind>) {
+            match t {
+                SqlTree::All(parts) | SqlTree::Any(parts) | SqlTree::NoneOf(parts) => {
+                    parts.iter().for_each(|p| walk(p, out));
+                }
+                SqlTree::Cut(c) => out.extend(c.binds.iter().cloned()),
+            }
+        }
+        let mut out = Vec::new();
+        self.cuts.iter().for_each(|c| walk(c, &mut out));
         out.extend(self.programids.iter().map(|p| Bind::Int(i64::from(*p))));
         out
+    }
+}
+
+fn placeholder(n: &mut usize) -> String {
+    let p = format!("${n}");
+    *n += 1;
+    p
+}
+
+/// `t` as SQL. Under a negation every comparison is made two-valued
+/// (`COALESCE(…, FALSE)`): the evaluator finds a comparison with a missing
+/// or null field false, and `NOT` of SQL's unknown would drop the alert
+/// the evaluator keeps. Elsewhere unknown already drops it, as false does.
+fn render(t: &SqlTree, negated: bool, n: &mut usize, sql: &mut String) {
+    let join = |parts: &[SqlTree], with: &str, negated: bool, n: &mut usize, sql: &mut String| {
+        sql.push('(');
+        for (i, p) in parts.iter().enumerate() {
+            if i > 0 {
+                sql.push_str(with);
+            }
+            render(p, negated, n, sql);
+        }
+        sql.push(')');
+    };
+    match t {
+        SqlTree::All(parts) => join(parts, " AND ", negated, n, sql),
+        SqlTree::Any(parts) => join(parts, " OR ", negated, n, sql),
+        SqlTree::NoneOf(parts) => {
+            sql.push_str("NOT ");
+            join(parts, " OR ", true, n, sql);
+        }
+        SqlTree::Cut(cut) => {
+            let symbol = match cut.op {
+                CutOp::Eq => "=",
+                CutOp::Gt => ">",
+                CutOp::Gte => ">=",
+                CutOp::Lt => "<",
+                CutOp::Lte => "<=",
+                CutOp::In => "IN",
+            };
+            let compare = if cut.op == CutOp::In {
+                let list: Vec<String> = cut.binds.iter().map(|_| placeholder(n)).collect();
+                format!("{} IN ({})", cut.column, list.join(", "))
+            } else {
+                format!("{} {symbol} {}", cut.column, placeholder(n))
+            };
+            if negated {
+                sql.push_str(&format!("COALESCE({compare}, FALSE)"));
+            } else {
+                sql.push_str(&compare);
+            }
+        }
+    }
+}
+
+/// A condition the database can apply that every alert meeting `t` meets,
+/// or `None` when there is none (always true). A conjunction keeps the
+/// parts it can; a disjunction needs one for every branch; a negation
+/// needs its parts exactly (`NOT (a OR b)` implies `NOT a`, so the parts
+/// it has exactly are enough).
+fn necessary(t: &CutTree, leaf: &dyn Fn(&FieldCut) -> Option<SqlTree>) -> Option<SqlTree> {
+    match t {
+        CutTree::Cut(c) => leaf(c),
+        CutTree::Opaque => None,
+        CutTree::All(parts) => {
+            let mut kept: Vec<SqlTree> = parts.iter().filter_map(|p| necessary(p, leaf)).collect();
+            match kept.len() {
+                0 => None,
+                1 => kept.pop(),
+                _ => Some(SqlTree::All(kept)),
+            }
+        }
+        CutTree::Any(parts) if !parts.is_empty() => parts
+            .iter()
+            .map(|p| necessary(p, leaf))
+            .collect::<Option<Vec<_>>>()
+            .map(SqlTree::Any),
+        CutTree::Any(_) => None,
+        CutTree::NoneOf(parts) => {
+            let kept: Vec<SqlTree> = parts.iter().filter_map(|p| exact(p, leaf)).collect();
+            (!kept.is_empty()).then_some(SqlTree::NoneOf(kept))
+        }
+    }
+}
+
+/// `t` exactly, or `None` when part of it is beyond the database.
+fn exact(t: &CutTree, leaf: &dyn Fn(&FieldCut) -> Option<SqlTree>) -> Option<SqlTree> {
+    let all = |parts: &[CutTree]| -> Option<Vec<SqlTree>> {
+        if parts.is_empty() {
+            return None;
+        }
+        parts.iter().map(|p| exact(p, leaf)).collect()
+    };
+    match t {
+        CutTree::Cut(c) => leaf(c),
+        CutTree::Opaque => None,
+        CutTree::All(parts) => all(parts).map(SqlTree::All),
+        CutTree::Any(parts) => all(parts).map(SqlTree::Any),
+        CutTree::NoneOf(parts) => all(parts).map(SqlTree::NoneOf),
     }
 }
 
@@ -196,12 +301,16 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn cut(key: &str, op: CutOp, values: Vec<Value>) -> FieldCut {
-        FieldCut {
+    fn cut(key: &str, op: CutOp, values: Vec<Value>) -> CutTree {
+        CutTree::Cut(FieldCut {
             key: key.to_owned(),
             op,
             values,
-        }
+        })
+    }
+
+    fn all(parts: impl IntoIterator<Item = CutTree>) -> CutTree {
+        CutTree::All(parts.into_iter().collect())
     }
 
     #[test]
@@ -218,7 +327,7 @@ mod tests {
             cut("isdiffpos", CutOp::In, vec![json!("t"), json!("1")]),
             cut("nbad", CutOp::Lte, vec![json!(5)]),
         ];
-        assert!(plan.push_down(&leading, &[], &[1, 2]));
+        assert!(plan.push_down(&all(leading), &[], &[1, 2]));
         let (sql, used) = plan.condition(4);
         assert_eq!(
             sql,
@@ -261,12 +370,48 @@ mod tests {
             // An `$in` with one value the database cannot compare.
             cut("fid", CutOp::In, vec![json!(1), json!(null)]),
         ];
-        assert!(!plan.push_down(&leading, &["candidate.rb".into()], &[]));
+        assert!(!plan.push_down(&all(leading), &["candidate.rb".into()], &[]));
         assert_eq!(plan.condition(4), (String::new(), 0));
         // With the programme withheld nothing is pushed: the evaluator sees
         // it missing and keeps nothing, which the database cannot count.
         let pushable = [cut("drb", CutOp::Gt, vec![json!(0.5)])];
-        assert!(!plan.push_down(&pushable, &["candidate.programid".into()], &[1]));
+        assert!(!plan.push_down(&all(pushable), &["candidate.programid".into()], &[1]));
         assert!(!plan.pushes());
+    }
+
+    #[test]
+    fn or_and_nor_are_pushed_where_they_stay_necessary() {
+        let gt = |k: &str, v: f64| cut(k, CutOp::Gt, vec![json!(v)]);
+        let mut plan = CompactPlan::new(&["drb".into()]).expect("a plan");
+        let leading = all([
+            gt("drb", 0.5),
+            CutTree::Any(vec![gt("ndethist", 1.0), gt("ssdistnr", 0.0)]),
+            // A branch the database cannot decide: the whole `$or` stays.
+            CutTree::Any(vec![gt("fwhm", 1.0), CutTree::Opaque]),
+            // A negation keeps the parts it has exactly.
+            CutTree::NoneOf(vec![
+                all([
+                    gt("sgscore1", 0.76),
+                    cut("distpsnr1", CutOp::Lt, vec![json!(2)]),
+                ]),
+                all([gt("rb", 0.1), CutTree::Opaque]),
+            ]),
+        ]);
+        assert!(plan.push_down(&leading, &[], &[]));
+        let (sql, used) = plan.condition(1);
+        assert_eq!(
+            sql,
+            " AND drb > $1 AND (ndethist > $2 OR ssdistnr > $3) \
+             AND NOT ((COALESCE(sgscore1 > $4, FALSE) AND COALESCE(distpsnr1 < $5, FALSE)))"
+        );
+        assert_eq!(used, 5);
+        assert_eq!(plan.binds().len(), 5);
+        // Nothing exact under a negation, nothing pushed.
+        let mut plan = CompactPlan::new(&["drb".into()]).expect("a plan");
+        assert!(!plan.push_down(
+            &all([CutTree::NoneOf(vec![CutTree::Opaque]), CutTree::Any(vec![])]),
+            &[],
+            &[]
+        ));
     }
 }

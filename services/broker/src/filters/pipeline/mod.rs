@@ -35,7 +35,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub use compile::{MAX_DEPTH, MAX_IN, MAX_PATH, MAX_STAGES};
-pub use pushdown::{CutOp, FieldCut};
+pub use pushdown::{CutOp, CutTree, FieldCut};
 
 /// What a filter's stream carries: the ZTF programmes (`candidate.programid`:
 /// 1 public, 2 partnership, 3 Caltech) and the paths (prefixes such as
@@ -289,9 +289,9 @@ impl Pipeline {
         ast::canonical_stages(&self.stages)
     }
 
-    /// Comparisons of candidate fields with literals that every alert
-    /// passing the first stage meets, for a database to apply first.
-    pub fn leading_cuts(&self) -> Vec<FieldCut> {
+    /// The first stage's condition over candidate fields compared with
+    /// literals, for a database to apply what it can of it first.
+    pub fn leading_cuts(&self) -> CutTree {
         pushdown::leading_cuts(&self.stages)
     }
 
