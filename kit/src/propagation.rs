@@ -70,7 +70,10 @@ pub fn set_parent(span: &tracing::Span, carrier: &dyn Extractor) {
         let _ = span.set_parent(cx);
         return;
     }
-    match carrier.get(TRACEPARENT).and_then(SpanIds::parse_traceparent) {
+    match carrier
+        .get(TRACEPARENT)
+        .and_then(SpanIds::parse_traceparent)
+    {
         Some(parent) => trace_ids::set_parent(span, parent),
         None => trace_ids::set_root(span),
     }

@@ -1115,7 +1115,10 @@ async fn without_an_exporter_trace_events_carry_one_trace_id() {
         .rfind(|e| e.r#type == "tool_result")
         .expect("the second tool_result");
     assert_eq!(second.trace_id.len(), 32);
-    assert_ne!(second.trace_id, trace_id, "each agent call is its own trace");
+    assert_ne!(
+        second.trace_id, trace_id,
+        "each agent call is its own trace"
+    );
 
     // The caller's trace, from `_meta.traceparent` then from the HTTP
     // header, reaches the session's record.

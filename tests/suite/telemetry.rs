@@ -133,14 +133,18 @@ fn light_spans_inherit_their_parents_trace() {
     assert_eq!(trace_id, root_ids.trace_hex(), "current_trace_id");
     assert_eq!(trace_id.len(), 32);
     assert_eq!(ids(&child).trace_id, root_ids.trace_id);
-    assert_ne!(ids(&child).span_id, root_ids.span_id, "each span its own id");
-    assert_eq!(ids(&explicit).trace_id, root_ids.trace_id);
-    assert_ne!(ids(&other).trace_id, root_ids.trace_id, "a root starts a trace");
-    assert_eq!(
-        propagation::current_trace_id(),
-        "",
-        "no span, no trace id"
+    assert_ne!(
+        ids(&child).span_id,
+        root_ids.span_id,
+        "each span its own id"
     );
+    assert_eq!(ids(&explicit).trace_id, root_ids.trace_id);
+    assert_ne!(
+        ids(&other).trace_id,
+        root_ids.trace_id,
+        "a root starts a trace"
+    );
+    assert_eq!(propagation::current_trace_id(), "", "no span, no trace id");
 }
 
 #[test]
