@@ -34,8 +34,7 @@ impl Injector for MetadataInjector<'_> {
     }
 }
 
-/// Reads trace context from HTTP (or gRPC) headers.
-pub struct HeaderExtractor<'a>(pub &'a http::HeaderMap);
+struct HeaderExtractor<'a>(&'a http::HeaderMap);
 
 impl Extractor for HeaderExtractor<'_> {
     fn get(&self, key: &str) -> Option<&str> {

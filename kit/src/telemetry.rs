@@ -126,7 +126,9 @@ fn install_with(
     default_filter: &'static str,
 ) -> Result<(), TelemetryError> {
     opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
-    let exporting = provider.is_some();
+    // Said before the subscriber is installed, so no span of it is read
+    // through the wrong layer.
+    let was_exporting = EXPORTING.swap(provider.is_some(), Ordering::Relaxed);
     // Spans always get ids at INFO, whatever RUST_LOG says: trace ids on
     // trace events and propagation must not depend on the log level.
     // RUST_LOG filters only what is printed.
@@ -166,7 +168,9 @@ fn install_with(
             )
             .try_init(),
     };
-    result.map_err(|_| TelemetryError::AlreadyInstalled)?;
-    EXPORTING.store(exporting, Ordering::Relaxed);
-    Ok(())
+    result.map_err(|_| {
+        // The subscriber already installed keeps the layer it had.
+        EXPORTING.store(was_exporting, Ordering::Relaxed);
+        TelemetryError::AlreadyInstalled
+    })
 }

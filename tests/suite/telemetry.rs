@@ -117,6 +117,14 @@ fn ids(span: &tracing::Span) -> SpanIds {
 fn light_spans_inherit_their_parents_trace() {
     telemetry::install_ids(LogFormat::Text).expect("install telemetry");
     assert!(!telemetry::exporting());
+    assert!(
+        telemetry::install(SdkTracerProvider::builder().build(), LogFormat::Text).is_err(),
+        "one subscriber per process"
+    );
+    assert!(
+        !telemetry::exporting(),
+        "a refused install leaves the installed layer in charge"
+    );
 
     let root = tracing::info_span!("root");
     let (child, trace_id) = root.in_scope(|| {
