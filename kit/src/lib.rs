@@ -1,8 +1,11 @@
 //! The service kit: what every Ithaca process shares.
 //!
 //! - [`config`]: the flags every service takes, with environment fall-backs.
-//! - [`telemetry`]: `tracing` logs (JSON or text) and OpenTelemetry export.
-//! - [`propagation`]: W3C trace context across gRPC, client and server side.
+//! - [`telemetry`]: `tracing` logs (JSON or text) and OpenTelemetry export;
+//!   the OpenTelemetry layer is installed only when exporting.
+//! - [`trace_ids`]: the light layer that gives spans W3C ids otherwise.
+//! - [`propagation`]: W3C trace context across gRPC, client and server side,
+//!   through whichever of the two layers is installed.
 //! - [`principal`]: the signed principal assertion that services trust.
 //! - [`db`]: a SQLite or PostgreSQL handle with per-service migrations.
 //! - [`server`]: a gRPC server with health, reflection and graceful shutdown.
@@ -34,3 +37,4 @@ pub mod propagation;
 pub mod server;
 pub mod shutdown;
 pub mod telemetry;
+pub mod trace_ids;

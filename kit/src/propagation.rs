@@ -2,14 +2,23 @@
 //!
 //! Clients inject the current span's context into request metadata
 //! ([`inject`]); servers open one span per request whose parent is the
-//! context they extract from the headers ([`server_span`]). Both use the
-//! global propagator, which [`crate::telemetry::init`] sets to W3C
-//! `traceparent`/`tracestate`.
+//! context they extract from the headers ([`server_span`], [`set_parent`]).
+//!
+//! Spans get their ids from one of two layers (see [`crate::telemetry`]).
+//! When spans are exported, the OpenTelemetry layer: these functions go
+//! through it and the global propagator, which [`crate::telemetry::init`]
+//! sets to W3C `traceparent`/`tracestate`, so exported spans form one trace
+//! across hops. Otherwise the light [`crate::trace_ids`] layer: they read
+//! and write `traceparent` themselves (no `tracestate`).
 
+use crate::trace_ids::{self, SpanIds};
 use opentelemetry::propagation::{Extractor, Injector};
 use opentelemetry::trace::TraceContextExt;
 use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+/// The W3C header naming a span's parent.
+const TRACEPARENT: &str = "traceparent";
 
 struct MetadataInjector<'a>(&'a mut MetadataMap);
 
@@ -39,15 +48,39 @@ impl Extractor for HeaderExtractor<'_> {
 
 /// Write the current span's trace context into outgoing gRPC metadata.
 pub fn inject(metadata: &mut MetadataMap) {
-    let cx = tracing::Span::current().context();
-    opentelemetry::global::get_text_map_propagator(|p| {
-        p.inject_context(&cx, &mut MetadataInjector(metadata));
-    });
+    if crate::telemetry::exporting() {
+        let cx = tracing::Span::current().context();
+        opentelemetry::global::get_text_map_propagator(|p| {
+            p.inject_context(&cx, &mut MetadataInjector(metadata));
+        });
+    } else if let Some(ids) = trace_ids::current()
+        && let Ok(value) = MetadataValue::try_from(ids.traceparent())
+    {
+        metadata.insert(TRACEPARENT, value);
+    }
 }
 
-/// The trace context carried by incoming HTTP/2 headers.
-pub fn extract(headers: &http::HeaderMap) -> opentelemetry::Context {
-    opentelemetry::global::get_text_map_propagator(|p| p.extract(&HeaderExtractor(headers)))
+/// Make `span` the child of the remote span whose context `carrier` holds
+/// (W3C `traceparent`); a missing or malformed one makes `span` the root of
+/// a new trace. Call it right after opening the span.
+pub fn set_parent(span: &tracing::Span, carrier: &dyn Extractor) {
+    if crate::telemetry::exporting() {
+        let cx = opentelemetry::global::get_text_map_propagator(|p| p.extract(carrier));
+        let _ = span.set_parent(cx);
+        return;
+    }
+    match carrier
+        .get(TRACEPARENT)
+        .and_then(SpanIds::parse_traceparent)
+    {
+        Some(parent) => trace_ids::set_parent(span, parent),
+        None => trace_ids::set_root(span),
+    }
+}
+
+/// [`set_parent`] from incoming HTTP/2 headers.
+pub fn set_parent_from_headers(span: &tracing::Span, headers: &http::HeaderMap) {
+    set_parent(span, &HeaderExtractor(headers));
 }
 
 /// The server span of one gRPC request, a child of the caller's context.
@@ -67,13 +100,16 @@ pub fn server_span(request: &http::Request<()>) -> tracing::Span {
         rpc.method = %method,
     );
     // A missing or malformed traceparent leaves the span as a new root.
-    let _ = span.set_parent(extract(request.headers()));
+    set_parent_from_headers(&span, request.headers());
     span
 }
 
 /// The trace id of the current span as 32 hex digits, or empty when there is
 /// no valid trace (telemetry not initialised).
 pub fn current_trace_id() -> String {
+    if !crate::telemetry::exporting() {
+        return trace_ids::current().map_or_else(String::new, |ids| ids.trace_hex());
+    }
     let cx = tracing::Span::current().context();
     let span_context = cx.span().span_context().clone();
     if span_context.is_valid() {

@@ -1026,6 +1026,143 @@ async fn mcp_spans_continue_the_callers_trace_into_grpc() {
     );
 }
 
+/// The trace events of one call, read over gRPC from the session service.
+async fn session_events(s: &Stack, sid: &str) -> Vec<ithaca_proto::session::v1::TraceEvent> {
+    use ithaca_proto::session::v1 as spb;
+    let mut reader = common::session_client(
+        &s._stack.url_of(Service::Session),
+        common::human(&s.tenant, "reader"),
+    );
+    reader
+        .read_events(spb::ReadEventsRequest {
+            session_id: sid.to_owned(),
+            after_seq: 0,
+            limit: Some(100),
+        })
+        .await
+        .expect("read the session's trace")
+        .into_inner()
+        .events
+}
+
+/// Without an exporter the light id layer gives spans their ids: a tool
+/// call's `tool_call` and `tool_result` events carry one 32-hex trace id,
+/// the one the edge's span had (the result's provenance) and the session
+/// service recorded (the event's own `trace_id`); a caller's
+/// `_meta.traceparent` or HTTP `traceparent` still names the trace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_an_exporter_trace_events_carry_one_trace_id() {
+    ithaca_kit::telemetry::install_ids(ithaca_kit::telemetry::LogFormat::Text).expect("install");
+    assert!(!ithaca_kit::telemetry::exporting());
+    let s = stack().await;
+
+    let opened = call(
+        &s,
+        &s.agent,
+        "session_context",
+        json!({"prompt": "light ids"}),
+    )
+    .await;
+    let result = opened["result"].clone();
+    assert_eq!(result["isError"], false, "{result}");
+    let sid = result["structuredContent"]["session_id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let events = session_events(&s, &sid).await;
+    let of = |kind: &str| {
+        events
+            .iter()
+            .filter(|e| e.r#type == kind)
+            .collect::<Vec<_>>()
+    };
+    let (calls, results) = (of("tool_call"), of("tool_result"));
+    assert!(
+        !calls.is_empty() && !results.is_empty(),
+        "a tool_call and a tool_result: {events:#?}"
+    );
+    let trace_id = results[0].trace_id.clone();
+    assert_eq!(trace_id.len(), 32, "{trace_id:?}");
+    assert!(
+        trace_id
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')),
+        "{trace_id:?}"
+    );
+    assert_ne!(trace_id, "0".repeat(32));
+    for e in calls.iter().chain(&results) {
+        assert_eq!(e.trace_id, trace_id, "every event of the call: {e:?}");
+    }
+    let provenance = ithaca_kit::json::from_struct(results[0].payload.clone().expect("payload"))
+        ["provenance"]["trace_id"]
+        .clone();
+    assert_eq!(
+        provenance, trace_id,
+        "the edge's span and the session's record name the same trace"
+    );
+
+    // A second call is its own trace.
+    call(
+        &s,
+        &s.agent,
+        "session_context",
+        json!({"session_id": sid, "prompt": "again"}),
+    )
+    .await;
+    let events = session_events(&s, &sid).await;
+    let second = events
+        .iter()
+        .rfind(|e| e.r#type == "tool_result")
+        .expect("the second tool_result");
+    assert_eq!(second.trace_id.len(), 32);
+    assert_ne!(
+        second.trace_id, trace_id,
+        "each agent call is its own trace"
+    );
+
+    // The caller's trace, from `_meta.traceparent` then from the HTTP
+    // header, reaches the session's record.
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let traceparent = format!("00-{trace}-00f067aa0ba902b7-01");
+    let mut params = json!({"name": "session_context", "arguments": {"prompt": "meta"}});
+    params["_meta"] = meta();
+    params["_meta"]["traceparent"] = json!(traceparent);
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": params});
+    let modern_headers = [
+        ("MCP-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", "tools/call"),
+        ("Mcp-Name", "session_context"),
+    ];
+    let reply = raw(&s, Some(&s.agent), &modern_headers, &body.to_string()).await;
+    let sid = reply.json()["result"]["structuredContent"]["session_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a session: {}", reply.text()))
+        .to_owned();
+    let events = session_events(&s, &sid).await;
+    assert!(!events.is_empty());
+    for e in &events {
+        assert_eq!(e.trace_id, trace, "_meta.traceparent: {e:?}");
+    }
+
+    let other = "0af7651916cd43dd8448eb211c80319c";
+    let header = format!("00-{other}-b7ad6b7169203331-01");
+    let mut params = json!({"name": "session_context", "arguments": {"prompt": "header"}});
+    params["_meta"] = meta();
+    let body = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": params});
+    let mut headers = modern_headers.to_vec();
+    headers.push(("traceparent", &header));
+    let reply = raw(&s, Some(&s.agent), &headers, &body.to_string()).await;
+    let sid = reply.json()["result"]["structuredContent"]["session_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a session: {}", reply.text()))
+        .to_owned();
+    let events = session_events(&s, &sid).await;
+    assert!(!events.is_empty());
+    for e in &events {
+        assert_eq!(e.trace_id, other, "HTTP traceparent: {e:?}");
+    }
+}
+
 /// CORS is off by default (see tests/suite/agents.rs); an allowed origin gets its
 /// preflight answered before authentication and may read responses, any
 /// other origin is refused.

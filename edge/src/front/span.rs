@@ -15,11 +15,11 @@ use axum::extract::{Request, State};
 use axum::http::HeaderMap;
 use axum::middleware::Next;
 use axum::response::Response;
+use ithaca_kit::propagation;
 use opentelemetry::propagation::Extractor;
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::Instant;
-use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 /// The layer: the span is opened and handed to the handler with the
 /// caller ([`CallerInfo`]); the operation is counted once answered.
@@ -143,12 +143,11 @@ fn request_span(message: &Value, headers: &HeaderMap) -> tracing::Span {
         span.record("gen_ai.tool.name", tool);
         span.record("gen_ai.operation.name", "execute_tool");
     }
-    let parent = match params["_meta"].as_object() {
+    match params["_meta"].as_object() {
         Some(meta) if meta.contains_key("traceparent") => {
-            opentelemetry::global::get_text_map_propagator(|p| p.extract(&MetaExtractor(meta)))
+            propagation::set_parent(&span, &MetaExtractor(meta));
         }
-        _ => ithaca_kit::propagation::extract(headers),
-    };
-    let _ = span.set_parent(parent);
+        _ => propagation::set_parent_from_headers(&span, headers),
+    }
     span
 }
