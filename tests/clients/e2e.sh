@@ -223,12 +223,12 @@ fi
 if [[ -x "$bin/ithaca-fixture" ]]; then
   "$bin/ithaca-fixture" --listen 127.0.0.1:0 >"$work/fixture.log" 2>&1 &
   more_pids+=("$!")
-  for _ in $(seq 1 100); do grep -q "listening on" "$work/fixture.log" && break; sleep 0.1; done
+  for _ in $(seq 1 100); do grep -qs "listening on" "$work/fixture.log" && break; sleep 0.1; done
   fixture="$(sed -n 's/.*listening on \([0-9.:]*\).*/\1/p' "$work/fixture.log" | head -n1)"
   ITHACA_INTERNAL_KEY="e2e-streaming-internal-key-0123456789abc" RUST_LOG=warn "$bin/ithaca" serve edge \
     --auth off --no-session-gate --listen 127.0.0.1:0 --backend "http://$fixture" >"$work/fedge.log" 2>&1 &
   more_pids+=("$!")
-  for _ in $(seq 1 100); do grep -q "listening on" "$work/fedge.log" && break; sleep 0.1; done
+  for _ in $(seq 1 100); do grep -qs "listening on" "$work/fedge.log" && break; sleep 0.1; done
   fedge="$(sed -n 's/.*listening on \([0-9.:]*\).*/\1/p' "$work/fedge.log" | head -n1)"
   for mode in 2026-07-28 legacy; do
     run "python mcp 2.3 ($mode): progress, logs and an elicitation through a streaming backend" \

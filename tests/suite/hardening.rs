@@ -306,6 +306,62 @@ async fn partial_headers_and_silent_connections_are_closed_after_the_header_time
     assert_eq!(ok.status, 200);
 }
 
+/// The head of the first answer on `stream` (up to the blank line).
+async fn answer_head(stream: &mut TcpStream) -> String {
+    let mut text = String::new();
+    assert!(
+        read_until(stream, &mut text, |t| t.contains("\r\n\r\n")).await,
+        "no answer: {text}"
+    );
+    text.split("\r\n\r\n").next().unwrap_or_default().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_before_the_body_says_connection_close_and_a_read_body_keeps_alive() {
+    let (url, _stop) = bare_edge(Limits::default()).await;
+    // Refused by the origin layer before the body is read, and the body is
+    // not even sent: hyper will not wait for it, so the client must be told
+    // the connection ends here (the race OAuth clients met after a 401).
+    let mut refused = TcpStream::connect(authority(&url)).await.expect("connect");
+    refused
+        .write_all(
+            b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: http://evil.example\r\n\
+              Content-Type: application/json\r\nContent-Length: 64\r\n\r\n",
+        )
+        .await
+        .expect("write");
+    let head = answer_head(&mut refused).await.to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 403"), "{head}");
+    assert!(head.contains("\r\nconnection: close"), "{head}");
+    let mut rest = String::new();
+    assert!(
+        closed_by_peer(&mut refused, &mut rest).await,
+        "the refused connection must close"
+    );
+
+    // A body the edge reads (and refuses as bad JSON) leaves the
+    // connection open for the next request.
+    let mut kept = TcpStream::connect(authority(&url)).await.expect("connect");
+    kept.write_all(
+        b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+          Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n\
+          Content-Length: 1\r\n\r\n{",
+    )
+    .await
+    .expect("write");
+    let head = answer_head(&mut kept).await.to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 400"), "{head}");
+    assert!(!head.contains("connection: close"), "{head}");
+    kept.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .await
+        .expect("write again");
+    let mut text = String::new();
+    assert!(
+        read_until(&mut kept, &mut text, |t| t.contains("HTTP/1.1 200")).await,
+        "the kept-alive connection serves the next request: {text}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_trickled_body_is_cut_at_the_body_timeout() {
     let (url, _stop) = bare_edge(Limits {

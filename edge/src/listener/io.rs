@@ -9,6 +9,7 @@ use http_body::{Frame, SizeHint};
 use hyper::body::Incoming;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::net::TcpStream;
@@ -90,20 +91,33 @@ impl tokio::io::AsyncWrite for Watched {
 }
 
 /// A request body that fails with [`BodyTimeout`] unless it is complete
-/// by its deadline.
+/// by its deadline, and notes in [`DeadlineBody::read`] whether it was
+/// read to its end.
 pub(super) struct DeadlineBody {
     inner: Incoming,
     deadline: Pin<Box<Sleep>>,
     timeout: Duration,
+    read: Arc<AtomicBool>,
 }
 
 impl DeadlineBody {
     pub(super) fn new(inner: Incoming, timeout: Duration) -> Self {
+        let read = Arc::new(AtomicBool::new(http_body::Body::is_end_stream(&inner)));
         DeadlineBody {
             inner,
             deadline: Box::pin(tokio::time::sleep(timeout)),
             timeout,
+            read,
         }
+    }
+
+    /// True once the body has been read to its end (at once for a request
+    /// without one). Still false after the handler answered means the
+    /// answer came before the body: hyper then closes the connection
+    /// unless the rest happened to be buffered already, so the listener
+    /// says `Connection: close` (see `connection` in `mod.rs`).
+    pub(super) fn read(&self) -> Arc<AtomicBool> {
+        self.read.clone()
     }
 }
 
@@ -117,6 +131,9 @@ impl http_body::Body for DeadlineBody {
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = self.get_mut();
         if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
+            if frame.is_none() || this.inner.is_end_stream() {
+                this.read.store(true, Ordering::Relaxed);
+            }
             return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
         }
         if this.deadline.as_mut().poll(cx).is_ready() {

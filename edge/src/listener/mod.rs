@@ -20,6 +20,12 @@
 //! - **Idle timeout.** A connection with no request in flight for
 //!   [`Limits::idle_timeout`] is closed. A streaming response (the SSE trace
 //!   stream) is a request in flight, so it is never idle.
+//! - **An answer before the body closes the connection, and says so.** A
+//!   request refused before its body was read (a 401, 403, 413, 429) gets
+//!   `Connection: close`: hyper drops such a connection rather than read
+//!   the rest, and a client that was not told would send its next request
+//!   down a socket about to close ("server disconnected without sending a
+//!   response"), which is how OAuth clients meet their first 401.
 
 mod io;
 
@@ -32,6 +38,7 @@ use io::{DeadlineBody, Guarded, Watched};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
@@ -282,8 +289,11 @@ async fn connection(
     };
     let service = hyper::service::service_fn(move |request: http::Request<Incoming>| {
         let busy = Busy::start(&activity);
-        let mut request =
-            request.map(|body| Body::new(DeadlineBody::new(body, limits.body_timeout)));
+        let http1 = request.version() < http::Version::HTTP_2;
+        let (parts, body) = request.into_parts();
+        let body = DeadlineBody::new(body, limits.body_timeout);
+        let read = body.read();
+        let mut request = http::Request::from_parts(parts, Body::new(body));
         // Who is calling, as `axum::serve` with connect info records it:
         // failed key checks are throttled per client address.
         request
@@ -291,10 +301,20 @@ async fn connection(
             .insert(axum::extract::ConnectInfo(peer));
         let app = app.clone();
         async move {
-            let response = app
+            let mut response = app
                 .oneshot(request)
                 .await
                 .unwrap_or_else(|never| match never {});
+            // Answered before the body was read (a 401, a 403, a 413):
+            // hyper will close the connection rather than read what is
+            // left, so the client is told, and does not send its next
+            // request down a socket about to close.
+            if http1 && !read.load(Ordering::Relaxed) {
+                response.headers_mut().insert(
+                    http::header::CONNECTION,
+                    http::HeaderValue::from_static("close"),
+                );
+            }
             Ok::<_, Infallible>(response.map(|body| Body::new(Guarded { body, _busy: busy })))
         }
     });
