@@ -116,7 +116,9 @@ pub async fn run(setup: Setup<'_>) -> anyhow::Result<AppendOutcome> {
                 let request = spb::AppendEventRequest {
                     session_id: session_id.clone(),
                     r#type: spb::EventType::ToolCall as i32,
+                    // A Struct, as this release's edges send it.
                     payload: Some(ithaca_kit::json::to_struct(payload)),
+                    payload_json: Vec::new(),
                 };
                 let sent = Instant::now();
                 match client.append_event(request).await {

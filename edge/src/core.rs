@@ -176,6 +176,7 @@ impl Core {
             session_id: session_id.to_owned(),
             r#type: kind as i32,
             payload: Some(json::to_struct(payload)),
+            payload_json: Vec::new(),
         });
         request.set_timeout(session.timeout());
         self.key.sign(&mut request, principal);

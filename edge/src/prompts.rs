@@ -24,7 +24,7 @@ impl Core {
                 Some(json!({"prompt": name})),
             ));
         };
-        let request = transcode::to_message(&prompt.method.input(), arguments)
+        let request = transcode::to_message(&prompt.method.input(), arguments.as_ref())
             .map_err(|e| RpcError::invalid_params(e.message, None))?;
         let backend = self
             .backend(&prompt.method)

@@ -24,7 +24,7 @@ impl Core {
     /// Read a resource: the `ReadResourceResult` JSON.
     pub async fn read_resource(&self, caller: &Principal, uri: &str) -> Result<Value, RpcError> {
         let (resource, args) = self.resource_for(caller, uri)?;
-        let request = transcode::to_message(&resource.method.input(), Some(args))
+        let request = transcode::to_message(&resource.method.input(), Some(&args))
             .map_err(|e| RpcError::invalid_params(e.message, Some(json!({"uri": uri}))))?;
         let backend = self
             .backend(&resource.method)
@@ -65,7 +65,7 @@ impl Core {
                 Some(json!({"uri": uri})),
             ));
         };
-        let request = transcode::to_message(&watch.input(), Some(args))
+        let request = transcode::to_message(&watch.input(), Some(&args))
             .map_err(|e| RpcError::invalid_params(e.message, Some(json!({"uri": uri}))))?;
         let backend = self.backend(watch).map_err(|s| RpcError::internal(&s))?;
         match backend

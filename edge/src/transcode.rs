@@ -9,6 +9,7 @@ use prost_reflect::{
     DeserializeOptions, DynamicMessage, FieldDescriptor, Kind, MessageDescriptor, SerializeOptions,
 };
 use serde_json::Value;
+use std::borrow::Cow;
 
 /// Deeper argument objects are refused.
 ///
@@ -40,29 +41,33 @@ fn err(path: &str, what: impl std::fmt::Display) -> ArgError {
 /// Check `args` against `message` and build the request message.
 pub fn to_message(
     message: &MessageDescriptor,
-    args: Option<Value>,
+    args: Option<&Value>,
 ) -> Result<DynamicMessage, ArgError> {
+    let none = Value::Object(Default::default());
     let args = match args {
-        None | Some(Value::Null) => Value::Object(Default::default()),
+        None | Some(Value::Null) => &none,
         Some(v) => v,
     };
-    check_message(message, &args, "", 0)?;
+    check_message(message, args, "", 0)?;
     let options = DeserializeOptions::new().deny_unknown_fields(true);
+    // Read from the borrowed tree: the trace records the same arguments,
+    // so nothing is copied for either.
     DynamicMessage::deserialize_with_options(message.clone(), args, &options)
         .map_err(|e| err("", format!("invalid arguments: {e}")))
 }
 
-/// The arguments as a trace may record them: as they are, or, when they
-/// nest deeper than [`MAX_NESTING`] (the call will be refused with an
-/// error naming the limit), a note saying so in their place, so the
-/// `tool_call` event itself stays decodable by every service.
-pub fn traceable(arguments: Value) -> Value {
-    if check_depth(&arguments, "", 0).is_ok() {
-        return arguments;
+/// The arguments as a trace may record them: as they are (borrowed), or,
+/// when they nest deeper than [`MAX_NESTING`] (the call will be refused
+/// with an error naming the limit), a note saying so in their place, so
+/// the `tool_call` event itself stays decodable by every service.
+pub fn traceable(arguments: Option<&Value>) -> Cow<'_, Value> {
+    match arguments {
+        Some(arguments) if check_depth(arguments, "", 0).is_ok() => Cow::Borrowed(arguments),
+        Some(_) => Cow::Owned(serde_json::json!({
+            "not_recorded": format!("the arguments nest more than {MAX_NESTING} levels deep"),
+        })),
+        None => Cow::Owned(Value::Object(Default::default())),
     }
-    serde_json::json!({
-        "not_recorded": format!("the arguments nest more than {MAX_NESTING} levels deep"),
-    })
 }
 
 /// Render a response message as JSON with proto field names and every field
@@ -368,12 +373,12 @@ mod tests {
         let promote = input("ithaca.skills.v1.PromoteStrategyRequest");
         let ok = to_message(
             &promote,
-            Some(json!({"strategy_id": "s-1", "mode": "paper"})),
+            Some(&json!({"strategy_id": "s-1", "mode": "paper"})),
         );
         assert!(ok.is_ok(), "{ok:?}");
         let refused = to_message(
             &promote,
-            Some(json!({"strategy_id": "s-1", "mode": "sandbox"})),
+            Some(&json!({"strategy_id": "s-1", "mode": "sandbox"})),
         )
         .expect_err("not a mode");
         assert_eq!(
@@ -384,7 +389,7 @@ mod tests {
         let screen = input("ithaca.broker.v1.ScreenPeersRequest");
         let refused = to_message(
             &screen,
-            Some(json!({"symbols": ["AAPL"], "metrics": ["pe", "beta"]})),
+            Some(&json!({"symbols": ["AAPL"], "metrics": ["pe", "beta"]})),
         )
         .expect_err("not a metric");
         assert!(

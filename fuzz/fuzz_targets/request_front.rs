@@ -79,7 +79,7 @@ fuzz_target!(|data: &[u8]| {
                     .as_str()
                     .and_then(|name| CATALOG.tool(name))
             {
-                let arguments = message["params"].get("arguments").cloned();
+                let arguments = message["params"].get("arguments");
                 let _ = ithaca_edge::transcode::to_message(&tool.method.input(), arguments);
             }
         }

@@ -32,11 +32,11 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let input = tool.method.input();
-    let Ok(message) = transcode::to_message(&input, Some(arguments)) else {
+    let Ok(message) = transcode::to_message(&input, Some(&arguments)) else {
         return;
     };
     let rendered = transcode::to_json(&message);
-    let again = transcode::to_message(&input, Some(rendered.clone()))
+    let again = transcode::to_message(&input, Some(&rendered))
         .unwrap_or_else(|e| panic!("{}: rendered arguments refused ({e}): {rendered}", tool.name));
     assert_eq!(transcode::to_json(&again), rendered, "{}", tool.name);
 });

@@ -83,6 +83,32 @@ fn number(n: f64) -> serde_json::Value {
     }
 }
 
+/// A JSON value as the UTF-8 text a `bytes …_json` field carries (trace
+/// payloads: the session service stores JSON, so it reads back what was
+/// sent, integers as integers, with no `Struct` tree built on the way).
+pub fn to_text(json: &serde_json::Value) -> Vec<u8> {
+    // A `Value`'s keys are strings, so writing it to memory cannot fail.
+    serde_json::to_vec(json).unwrap_or_default()
+}
+
+/// The JSON object a request carries as text (`text`, read when not empty)
+/// or else as a `Struct` (`{}` when neither is set). An error names `field`
+/// and says what is wrong with the text.
+pub fn object_from(
+    text: &[u8],
+    fallback: Option<Struct>,
+    field: &str,
+) -> Result<serde_json::Value, String> {
+    if text.is_empty() {
+        return Ok(fallback.map_or_else(|| serde_json::Value::Object(Map::new()), from_struct));
+    }
+    match serde_json::from_slice::<serde_json::Value>(text) {
+        Ok(object @ serde_json::Value::Object(_)) => Ok(object),
+        Ok(_) => Err(format!("{field}: must be a JSON object")),
+        Err(e) => Err(format!("{field}: not valid JSON ({e})")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -104,5 +130,31 @@ mod tests {
     #[test]
     fn wraps_non_objects() {
         assert_eq!(from_struct(to_struct(json!(7))), json!({"value": 7}));
+    }
+
+    #[test]
+    fn text_is_read_before_the_struct_and_keeps_integers() {
+        let v = json!({"call_seq": 3, "x": [1.5, {"n": 9007199254740993_u64}]});
+        let read = object_from(&to_text(&v), Some(to_struct(json!({"other": 1}))), "f");
+        assert_eq!(read, Ok(v.clone()));
+        assert_eq!(read.unwrap()["x"][1]["n"], json!(9007199254740993_u64));
+        assert_eq!(
+            object_from(b"", Some(to_struct(json!({"a": 1}))), "f"),
+            Ok(json!({"a": 1}))
+        );
+        assert_eq!(object_from(b"", None, "f"), Ok(json!({})));
+    }
+
+    #[test]
+    fn bad_text_is_an_error_naming_the_field() {
+        let not_json = object_from(b"{\"a\":", None, "payload_json").unwrap_err();
+        assert!(
+            not_json.starts_with("payload_json: not valid JSON"),
+            "{not_json}"
+        );
+        let not_object = object_from(b"[1]", None, "payload_json").unwrap_err();
+        assert_eq!(not_object, "payload_json: must be a JSON object");
+        let deep = "[".repeat(10_000);
+        assert!(object_from(deep.as_bytes(), None, "f").is_err());
     }
 }

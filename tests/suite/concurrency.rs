@@ -37,7 +37,9 @@ async fn hammer(urls: &[String]) {
                     .append_event(pb::AppendEventRequest {
                         session_id: session_id.clone(),
                         r#type: pb::EventType::ToolCall as i32,
+                        // An older client's encoding, still read.
                         payload: Some(json::to_struct(json!({"writer": writer, "n": n}))),
+                        payload_json: Vec::new(),
                     })
                     .await
                     .expect("append succeeds");
@@ -150,7 +152,8 @@ async fn crash_mid_batch(name: &str, nodes: &mut [common::stack::Node]) {
                 let request = pb::AppendEventRequest {
                     session_id: sid.clone(),
                     r#type: pb::EventType::ToolCall as i32,
-                    payload: Some(json::to_struct(json!({"writer": writer, "n": n}))),
+                    payload: None,
+                    payload_json: json::to_text(&json!({"writer": writer, "n": n})),
                 };
                 match client.append_event(request).await {
                     Ok(_) => {
@@ -275,4 +278,123 @@ async fn a_session_process_killed_mid_batch_loses_nothing_acknowledged_postgres(
     crash_mid_batch("crash (PostgreSQL, two processes)", &mut nodes).await;
     drop(nodes);
     common::drop_schema(&pg, &schema).await;
+}
+
+// ---------------------------------------------------------------------------
+// Payloads as JSON text (what every service of this project sends): read
+// before the Struct, integers kept, and bad text refused naming its field.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_text_payloads_are_recorded_and_bad_text_is_refused_naming_the_field() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_process, url) = common::serve("session", &common::sqlite_path(&dir, "session"), "unused");
+    let tenant = format!("tenant-{}", uuid::Uuid::new_v4().simple());
+    let mut client = common::session_client(&url, common::agent(&tenant, "texts"));
+    let sid = client
+        .session_context(pb::SessionContextRequest {
+            prompt: Some("payloads as text".into()),
+            ..Default::default()
+        })
+        .await
+        .expect("open session")
+        .into_inner()
+        .session_id;
+
+    // BeginCall: the text wins over a Struct sent beside it.
+    let begun = client
+        .begin_call(pb::BeginCallRequest {
+            tool: "bench_ping".into(),
+            arguments: Some(json::to_struct(json!({"note": "the struct"}))),
+            arguments_json: json::to_text(&json!({"note": "the text", "n": 3})),
+            ..Default::default()
+        })
+        .await
+        .expect("begin call")
+        .into_inner();
+    let appended = client
+        .append_event(pb::AppendEventRequest {
+            session_id: sid.clone(),
+            r#type: pb::EventType::ToolResult as i32,
+            payload: None,
+            payload_json: json::to_text(&json!({"call_seq": begun.seq, "outcome": "ok"})),
+        })
+        .await
+        .expect("append")
+        .into_inner();
+    assert_eq!(appended.seq, begun.seq + 1);
+    let events = client
+        .read_events(pb::ReadEventsRequest {
+            session_id: sid.clone(),
+            after_seq: begun.seq - 1,
+            limit: Some(10),
+        })
+        .await
+        .expect("read")
+        .into_inner()
+        .events;
+    let payloads: Vec<_> = events
+        .into_iter()
+        .map(|e| json::from_struct(e.payload.expect("payload")))
+        .collect();
+    assert_eq!(
+        payloads,
+        vec![
+            json!({"name": "bench_ping", "arguments": {"note": "the text", "n": 3}}),
+            json!({"call_seq": begun.seq, "outcome": "ok"}),
+        ]
+    );
+
+    // Bad text: InvalidArgument naming the field, and nothing recorded.
+    for (text, why) in [
+        (&b"{\"call_seq\": "[..], "not valid JSON"),
+        (&b"[1, 2]"[..], "must be a JSON object"),
+    ] {
+        let refused = client
+            .append_event(pb::AppendEventRequest {
+                session_id: sid.clone(),
+                r#type: pb::EventType::ToolResult as i32,
+                payload: None,
+                payload_json: text.to_vec(),
+            })
+            .await
+            .expect_err("bad payload_json");
+        assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+        assert!(
+            refused
+                .message()
+                .starts_with(&format!("payload_json: {why}")),
+            "{}",
+            refused.message()
+        );
+        let refused = client
+            .begin_call(pb::BeginCallRequest {
+                tool: "bench_ping".into(),
+                arguments_json: text.to_vec(),
+                ..Default::default()
+            })
+            .await
+            .expect_err("bad arguments_json");
+        assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+        assert!(
+            refused
+                .message()
+                .starts_with(&format!("arguments_json: {why}")),
+            "{}",
+            refused.message()
+        );
+    }
+    let last = client
+        .read_events(pb::ReadEventsRequest {
+            session_id: sid,
+            after_seq: appended.seq,
+            limit: Some(10),
+        })
+        .await
+        .expect("read")
+        .into_inner();
+    assert!(
+        last.events.is_empty(),
+        "nothing recorded: {:?}",
+        last.events
+    );
 }

@@ -38,6 +38,7 @@ async fn tail_mid_stream(append_url: &str, tail_url: &str) {
                         session_id: sid.clone(),
                         r#type: pb::EventType::ToolCall as i32,
                         payload: Some(json::to_struct(json!({"n": n}))),
+                        payload_json: Vec::new(),
                     })
                     .await
                     .expect("append");

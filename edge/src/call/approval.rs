@@ -36,7 +36,7 @@ impl Core {
         &self,
         tool: &Tool,
         principal: &Principal,
-        arguments: Option<Value>,
+        arguments: Option<&Value>,
         traced: &Value,
         io: &CallIo<'_>,
         mut round: stream::Round,

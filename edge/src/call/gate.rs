@@ -120,7 +120,10 @@ impl Core {
         let mut request = Request::new(spb::BeginCallRequest {
             session_id: pin.map(str::to_owned),
             tool: tool.name.clone(),
+            // A Struct until every session replica reads `arguments_json`
+            // (session.proto says why).
             arguments: Some(json::to_struct(arguments.clone())),
+            arguments_json: Vec::new(),
             subject_kind: tool.options.subject_kind.clone(),
         });
         request.set_timeout(session.timeout());

@@ -83,7 +83,7 @@ impl Core {
         &self,
         tool: &Tool,
         principal: &Principal,
-        arguments: Option<Value>,
+        arguments: Option<&Value>,
         traced: &Value,
         io: &CallIo<'_>,
         round: stream::Round,
@@ -112,7 +112,7 @@ impl Core {
         &self,
         tool: &Tool,
         principal: &Principal,
-        arguments: Option<Value>,
+        arguments: Option<&Value>,
         io: &CallIo<'_>,
         round: stream::Round,
     ) -> Ran {

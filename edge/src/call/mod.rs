@@ -24,7 +24,7 @@ use crate::core::{Answer, Core, RpcError};
 use crate::stream::CallIo;
 use crate::transcode;
 use ithaca_kit::principal::Principal;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::time::Instant;
 
 impl Core {
@@ -51,7 +51,9 @@ impl Core {
         let tool = offered.tool();
         let round = self.open_round(tool, caller, io)?;
         let started = Instant::now();
-        let traced = transcode::traceable(arguments.clone().unwrap_or(json!({})));
+        // Borrowed by every stage: validated, transcoded and recorded from
+        // the one tree the request was parsed into.
+        let traced = transcode::traceable(arguments.as_ref());
         // 2. Gate, with the durable `tool_call`.
         let admitted = match self.admit(offered, caller, pin, &traced).await {
             Ok(admitted) => admitted,
@@ -59,7 +61,14 @@ impl Core {
         };
         // 3. Invoke.
         let ran = self
-            .run(tool, &admitted.principal, arguments, &traced, io, round)
+            .run(
+                tool,
+                &admitted.principal,
+                arguments.as_ref(),
+                &traced,
+                io,
+                round,
+            )
             .await;
         let outcome = ran.outcome();
         // 4. Record, before anyone hears how it went.

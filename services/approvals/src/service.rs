@@ -749,6 +749,7 @@ impl ApprovalsService {
             session_id: session_id.to_owned(),
             r#type: kind as i32,
             payload: Some(json::to_struct(payload)),
+            payload_json: Vec::new(),
         });
         request.set_timeout(OWNER_TIMEOUT);
         self.sign(&mut request, who);

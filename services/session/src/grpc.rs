@@ -90,9 +90,8 @@ impl Rpc for Grpc {
     ) -> Result<Response<pb::CallBegun>, Status> {
         let caller = principal::of(&request)?;
         let req = request.into_inner();
-        let arguments = req
-            .arguments
-            .map_or(serde_json::json!({}), json::from_struct);
+        let arguments = json::object_from(&req.arguments_json, req.arguments, "arguments_json")
+            .map_err(ServiceError::invalid)?;
         let (session, event) = self
             .service
             .begin_call(
@@ -266,9 +265,8 @@ impl Rpc for Grpc {
         let event_type = pb::EventType::try_from(req.r#type).map_err(|_| {
             ServiceError::invalid(format!("type: unknown event type {}", req.r#type))
         })?;
-        let payload = req
-            .payload
-            .map_or_else(|| serde_json::json!({}), json::from_struct);
+        let payload = json::object_from(&req.payload_json, req.payload, "payload_json")
+            .map_err(ServiceError::invalid)?;
         let row = self
             .service
             .append(&caller, &req.session_id, event_type, payload)

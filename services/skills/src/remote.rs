@@ -62,6 +62,7 @@ impl SkillsService {
             session_id: session_id.to_owned(),
             r#type: kind as i32,
             payload: Some(json::to_struct(payload)),
+            payload_json: Vec::new(),
         });
         self.key.sign(&mut request, caller);
         if let Err(status) = SessionServiceClient::new(channel.clone())
