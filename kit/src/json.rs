@@ -137,7 +137,10 @@ mod tests {
         let v = json!({"call_seq": 3, "x": [1.5, {"n": 9007199254740993_u64}]});
         let read = object_from(&to_text(&v), Some(to_struct(json!({"other": 1}))), "f");
         assert_eq!(read, Ok(v.clone()));
-        assert_eq!(read.unwrap()["x"][1]["n"], json!(9007199254740993_u64));
+        assert_eq!(
+            read.expect("read")["x"][1]["n"],
+            json!(9007199254740993_u64)
+        );
         assert_eq!(
             object_from(b"", Some(to_struct(json!({"a": 1}))), "f"),
             Ok(json!({"a": 1}))
@@ -147,12 +150,12 @@ mod tests {
 
     #[test]
     fn bad_text_is_an_error_naming_the_field() {
-        let not_json = object_from(b"{\"a\":", None, "payload_json").unwrap_err();
+        let not_json = object_from(b"{\"a\":", None, "payload_json").expect_err("not JSON");
         assert!(
             not_json.starts_with("payload_json: not valid JSON"),
             "{not_json}"
         );
-        let not_object = object_from(b"[1]", None, "payload_json").unwrap_err();
+        let not_object = object_from(b"[1]", None, "payload_json").expect_err("not an object");
         assert_eq!(not_object, "payload_json: must be a JSON object");
         let deep = "[".repeat(10_000);
         assert!(object_from(deep.as_bytes(), None, "f").is_err());
