@@ -358,14 +358,7 @@ async fn json_text_payloads_are_recorded_and_bad_text_is_refused_naming_the_fiel
             })
             .await
             .expect_err("bad payload_json");
-        assert_eq!(refused.code(), tonic::Code::InvalidArgument);
-        assert!(
-            refused
-                .message()
-                .starts_with(&format!("payload_json: {why}")),
-            "{}",
-            refused.message()
-        );
+        invalid_naming(&refused, &format!("payload_json: {why}"));
         let refused = client
             .begin_call(pb::BeginCallRequest {
                 tool: "bench_ping".into(),
@@ -374,14 +367,7 @@ async fn json_text_payloads_are_recorded_and_bad_text_is_refused_naming_the_fiel
             })
             .await
             .expect_err("bad arguments_json");
-        assert_eq!(refused.code(), tonic::Code::InvalidArgument);
-        assert!(
-            refused
-                .message()
-                .starts_with(&format!("arguments_json: {why}")),
-            "{}",
-            refused.message()
-        );
+        invalid_naming(&refused, &format!("arguments_json: {why}"));
     }
     let last = client
         .read_events(pb::ReadEventsRequest {
@@ -397,4 +383,10 @@ async fn json_text_payloads_are_recorded_and_bad_text_is_refused_naming_the_fiel
         "nothing recorded: {:?}",
         last.events
     );
+}
+
+/// `status` is INVALID_ARGUMENT and its message starts with `start`.
+fn invalid_naming(status: &tonic::Status, start: &str) {
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(status.message().starts_with(start), "{}", status.message());
 }
