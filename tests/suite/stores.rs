@@ -461,6 +461,7 @@ mod session {
         resuming_appends_the_prompt_and_continues_the_trace,
         another_tenant_sees_nothing,
         a_closed_session_takes_only_in_flight_results,
+        concurrent_appends_keep_each_rule_and_no_gap,
         archived_sessions_stay_readable,
         bad_input_names_the_field,
         sessions_are_listed_newest_first_a_page_at_a_time,
@@ -1031,6 +1032,91 @@ mod session {
             .await
             .expect_err("closed sessions are not resumed");
         assert_eq!(err.code, Code::FailedPrecondition);
+    }
+
+    /// Appends that arrive together are committed together, a run of one
+    /// session in one reservation of seqs; each append still gets its own
+    /// rule. Into a closed session, in-flight results land and new calls do
+    /// not; another tenant's appends to it are refused; an open session
+    /// takes more appends than one batch or one insert holds, with no gap.
+    async fn concurrent_appends_keep_each_rule_and_no_gap(db: Db) {
+        const MIXED: usize = 40;
+        const MANY: usize = 300;
+        let svc = service(db);
+        let alice = alice();
+        let closed = open(&svc).await;
+        svc.close(&alice, None).await.expect("close");
+        let busy = svc
+            .session_context(&alice, "the busy one", None, None)
+            .await
+            .expect("open another");
+        let bob = common::agent("tenant-b", "agent-a");
+        let mut appends = tokio::task::JoinSet::new();
+        for n in 0..MIXED.max(MANY) {
+            let mut send = |who: &Principal, session: &SessionRow, kind: EventType, tag: &str| {
+                let (svc, who, id) = (svc.clone(), who.clone(), session.session_id.clone());
+                let tag = tag.to_owned();
+                appends.spawn(async move {
+                    let payload = json!({"n": n, "tag": &tag});
+                    (tag, n, svc.append(&who, &id, kind, payload).await)
+                });
+            };
+            if n < MIXED {
+                send(&alice, &closed, EventType::ToolCall, "late call");
+                send(&alice, &closed, EventType::ToolResult, "late result");
+                send(&bob, &closed, EventType::ToolResult, "foreign");
+            }
+            if n < MANY {
+                send(&alice, &busy, EventType::ToolCall, "busy");
+            }
+        }
+        let mut landed: std::collections::BTreeMap<String, Vec<usize>> = Default::default();
+        while let Some(joined) = appends.join_next().await {
+            let (tag, n, outcome) = joined.expect("append task");
+            match (tag.as_str(), outcome) {
+                ("late result" | "busy", Ok(_)) => landed.entry(tag).or_default().push(n),
+                ("late call", Err(e)) => assert_eq!(e.domain, Some("SESSION_NOT_OPEN"), "{e:?}"),
+                ("foreign", Err(e)) => assert_eq!(e.code, Code::NotFound, "{e:?}"),
+                (tag, outcome) => panic!("{tag} #{n}: unexpected {outcome:?}"),
+            }
+        }
+        for (session, tag, count, first_seq) in
+            [(&closed, "late result", MIXED, 4), (&busy, "busy", MANY, 3)]
+        {
+            let mut events = Vec::new();
+            let mut after = 0;
+            loop {
+                let (page, last) = svc
+                    .read(&alice, &session.session_id, after, 100)
+                    .await
+                    .expect("read");
+                after = page.last().map_or(after, |e| e.seq);
+                events.extend(page);
+                if after >= last {
+                    break;
+                }
+            }
+            let tail: Vec<_> = events.iter().filter(|e| e.seq >= first_seq).collect();
+            let seqs: Vec<i64> = tail.iter().map(|e| e.seq).collect();
+            let expected: Vec<i64> = (first_seq..first_seq + count as i64).collect();
+            assert_eq!(seqs, expected, "{tag}: every seq once, no gap");
+            let mut ns: Vec<usize> = tail
+                .iter()
+                .map(|e| {
+                    let payload: serde_json::Value =
+                        serde_json::from_str(&e.payload).expect("payload JSON");
+                    assert_eq!(payload["tag"], tag, "{e:?}");
+                    payload["n"].as_u64().expect("n") as usize
+                })
+                .collect();
+            ns.sort_unstable();
+            assert_eq!(
+                ns,
+                (0..count).collect::<Vec<_>>(),
+                "{tag}: each append once"
+            );
+            assert_eq!(landed[tag].len(), count, "{tag}: each one acknowledged");
+        }
     }
 
     async fn archived_sessions_stay_readable(db: Db) {

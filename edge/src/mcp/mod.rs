@@ -284,15 +284,7 @@ impl ServerHandler for Gateway {
             Answer::Complete(result) => result,
             Answer::InputRequired(input) => return input_required(input).map(Into::into),
         };
-        let mut result: CallToolResult = serde_json::from_value(result)
-            .map_err(|e| ErrorData::internal_error(format!("building tool result: {e}"), None))?;
-        // rmcp drops the field again for legacy peers.
-        result.result_type = Some(rmcp::model::ResultType::COMPLETE);
-        if !structured {
-            // The text block already carries the same JSON.
-            result.structured_content = None;
-        }
-        Ok(result.into())
+        Ok(typed_result(result, structured)?.into())
     }
 
     async fn list_resources(
@@ -374,4 +366,30 @@ impl ServerHandler for Gateway {
         result.result_type = Some(rmcp::model::ResultType::COMPLETE);
         Ok(result.into())
     }
+}
+
+/// The typed `CallToolResult` of a call's JSON answer, moving its parts:
+/// `structuredContent` (the tool's whole answer) is moved in as it is, not
+/// rebuilt, and is dropped unread for a revision without structured output
+/// (the text block already carries the same JSON). rmcp serializes the
+/// typed result once, into the answer's bytes.
+fn typed_result(result: Value, structured: bool) -> Result<CallToolResult, ErrorData> {
+    let building = |e: serde_json::Error| {
+        ErrorData::internal_error(format!("building tool result: {e}"), None)
+    };
+    let Value::Object(mut fields) = result else {
+        return Err(ErrorData::internal_error(
+            "building tool result: the answer is not an object",
+            None,
+        ));
+    };
+    let structured_content = fields.remove("structuredContent");
+    let mut typed: CallToolResult =
+        serde_json::from_value(Value::Object(fields)).map_err(building)?;
+    if structured {
+        typed.structured_content = structured_content;
+    }
+    // rmcp drops the field again for legacy peers.
+    typed.result_type = Some(rmcp::model::ResultType::COMPLETE);
+    Ok(typed)
 }
