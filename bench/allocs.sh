@@ -8,6 +8,7 @@
 #
 #   cargo build --release -p ithaca -p ithaca-bench
 #   bench/allocs.sh [requests] [ithaca binary]   # defaults: 20000, the one beside ithaca-bench
+#   ALLOCS_SITES=1 bench/allocs.sh …             # and where they come from (perf call chains)
 #
 # Why perf and not a counting allocator in the binary: a `GlobalAlloc` is
 # `unsafe` code, which the workspace forbids, and swapping the allocator of
@@ -89,9 +90,27 @@ for era in 2026-07-28 2025-06-18; do
     "$bin/ithaca-bench" load --addr "$edge" --token "$token" --era "$era" \
         --requests "$requests" --seconds 600 >"$work/load-$era.json"
     sleep 1
-    kill -INT "$stat"
+    # perf stat prints its counts when its `sleep` ends. (SIGINT would not
+    # reach it: a script's background jobs start with SIGINT ignored.)
+    pkill -x -P "$stat" sleep
     wait "$stat" || true
     served="$(grep -m1 '"requests"' "$work/load-$era.json" | tr -dc '0-9')"
     total="$(awk -F, '/probe_libc/ {s += $1} END {print s}' "$work/stat-$era.csv")"
     echo "allocs: $era: $total allocations (malloc, calloc, realloc) for $served calls: $(awk -v t="$total" -v n="$served" 'BEGIN {printf "%.0f", t / n}') per call"
 done
+
+# With ALLOCS_SITES=1: where the mallocs come from, by library and by the
+# nearest frame of Ithaca's code (call chains unwound from DWARF; release
+# builds inline heavily, so a frame stands for what was inlined into it).
+if [ -n "${ALLOCS_SITES:-}" ]; then
+    perf record -q -e "${probes[0]}" --call-graph dwarf,8192 -m 1024 -p "$edge_pid" \
+        -o "$work/sites.data" -- sleep 3600 &
+    record=$!
+    sleep 1
+    "$bin/ithaca-bench" load --addr "$edge" --token "$token" --era 2026-07-28 \
+        --requests 500 --concurrency 4 >/dev/null
+    sleep 1
+    pkill -x -P "$record" sleep
+    wait "$record" || true
+    perf script -F ip,sym -i "$work/sites.data" 2>/dev/null | python3 bench/alloc_sites.py
+fi

@@ -56,11 +56,11 @@ impl Core {
         let mut call_seq = admitted.call_seq;
         if tool.options.session_exempt {
             let payload = json!({"name": name, "arguments": traced});
-            if let Ok(event) = self
+            if let Ok(seq) = self
                 .append(&principal, &session_id, spb::EventType::ToolCall, payload)
                 .await
             {
-                call_seq = Some(event.seq);
+                call_seq = Some(seq);
             }
         }
         let payload = json!({

@@ -1,7 +1,7 @@
 //! What the edge says of itself: the revisions it speaks, its
 //! instructions to agents, its capabilities and its name.
 
-use rmcp::model::{ProtocolVersion, ServerCapabilities};
+use rmcp::model::{InitializeResult, ProtocolVersion, ServerCapabilities};
 use serde_json::{Value, json};
 
 /// Protocol revisions served, oldest first: every revision a deployed
@@ -91,6 +91,14 @@ pub(super) fn has_structured_output(version: Option<&ProtocolVersion>) -> bool {
 /// 2020-12, as the revisions since 2025-11-25 do.
 pub(super) fn has_default_dialect(version: Option<&ProtocolVersion>) -> bool {
     version.is_some_and(|v| v.as_str() >= ProtocolVersion::V_2025_11_25.as_str())
+}
+
+/// What `initialize` answers: capabilities, name, version, instructions.
+pub(super) fn initialize_result(subscribe: bool) -> InitializeResult {
+    let mut info = InitializeResult::new(capabilities(subscribe));
+    info.server_info = serde_json::from_value(server_info()).expect("static server info");
+    info.instructions = Some(INSTRUCTIONS.to_owned());
+    info
 }
 
 /// The server's name and version, as `serverInfo` gives them.
