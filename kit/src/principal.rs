@@ -66,7 +66,7 @@ pub struct Principal {
     agent_id: Arc<str>,
     /// Granted scopes, as seed 000 names them (`data:read`, …). The ids and
     /// the scopes are shared, not copied, when a principal is cloned: the
-    /// edge clones one several times per call (measured: a fifth of the
+    /// edge clones one several times per call (measured: a sixth of the
     /// edge's heap allocations per call went to those copies).
     #[serde(default = "no_scopes")]
     scopes: Arc<[String]>,
