@@ -96,45 +96,6 @@ pub struct AppendScope<'a> {
     pub closed_since_ms: Option<i64>,
 }
 
-/// Allocate the next seq of a session and insert one event, inside `$tx`.
-/// Evaluates to `Ok(Some(seq))`, or `Ok(None)` when the session is not
-/// appendable.
-macro_rules! append_in_tx {
-    ($tx:expr, $scope:expr, $event:expr) => {{
-        let scope: &AppendScope<'_> = $scope;
-        let event: &NewEvent = $event;
-        let seq: Option<i64> = sqlx::query_scalar(
-            "UPDATE sessions SET last_seq = last_seq + 1, updated_at_ms = $3 \
-             WHERE session_id = $1 AND tenant_id = $2 \
-             AND (status = $5 OR (status = $6 AND closed_at_ms >= $4)) \
-             RETURNING last_seq",
-        )
-        .bind(scope.session_id.as_str())
-        .bind(scope.tenant_id.as_str())
-        .bind(scope.now_ms)
-        .bind(scope.closed_since_ms.unwrap_or(i64::MAX))
-        .bind(Status::Open.as_str())
-        .bind(Status::Closed.as_str())
-        .fetch_optional(&mut *$tx)
-        .await?;
-        if let Some(seq) = seq {
-            sqlx::query(
-                "INSERT INTO trace_events (session_id, seq, event_type, payload, created_at_ms, trace_id) \
-                 VALUES ($1, $2, $3, $4, $5, $6)",
-            )
-            .bind(scope.session_id.as_str())
-            .bind(seq)
-            .bind(event.event_type)
-            .bind(&event.payload)
-            .bind(scope.now_ms)
-            .bind(&event.trace_id)
-            .execute(&mut *$tx)
-            .await?;
-        }
-        Ok::<Option<i64>, sqlx::Error>(seq)
-    }};
-}
-
 /// Allocate `n` consecutive seqs of one session inside `$tx`, under the
 /// rules of `$scope`: evaluates to `Ok(Some(last))` (the seqs are
 /// `last - n + 1 ..= last`), or `Ok(None)` when the session does not take
@@ -160,6 +121,32 @@ macro_rules! reserve_seqs_in_tx {
         .bind(n)
         .fetch_optional(&mut *$tx)
         .await
+    }};
+}
+
+/// Allocate the next seq of a session and insert one event, inside `$tx`.
+/// Evaluates to `Ok(Some(seq))`, or `Ok(None)` when the session is not
+/// appendable.
+macro_rules! append_in_tx {
+    ($tx:expr, $scope:expr, $event:expr) => {{
+        let scope: &AppendScope<'_> = $scope;
+        let event: &NewEvent = $event;
+        let seq: Option<i64> = reserve_seqs_in_tx!($tx, scope, 1)?;
+        if let Some(seq) = seq {
+            sqlx::query(
+                "INSERT INTO trace_events (session_id, seq, event_type, payload, created_at_ms, trace_id) \
+                 VALUES ($1, $2, $3, $4, $5, $6)",
+            )
+            .bind(scope.session_id.as_str())
+            .bind(seq)
+            .bind(event.event_type)
+            .bind(&event.payload)
+            .bind(scope.now_ms)
+            .bind(&event.trace_id)
+            .execute(&mut *$tx)
+            .await?;
+        }
+        Ok::<Option<i64>, sqlx::Error>(seq)
     }};
 }
 
