@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Histogram bucket bounds in seconds (the OpenTelemetry MCP convention's
@@ -33,6 +34,10 @@ pub struct Metrics {
     /// use the `initialize` profile, so an operator can tell when it is safe
     /// to remove.
     handshakes: Mutex<BTreeMap<(&'static str, String, String), u64>>,
+    /// `tools/call`s the edge answered itself (`front/direct.rs`), not
+    /// through rmcp's service: an operator sees what share of calls take
+    /// the short path.
+    direct_calls: AtomicU64,
 }
 
 /// A label value taken from a client: printable ASCII of a safe set, cut to
@@ -92,6 +97,11 @@ impl Metrics {
         *handshakes.entry(key).or_default() += 1;
     }
 
+    /// Count one `tools/call` answered by the edge itself.
+    pub fn direct_call(&self) {
+        self.direct_calls.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -145,6 +155,13 @@ impl Metrics {
             );
         }
         drop(series);
+        out.push_str("# HELP ithaca_edge_direct_tool_calls_total tools/call requests the edge answered itself, without the SDK's per-request service.\n");
+        out.push_str("# TYPE ithaca_edge_direct_tool_calls_total counter\n");
+        let _ = writeln!(
+            out,
+            "ithaca_edge_direct_tool_calls_total {}",
+            self.direct_calls.load(Ordering::Relaxed)
+        );
         out.push_str("# HELP mcp_client_handshakes_total Handshakes by protocol era and client (clientInfo).\n");
         out.push_str("# TYPE mcp_client_handshakes_total counter\n");
         if let Ok(handshakes) = self.handshakes.lock() {

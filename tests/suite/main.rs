@@ -17,6 +17,7 @@ mod concurrency;
 mod connect;
 mod console;
 mod denied_tools;
+mod direct;
 mod edge;
 mod faults;
 mod filter_preview;

@@ -19,7 +19,9 @@
 //!    here or on another replica;
 //! 9. [`span`]: the MCP server span and the request metrics;
 //! 10. [`sse::rewrite`]: a legacy call's stream and a listen's keep-alive;
-//! 11. [`serve`]: rmcp's Streamable HTTP service, within the deadline.
+//! 11. [`serve`]: rmcp's Streamable HTTP service, within the deadline; a
+//!     2026-07-28 `tools/call` that only its answer can follow is
+//!     answered by the edge itself ([`direct`]).
 //!
 //! Beside it: [`trace_stream`] (a session's trace as SSE, which a console
 //! sign-in may also open) and [`ops`] (health, readiness, metrics, the
@@ -31,6 +33,7 @@
 pub mod answer;
 pub mod authn;
 pub mod batch;
+pub mod direct;
 pub mod forward;
 pub mod limits;
 pub mod ops;
@@ -88,8 +91,9 @@ pub fn router_with(
         // Host and Origin are checked by the origin layer.
         .disable_allowed_hosts()
         .with_max_request_body_bytes(options.body_limit);
+    let handler = gateway.clone();
     let mcp = StreamableHttpService::new(
-        move || Ok(gateway.clone()),
+        move || Ok(handler.clone()),
         Arc::new(NeverSessionManager::default()),
         config,
     );
@@ -118,6 +122,8 @@ pub fn router_with(
     let serve = serve::Serve {
         core: core.clone(),
         mcp,
+        gateway,
+        metrics: metrics.clone(),
         request_timeout: options.request_timeout,
     };
     let stack = ServiceBuilder::new()

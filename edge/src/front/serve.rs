@@ -1,5 +1,7 @@
 //! The innermost service: rmcp's Streamable HTTP service (`mcp.rs` is its
-//! handler), bounded by the request's deadline.
+//! handler), bounded by the request's deadline; a 2026-07-28 `tools/call`
+//! that nothing but its answer can follow is answered by the edge itself
+//! (`direct.rs`), within the same deadline.
 //!
 //! Why rmcp's HTTP service stays: it owns both eras' wire rules (the
 //! per-request version checks of 2026-07-28, the standard headers against
@@ -7,9 +9,11 @@
 //! them here would fork the protocol from the SDK that keeps up with it.
 
 use super::answer::jsonrpc_error;
+use super::direct;
 use super::screen::Message;
 use crate::core::{Core, codes};
 use crate::mcp::Gateway;
+use crate::metrics::Metrics;
 use axum::body::Body;
 use axum::extract::Request;
 use axum::http::StatusCode;
@@ -30,24 +34,46 @@ pub type McpService = StreamableHttpService<Gateway, NeverSessionManager>;
 pub struct Serve {
     pub core: Arc<Core>,
     pub mcp: McpService,
+    /// The handler rmcp serves, whose lists the edge's own path reads.
+    pub gateway: Gateway,
+    /// Counts the calls answered without rmcp.
+    pub metrics: Arc<Metrics>,
     /// How long a request may take to produce its response head.
     pub request_timeout: Duration,
 }
 
 impl Serve {
-    /// Serve one screened message through rmcp, within its deadline.
+    /// Serve one screened message, within its deadline: the edge's own
+    /// `tools/call` where [`direct::plan`] allows it, else through rmcp.
     pub async fn run(self, request: Request) -> Result<Response, Infallible> {
-        let (id, timeout) = match request.extensions().get::<Message>() {
+        let (id, timeout, plan) = match request.extensions().get::<Message>() {
             Some(message) => (
                 message.message.get("id").cloned().unwrap_or(Value::Null),
                 self.timeout(&message.message),
+                direct::plan(&message.message, request.headers()),
             ),
-            None => (Value::Null, self.request_timeout),
+            None => (Value::Null, self.request_timeout, None),
         };
-        let call = self.mcp.oneshot(request);
-        let response = match tokio::time::timeout(timeout, call).await {
-            Ok(Ok(response)) => response.map(Body::new),
-            Ok(Err(never)) => match never {},
+        let answered = match plan {
+            Some(plan) => {
+                if matches!(plan, direct::Plan::Call { .. }) {
+                    self.metrics.direct_call();
+                }
+                let call = direct::serve(self.core.clone(), &self.gateway, plan, request);
+                tokio::time::timeout(timeout, call).await
+            }
+            None => {
+                let call = self.mcp.oneshot(request);
+                tokio::time::timeout(timeout, call)
+                    .await
+                    .map(|served| match served {
+                        Ok(response) => response.map(Body::new),
+                        Err(never) => match never {},
+                    })
+            }
+        };
+        let response = match answered {
+            Ok(response) => response,
             Err(_) => {
                 tracing::warn!(
                     timeout_ms = timeout.as_millis() as u64,

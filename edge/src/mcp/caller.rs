@@ -28,7 +28,13 @@ pub struct CallerInfo {
 /// [`crate::core::SESSION_PIN_META`], if it does; anything but a string is
 /// refused.
 pub(super) fn session_pin(ctx: &RequestContext<RoleServer>) -> Result<Option<String>, ErrorData> {
-    match ctx.meta.get(crate::core::SESSION_PIN_META) {
+    pin_of(ctx.meta.get(crate::core::SESSION_PIN_META))
+}
+
+/// [`session_pin`] from the `_meta` value itself: the edge's own
+/// `tools/call` path (`front/direct.rs`) reads it from its parse.
+pub fn pin_of(value: Option<&Value>) -> Result<Option<String>, ErrorData> {
+    match value {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(id)) if !id.trim().is_empty() && id.len() <= 100 => {
             Ok(Some(id.trim().to_owned()))

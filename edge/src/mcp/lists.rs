@@ -11,6 +11,7 @@
 use super::info::{LIST_TTL_MS, has_default_dialect, has_structured_output, server_info};
 use crate::core::Core;
 use crate::schema;
+use bytes::Bytes;
 use ithaca_kit::principal::Principal;
 use rmcp::ErrorData;
 use rmcp::model::{ProtocolVersion, Tool};
@@ -34,10 +35,19 @@ struct ToolsKey {
     subject_kind: Option<String>,
 }
 
+/// One `tools/list` answer: typed, for rmcp, and printed, for the edge's
+/// own 2026-07-28 path (`front/direct.rs`), which copies the bytes into
+/// its response instead of cloning and printing the list each time.
+#[derive(Clone)]
+struct Listed {
+    typed: rmcp::model::ListToolsResult,
+    printed: Bytes,
+}
+
 /// The lists, built on first use.
 #[derive(Default)]
 pub(super) struct Lists {
-    tools: Mutex<HashMap<ToolsKey, rmcp::model::ListToolsResult>>,
+    tools: Mutex<HashMap<ToolsKey, Listed>>,
     /// rmcp's view of each tool, which it asks for on every 2026-07-28
     /// `tools/call` (to check `Mcp-Param-*` headers against the schema).
     by_name: OnceLock<HashMap<String, Tool>>,
@@ -55,6 +65,25 @@ impl Lists {
         principal: &Principal,
         version: Option<&ProtocolVersion>,
     ) -> Result<rmcp::model::ListToolsResult, ErrorData> {
+        self.listed(core, principal, version).map(|l| l.typed)
+    }
+
+    /// The same answer as JSON, printed once per key.
+    pub(super) fn tools_printed(
+        &self,
+        core: &Core,
+        principal: &Principal,
+        version: Option<&ProtocolVersion>,
+    ) -> Result<Bytes, ErrorData> {
+        self.listed(core, principal, version).map(|l| l.printed)
+    }
+
+    fn listed(
+        &self,
+        core: &Core,
+        principal: &Principal,
+        version: Option<&ProtocolVersion>,
+    ) -> Result<Listed, ErrorData> {
         let mut scopes = principal.scopes().to_vec();
         scopes.sort_unstable();
         let key = ToolsKey {
@@ -68,7 +97,11 @@ impl Lists {
         if let Some(listed) = lock().get(&key) {
             return Ok(listed.clone());
         }
-        let listed = tool_list(core, principal, &key)?;
+        let typed = tool_list(core, principal, &key)?;
+        let printed = serde_json::to_vec(&typed)
+            .map_err(|e| ErrorData::internal_error(format!("printing the tool list: {e}"), None))?
+            .into();
+        let listed = Listed { typed, printed };
         let mut tools = lock();
         if tools.len() >= MAX_TOOL_LISTS {
             tools.clear();

@@ -12,7 +12,7 @@ mod caller;
 mod info;
 mod lists;
 
-pub use caller::CallerInfo;
+pub use caller::{CallerInfo, pin_of};
 pub use info::{INSTRUCTIONS, LOG_LEVEL_META, NO_INITIALIZE_FROM, VERSIONS, modern_versions};
 
 use crate::core::{Answer, Core, RpcError};
@@ -92,6 +92,22 @@ impl Gateway {
     /// Where the HTTP layer delivers legacy clients' answers.
     pub fn asks(&self) -> Arc<Asks> {
         self.reach.asks.clone()
+    }
+
+    /// The `tools/list` result for `caller` (pinned to `pin`, if so) in
+    /// `version`, as printed JSON: what the edge's own 2026-07-28 path
+    /// answers (`front/direct.rs`), the same list [`Self::list_tools`]
+    /// gives rmcp.
+    pub async fn tools_printed(
+        &self,
+        caller: &Principal,
+        pin: Option<&str>,
+        version: &ProtocolVersion,
+    ) -> Result<bytes::Bytes, ErrorData> {
+        // Subject-scoped write tools depend on the caller's current session.
+        let principal = self.core.with_current_session(caller, pin).await;
+        self.lists
+            .tools_printed(&self.core, &principal, Some(version))
     }
 
     /// The legacy subscriptions, whose updates the HTTP layer's GET

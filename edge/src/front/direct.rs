@@ -1,0 +1,334 @@
+//! A 2026-07-28 `tools/call` or `tools/list` answered by the edge itself:
+//! the parse the screen left is the only one, a call's answer is printed
+//! once, from the call's JSON, into the response's bytes, and a tool list
+//! is printed once per kind of caller and copied.
+//!
+//! Why: rmcp serves each stateless request by building a whole service
+//! for it (a peer with its channels, a spawned serve loop, a handler
+//! task), parses the body a second time into its typed model, prints the
+//! typed message back into a `Value` to check the standard headers, and
+//! prints the typed answer (for `tools/list`, a clone of the whole typed
+//! list first). For the two requests an agent sends most, none of that is
+//! needed when nothing can travel before the answer: in
+//! 2026-07-28 a call asks its client nothing mid-call (input comes by
+//! retry), so without a `progressToken` and a `logLevel` in its `_meta`
+//! the answer is the whole response.
+//!
+//! Only what is certain qualifies ([`plan`]); anything else, including
+//! every malformed request, goes to rmcp, whose answer stays the
+//! reference. `direct::answers_match_the_sdk_path` (tests/suite) sends the
+//! same calls both ways and compares status, type and body.
+//!
+//! Kept from rmcp's path: the call runs in its own task and is cancelled,
+//! not dropped, when the client goes away before the answer (so its trace
+//! still gets its `tool_result`); the JSON-RPC error codes map to the same
+//! HTTP statuses.
+
+use super::answer::{jsonrpc_error_with, no_caller};
+use super::screen::Message;
+use crate::core::{Answer, Core};
+use crate::mcp::{CallerInfo, Gateway, LOG_LEVEL_META, NO_INITIALIZE_FROM, VERSIONS, pin_of};
+use crate::stream::{CallIo, ClientCaps, Retry, Silent};
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::Response;
+use rmcp::model::{ClientCapabilities, ErrorCode, ErrorData, InputRequiredResult, ProtocolVersion};
+use rmcp::transport::common::http_header::{
+    BASE64_HEADER_PREFIX, HEADER_MCP_METHOD, HEADER_MCP_NAME, HEADER_MCP_PROTOCOL_VERSION,
+};
+use serde::Deserialize;
+use serde_json::Value;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+const VERSION_META: &str = "io.modelcontextprotocol/protocolVersion";
+const CAPABILITIES_META: &str = "io.modelcontextprotocol/clientCapabilities";
+
+/// What the edge answers itself, with what it needs besides the message.
+#[derive(Debug)]
+pub enum Plan {
+    /// A `tools/call`, with the capabilities its client declared.
+    Call { client: ClientCaps },
+    /// A `tools/list` in this revision (one rmcp knows), answered with
+    /// the list printed once per kind of caller.
+    ListTools { version: ProtocolVersion },
+}
+
+/// Whether the edge answers this message itself: a 2026-07-28
+/// `tools/call` or `tools/list` request whose envelope, `_meta` and
+/// standard headers are exactly what rmcp would accept, and that nothing
+/// but its answer can follow. `None` sends it to rmcp.
+pub fn plan(message: &Value, headers: &HeaderMap) -> Option<Plan> {
+    let message = message.as_object()?;
+    let known = ["jsonrpc", "id", "method", "params"];
+    if !message.keys().all(|k| known.contains(&k.as_str())) {
+        return None;
+    }
+    // rmcp's request id is an i64 or a string.
+    match message.get("id")? {
+        Value::String(_) => {}
+        Value::Number(n) if n.is_i64() => {}
+        _ => return None,
+    }
+    let method = message.get("method")?.as_str()?;
+    let params = message.get("params")?.as_object()?;
+    let meta = params.get("_meta")?.as_object()?;
+    // Progress and log messages would travel before the answer.
+    if meta.contains_key("progressToken") || meta.contains_key(LOG_LEVEL_META) {
+        return None;
+    }
+    let version = meta.get(VERSION_META)?.as_str()?;
+    let version = VERSIONS
+        .iter()
+        .find(|v| v.as_str() == version && version >= NO_INITIALIZE_FROM)?;
+    let capabilities = meta.get(CAPABILITIES_META)?;
+    // What rmcp requires of `_meta` (its `missing_required_keys`).
+    ClientCapabilities::deserialize(capabilities).ok()?;
+    if !accepts_json_and_sse(headers) || !content_is_json(headers) {
+        return None;
+    }
+    // The headers 2026-07-28 requires, each once and equal to the body.
+    if sole(headers, HEADER_MCP_PROTOCOL_VERSION)? != version.as_str()
+        || sole(headers, HEADER_MCP_METHOD)? != method
+    {
+        return None;
+    }
+    // A retry's `inputResponses` and `requestState`, a cursor, and any
+    // field of a later extension are rmcp's to read.
+    let only = |fields: &[&str]| params.keys().all(|k| fields.contains(&k.as_str()));
+    match method {
+        "tools/call" => {
+            if !only(&["name", "arguments", "_meta"]) {
+                return None;
+            }
+            let name = params.get("name")?.as_str()?;
+            match params.get("arguments") {
+                None | Some(Value::Null | Value::Object(_)) => {}
+                Some(_) => return None,
+            }
+            // (No tool schema of ours annotates `x-mcp-header`, so no
+            // `Mcp-Param-*` header is checked by rmcp either.)
+            let sent_name = sole(headers, HEADER_MCP_NAME)?;
+            if sent_name.starts_with(BASE64_HEADER_PREFIX) || sent_name != name {
+                return None;
+            }
+            Some(Plan::Call {
+                client: ClientCaps::from_json(capabilities),
+            })
+        }
+        "tools/list" if only(&["_meta"]) => Some(Plan::ListTools {
+            version: version.clone(),
+        }),
+        _ => None,
+    }
+}
+
+/// The one value of header `name`, as text.
+fn sole<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    let mut values = headers.get_all(name).iter();
+    let value = values.next()?;
+    if values.next().is_some() {
+        return None;
+    }
+    value.to_str().ok()
+}
+
+/// `Accept` lists both types plainly (a weight or a quoted part is
+/// rmcp's to weigh).
+fn accepts_json_and_sse(headers: &HeaderMap) -> bool {
+    let (mut json, mut sse) = (false, false);
+    for value in headers.get_all(header::ACCEPT) {
+        let Ok(value) = value.to_str() else {
+            return false;
+        };
+        if value.contains([';', '"']) {
+            return false;
+        }
+        for essence in value.split(',').map(str::trim) {
+            json |= essence.eq_ignore_ascii_case("application/json");
+            sse |= essence.eq_ignore_ascii_case("text/event-stream");
+        }
+    }
+    json && sse
+}
+
+fn content_is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.split(';')
+                .next()
+                .is_some_and(|e| e.trim().eq_ignore_ascii_case("application/json"))
+        })
+}
+
+/// Serve what [`plan`] accepted. The message is taken from the
+/// request's extensions (moved, not copied).
+pub async fn serve(core: Arc<Core>, gateway: &Gateway, plan: Plan, request: Request) -> Response {
+    let (mut parts, _body) = request.into_parts();
+    let Some(caller) = parts.extensions.remove::<CallerInfo>() else {
+        return no_caller();
+    };
+    let Some(Message {
+        message: Value::Object(mut message),
+        ..
+    }) = parts.extensions.remove::<Message>()
+    else {
+        return internal(Value::Null, "the request's message was not kept");
+    };
+    let id = message.remove("id").unwrap_or(Value::Null);
+    let Some(Value::Object(params)) = message.remove("params") else {
+        return internal(id, "the request has no params");
+    };
+    let pin = match pin_of(
+        params
+            .get("_meta")
+            .and_then(|m| m.get(crate::core::SESSION_PIN_META)),
+    ) {
+        Ok(pin) => pin,
+        Err(error) => return error_reply(id, error),
+    };
+    match plan {
+        Plan::Call { client } => call(core, caller, id, params, pin, client).await,
+        Plan::ListTools { version } => {
+            let listed = gateway
+                .tools_printed(&caller.principal, pin.as_deref(), &version)
+                .instrument(caller.span.clone())
+                .await;
+            match listed {
+                Ok(printed) => reply_printed(&id, &printed),
+                Err(error) => error_reply(id, error),
+            }
+        }
+    }
+}
+
+/// A `tools/call`, run in its own task, its answer printed once.
+async fn call(
+    core: Arc<Core>,
+    caller: CallerInfo,
+    id: Value,
+    mut params: serde_json::Map<String, Value>,
+    pin: Option<String>,
+    client: ClientCaps,
+) -> Response {
+    let name = match params.remove("name") {
+        Some(Value::String(name)) => name,
+        _ => return internal(id, "the call has no name"),
+    };
+    let arguments = match params.remove("arguments") {
+        None | Some(Value::Null) => None,
+        some => some,
+    };
+    let cancelled = CancellationToken::new();
+    // Dropped with this future when the client goes away or the deadline
+    // passes: the call is told, and records how it ended.
+    let gone = cancelled.clone().drop_guard();
+    let span = caller.span.clone();
+    let call = tokio::spawn(
+        async move {
+            let io = CallIo {
+                sink: &Silent,
+                client,
+                asks_inline: false,
+                retry: Retry::default(),
+                cancelled,
+            };
+            core.call_tool(&caller.principal, pin.as_deref(), &name, arguments, &io)
+                .await
+        }
+        .instrument(span),
+    );
+    let answer = call.await;
+    gone.disarm();
+    match answer {
+        Ok(Ok(Answer::Complete(result))) => complete(id, result),
+        Ok(Ok(Answer::InputRequired(input))) => {
+            match serde_json::from_value::<InputRequiredResult>(input) {
+                Ok(typed) => match serde_json::to_value(typed) {
+                    Ok(result) => reply(&id, &result),
+                    Err(e) => internal(id, &format!("building input_required: {e}")),
+                },
+                Err(e) => internal(id, &format!("building input_required: {e}")),
+            }
+        }
+        Ok(Err(e)) => error_reply(id, ErrorData::new(ErrorCode(e.code), e.message, e.data)),
+        Err(e) => internal(id, &format!("the call ended abnormally: {e}")),
+    }
+}
+
+/// A complete tool result as 2026-07-28 prints it: the call's JSON with
+/// `resultType`, `structuredContent` kept (every revision served here has
+/// structured output).
+fn complete(id: Value, result: Value) -> Response {
+    let Value::Object(mut fields) = result else {
+        return internal(id, "building tool result: the answer is not an object");
+    };
+    fields.insert("resultType".to_owned(), Value::from("complete"));
+    reply(&id, &Value::Object(fields))
+}
+
+/// The JSON-RPC response, printed straight into the body.
+fn reply(id: &Value, result: &Value) -> Response {
+    #[derive(serde::Serialize)]
+    struct Reply<'a> {
+        jsonrpc: &'static str,
+        id: &'a Value,
+        result: &'a Value,
+    }
+    let body = match serde_json::to_vec(&Reply {
+        jsonrpc: "2.0",
+        id,
+        result,
+    }) {
+        Ok(body) => body,
+        Err(e) => return internal(id.clone(), &format!("printing the answer: {e}")),
+    };
+    json_response(body)
+}
+
+/// The JSON-RPC response around a result printed before.
+fn reply_printed(id: &Value, result: &[u8]) -> Response {
+    let mut body = Vec::with_capacity(result.len() + 48);
+    body.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
+    if let Err(e) = serde_json::to_writer(&mut body, id) {
+        return internal(id.clone(), &format!("printing the answer: {e}"));
+    }
+    body.extend_from_slice(br#","result":"#);
+    body.extend_from_slice(result);
+    body.push(b'}');
+    json_response(body)
+}
+
+fn json_response(body: Vec<u8>) -> Response {
+    let mut response = Response::new(Body::from(body));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// A JSON-RPC error with the HTTP status rmcp gives it on the 2026-07-28
+/// path (its `jsonrpc_http_status`; `_meta` is well formed here).
+fn error_reply(id: Value, error: ErrorData) -> Response {
+    let status = match error.code {
+        ErrorCode::UNSUPPORTED_PROTOCOL_VERSION
+        | ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY
+        | ErrorCode::HEADER_MISMATCH => StatusCode::BAD_REQUEST,
+        ErrorCode::METHOD_NOT_FOUND => StatusCode::NOT_FOUND,
+        _ => StatusCode::OK,
+    };
+    jsonrpc_error_with(status, id, error.code.0, &error.message, error.data)
+}
+
+fn internal(id: Value, what: &str) -> Response {
+    tracing::error!(what, "a direct tools/call failed");
+    error_reply(id, ErrorData::internal_error(what.to_owned(), None))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,183 @@
+//! What qualifies for the edge's own `tools/call` path, and what goes to
+//! rmcp: each condition of [`plan`] refused on its own.
+
+use super::{Plan, plan};
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use serde_json::{Value, json};
+
+/// One change to a request, named for the failure message.
+type Change<T> = (&'static str, fn(&mut T));
+
+fn message() -> Value {
+    json!({
+        "jsonrpc": "2.0",
+        "id": 7,
+        "method": "tools/call",
+        "params": {
+            "name": "search_skills",
+            "arguments": {"query": "momentum"},
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}},
+                "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+                "io.ithaca/session_id": "s-1"
+            }
+        }
+    })
+}
+
+fn headers() -> HeaderMap {
+    let mut h = HeaderMap::new();
+    for (k, v) in [
+        ("content-type", "application/json"),
+        ("accept", "application/json, text/event-stream"),
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/call"),
+        ("mcp-name", "search_skills"),
+    ] {
+        h.insert(
+            HeaderName::from_static(k),
+            HeaderValue::from_str(v).expect("a header value"),
+        );
+    }
+    h
+}
+
+#[test]
+fn a_plain_modern_call_qualifies_with_its_declared_capabilities() {
+    let Some(Plan::Call { client }) = plan(&message(), &headers()) else {
+        panic!("a plain call does not qualify");
+    };
+    assert!(client.elicitation);
+    assert!(!client.sampling);
+    // A string id, null arguments and no arguments qualify too.
+    let mut m = message();
+    m["id"] = json!("abc");
+    m["params"]["arguments"] = Value::Null;
+    assert!(super::plan(&m, &headers()).is_some());
+    m["params"]
+        .as_object_mut()
+        .expect("an object")
+        .remove("arguments");
+    assert!(super::plan(&m, &headers()).is_some());
+}
+
+#[test]
+fn a_plain_modern_tool_list_qualifies() {
+    let list = |m: &mut Value, h: &mut HeaderMap| {
+        m["method"] = json!("tools/list");
+        m["params"]
+            .as_object_mut()
+            .expect("an object")
+            .retain(|k, _| k == "_meta");
+        h.insert("mcp-method", HeaderValue::from_static("tools/list"));
+        h.remove("mcp-name");
+    };
+    let (mut m, mut h) = (message(), headers());
+    list(&mut m, &mut h);
+    assert!(matches!(plan(&m, &h), Some(Plan::ListTools { .. })));
+    // A cursor, a progress token or a mismatched Mcp-Method is rmcp's.
+    let mut with_cursor = m.clone();
+    with_cursor["params"]["cursor"] = json!("c");
+    assert!(plan(&with_cursor, &h).is_none());
+    let mut with_token = m.clone();
+    with_token["params"]["_meta"]["progressToken"] = json!(1);
+    assert!(plan(&with_token, &h).is_none());
+    assert!(plan(&m, &headers()).is_none());
+}
+
+#[test]
+fn anything_rmcp_must_judge_goes_to_rmcp() {
+    let changed_message: Vec<Change<Value>> = vec![
+        ("another method", |m| m["method"] = json!("resources/read")),
+        ("a float id", |m| m["id"] = json!(1.5)),
+        ("no id", |m| {
+            m.as_object_mut().expect("an object").remove("id");
+        }),
+        ("an extra envelope field", |m| m["extra"] = json!(1)),
+        ("a retry's state", |m| {
+            m["params"]["requestState"] = json!("x")
+        }),
+        ("arguments not an object", |m| {
+            m["params"]["arguments"] = json!([1])
+        }),
+        ("a progress token", |m| {
+            m["params"]["_meta"]["progressToken"] = json!(1)
+        }),
+        ("a log level", |m| {
+            m["params"]["_meta"]["io.modelcontextprotocol/logLevel"] = json!("info")
+        }),
+        ("a legacy version", |m| {
+            m["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!("2025-06-18")
+        }),
+        ("an unknown version", |m| {
+            m["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!("2099-01-01")
+        }),
+        ("no capabilities", |m| {
+            m["params"]["_meta"]
+                .as_object_mut()
+                .expect("an object")
+                .remove("io.modelcontextprotocol/clientCapabilities");
+        }),
+        ("capabilities of the wrong type", |m| {
+            m["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"] = json!(5)
+        }),
+        ("no _meta", |m| {
+            m["params"]
+                .as_object_mut()
+                .expect("an object")
+                .remove("_meta");
+        }),
+    ];
+    for (what, change) in changed_message {
+        let mut m = message();
+        change(&mut m);
+        assert!(plan(&m, &headers()).is_none(), "{what} qualified");
+    }
+    let changed_headers: Vec<Change<HeaderMap>> = vec![
+        ("no Mcp-Name", |h| {
+            h.remove("mcp-name");
+        }),
+        ("another Mcp-Name", |h| {
+            h.insert("mcp-name", HeaderValue::from_static("run_skill"));
+        }),
+        ("a Base64 Mcp-Name", |h| {
+            h.insert(
+                "mcp-name",
+                HeaderValue::from_static("=?base64?c2VhcmNoX3NraWxscw==?="),
+            );
+        }),
+        ("two Mcp-Method values", |h| {
+            h.append("mcp-method", HeaderValue::from_static("tools/call"));
+        }),
+        ("another Mcp-Method", |h| {
+            h.insert("mcp-method", HeaderValue::from_static("tools/list"));
+        }),
+        ("a version header unlike _meta", |h| {
+            h.insert(
+                "mcp-protocol-version",
+                HeaderValue::from_static("2025-11-25"),
+            );
+        }),
+        ("no version header", |h| {
+            h.remove("mcp-protocol-version");
+        }),
+        ("an Accept without SSE", |h| {
+            h.insert("accept", HeaderValue::from_static("application/json"));
+        }),
+        ("a weighted Accept", |h| {
+            h.insert(
+                "accept",
+                HeaderValue::from_static("application/json, text/event-stream;q=0"),
+            );
+        }),
+        ("a text body", |h| {
+            h.insert("content-type", HeaderValue::from_static("text/plain"));
+        }),
+    ];
+    for (what, change) in changed_headers {
+        let mut h = headers();
+        change(&mut h);
+        assert!(plan(&message(), &h).is_none(), "{what} qualified");
+    }
+}
