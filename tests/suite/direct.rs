@@ -1,4 +1,5 @@
-//! The edge answers a plain 2026-07-28 `tools/call` and `tools/list`
+//! The edge answers a plain 2026-07-28 `tools/call` and `tools/list`, and
+//! a legacy `tools/call` of a tool that can send nothing but its answer,
 //! itself (`edge/src/front/direct.rs`), without rmcp's per-request
 //! service. Its answers must be the ones rmcp's path gives: each request
 //! below is sent twice, once as it is (the edge's path) and once with a
@@ -48,6 +49,25 @@ async fn both_ways(
     through_rmcp["_meta"]["progressToken"] = json!("p-1");
     let through_rmcp = http::modern(&stack.url, token, method, through_rmcp).await;
     [seen(&direct), seen(&through_rmcp)]
+}
+
+/// A `tools/call` of the `initialize` profile (stateless: no handshake
+/// needed), the revision in the header.
+async fn legacy(stack: &TestStack, token: &str, version: &str, params: &Value) -> Reply {
+    let body = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": params});
+    http::request(
+        &stack.url,
+        "POST",
+        "/mcp",
+        &[
+            ("Authorization", &format!("Bearer {token}")),
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+            ("MCP-Protocol-Version", version),
+        ],
+        body.to_string().as_bytes(),
+    )
+    .await
 }
 
 /// `tools/list` both ways: the same list, and not an empty one.
@@ -156,24 +176,60 @@ async fn answers_match_the_sdk_path() {
     assert_eq!(direct_calls(&stack).await - before, sent + 1);
     same_list(&stack, agent, "agent in a session").await;
 
-    // A legacy call is rmcp's.
-    let legacy = http::request(
-        &stack.url,
-        "POST",
-        "/mcp",
-        &[
-            ("Authorization", &format!("Bearer {agent}")),
-            ("Content-Type", "application/json"),
-            ("Accept", "application/json, text/event-stream"),
-            ("MCP-Protocol-Version", "2025-06-18"),
-        ],
-        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-               "params": {"name": "search_skills", "arguments": {}}})
-        .to_string()
-        .as_bytes(),
+    // The `initialize` profile: a call of a tool that can send nothing but
+    // its answer is the edge's too, in 2025-06-18 and in 2025-03-26 (no
+    // structured output).
+    let before = direct_calls(&stack).await;
+    let mut sent = 0;
+    let mut compare = async |version: &'static str, what: &str, params: Value| {
+        let direct = legacy(&stack, agent, version, &params).await;
+        let mut through_rmcp = params.clone();
+        through_rmcp["_meta"]["progressToken"] = json!("p-1");
+        let through_rmcp = legacy(&stack, agent, version, &through_rmcp).await;
+        assert_eq!(
+            seen(&direct),
+            seen(&through_rmcp),
+            "{what} ({version}): the two paths answer differently"
+        );
+        sent += 1;
+        direct.json()
+    };
+    let read = json!({"name": "search_skills", "arguments": {"query": "momentum"}});
+    let body = compare("2025-06-18", "a read", read.clone()).await;
+    assert!(body["result"]["structuredContent"].is_object(), "{body}");
+    assert!(body["result"].get("resultType").is_none(), "{body}");
+    let body = compare("2025-03-26", "a read", read).await;
+    assert!(body["result"].get("structuredContent").is_none(), "{body}");
+    let body = compare(
+        "2025-06-18",
+        "unknown tool",
+        json!({"name": "no_such_tool", "arguments": {}}),
     )
     .await;
-    assert_eq!(legacy.status, 200, "{}", legacy.text());
-    assert_eq!(direct_calls(&stack).await - before, sent + 1);
+    assert_eq!(body["error"]["code"], -32602, "{body}");
+    compare(
+        "2025-06-18",
+        "bad arguments",
+        json!({"name": "search_skills", "arguments": {"query": 5}}),
+    )
+    .await;
+    compare(
+        "2025-06-18",
+        "malformed pin",
+        json!({"name": "search_skills", "arguments": {}, "_meta": {"io.ithaca/session_id": 5}}),
+    )
+    .await;
+    assert_eq!(direct_calls(&stack).await - before, sent);
+    // A streaming tool (it may report progress and ask its client) stays
+    // rmcp's.
+    let streaming = legacy(
+        &stack,
+        agent,
+        "2025-06-18",
+        &json!({"name": "run_skill", "arguments": {}}),
+    )
+    .await;
+    assert_eq!(streaming.status, 200, "{}", streaming.text());
+    assert_eq!(direct_calls(&stack).await - before, sent);
     stack.stop().await;
 }

@@ -26,6 +26,7 @@
 
 use super::answer::{jsonrpc_error_with, no_caller};
 use super::screen::Message;
+use crate::catalog::Catalog;
 use crate::core::{Answer, Core};
 use crate::mcp::{CallerInfo, Gateway, LOG_LEVEL_META, NO_INITIALIZE_FROM, VERSIONS, pin_of};
 use crate::stream::{CallIo, ClientCaps, Retry, Silent};
@@ -38,7 +39,7 @@ use rmcp::transport::common::http_header::{
     BASE64_HEADER_PREFIX, HEADER_MCP_METHOD, HEADER_MCP_NAME, HEADER_MCP_PROTOCOL_VERSION,
 };
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -49,18 +50,29 @@ const CAPABILITIES_META: &str = "io.modelcontextprotocol/clientCapabilities";
 /// What the edge answers itself, with what it needs besides the message.
 #[derive(Debug)]
 pub enum Plan {
-    /// A `tools/call`, with the capabilities its client declared.
-    Call { client: ClientCaps },
-    /// A `tools/list` in this revision (one rmcp knows), answered with
-    /// the list printed once per kind of caller.
+    /// A `tools/call`.
+    Call { era: Era, client: ClientCaps },
+    /// A 2026-07-28 `tools/list` in this revision (one rmcp knows),
+    /// answered with the list printed once per kind of caller.
     ListTools { version: ProtocolVersion },
 }
 
-/// Whether the edge answers this message itself: a 2026-07-28
-/// `tools/call` or `tools/list` request whose envelope, `_meta` and
-/// standard headers are exactly what rmcp would accept, and that nothing
-/// but its answer can follow. `None` sends it to rmcp.
-pub fn plan(message: &Value, headers: &HeaderMap) -> Option<Plan> {
+/// The revision class a direct call answers in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Era {
+    /// 2026-07-28: `resultType`, the HTTP statuses of its errors.
+    Modern,
+    /// The `initialize` profile, by the `MCP-Protocol-Version` header:
+    /// no `resultType`, errors with 200, `structuredContent` from
+    /// 2025-06-18 on.
+    Legacy { structured: bool },
+}
+
+/// Whether the edge answers this message itself: a `tools/call` (either
+/// era) or a 2026-07-28 `tools/list` whose envelope, `_meta` and headers
+/// are exactly what rmcp would accept, and that nothing but its answer can
+/// follow. `None` sends it to rmcp.
+pub fn plan(catalog: &Catalog, message: &Value, headers: &HeaderMap) -> Option<Plan> {
     let message = message.as_object()?;
     let known = ["jsonrpc", "id", "method", "params"];
     if !message.keys().all(|k| known.contains(&k.as_str())) {
@@ -74,40 +86,73 @@ pub fn plan(message: &Value, headers: &HeaderMap) -> Option<Plan> {
     }
     let method = message.get("method")?.as_str()?;
     let params = message.get("params")?.as_object()?;
-    let meta = params.get("_meta")?.as_object()?;
+    let meta = match params.get("_meta") {
+        None => None,
+        Some(meta) => Some(meta.as_object()?),
+    };
     // Progress and log messages would travel before the answer.
-    if meta.contains_key("progressToken") || meta.contains_key(LOG_LEVEL_META) {
+    if meta.is_some_and(|m| m.contains_key("progressToken") || m.contains_key(LOG_LEVEL_META)) {
         return None;
     }
-    let version = meta.get(VERSION_META)?.as_str()?;
-    let version = VERSIONS
-        .iter()
-        .find(|v| v.as_str() == version && version >= NO_INITIALIZE_FROM)?;
-    let capabilities = meta.get(CAPABILITIES_META)?;
-    // What rmcp requires of `_meta` (its `missing_required_keys`).
-    ClientCapabilities::deserialize(capabilities).ok()?;
     if !accepts_json_and_sse(headers) || !content_is_json(headers) {
-        return None;
-    }
-    // The headers 2026-07-28 requires, each once and equal to the body.
-    if sole(headers, HEADER_MCP_PROTOCOL_VERSION)? != version.as_str()
-        || sole(headers, HEADER_MCP_METHOD)? != method
-    {
         return None;
     }
     // A retry's `inputResponses` and `requestState`, a cursor, and any
     // field of a later extension are rmcp's to read.
     let only = |fields: &[&str]| params.keys().all(|k| fields.contains(&k.as_str()));
+    let call = || -> Option<&str> {
+        if !only(&["name", "arguments", "_meta"]) {
+            return None;
+        }
+        match params.get("arguments") {
+            None | Some(Value::Null | Value::Object(_)) => {}
+            Some(_) => return None,
+        }
+        params.get("name")?.as_str()
+    };
+    let header_version = sole(headers, HEADER_MCP_PROTOCOL_VERSION)?;
+    let Some(version) = meta.and_then(|m| m.get(VERSION_META)) else {
+        // The `initialize` profile: a call of a tool that can neither
+        // report progress or logs nor ask its client (a streaming tool may,
+        // and so may one filed for approval), so its answer is all that
+        // travels. Nothing of 2026-07-28 in `_meta`; the header names the
+        // revision.
+        if method != "tools/call"
+            || meta.is_some_and(|m| m.keys().any(|k| k.starts_with("io.modelcontextprotocol/")))
+        {
+            return None;
+        }
+        let version = VERSIONS
+            .iter()
+            .find(|v| v.as_str() == header_version && header_version < NO_INITIALIZE_FROM)?;
+        let name = call()?;
+        if catalog
+            .tool(name)
+            .is_some_and(|t| t.streaming || t.options.approval_required)
+        {
+            return None;
+        }
+        return Some(Plan::Call {
+            era: Era::Legacy {
+                structured: version.as_str() >= ProtocolVersion::V_2025_06_18.as_str(),
+            },
+            client: ClientCaps::assumed(),
+        });
+    };
+    let version = version.as_str()?;
+    let version = VERSIONS
+        .iter()
+        .find(|v| v.as_str() == version && version >= NO_INITIALIZE_FROM)?;
+    let capabilities = meta?.get(CAPABILITIES_META)?;
+    // What rmcp requires of `_meta` (its `missing_required_keys`).
+    ClientCapabilities::deserialize(capabilities).ok()?;
+    // The headers 2026-07-28 requires, each once and equal to the body.
+    if header_version != version.as_str() || sole(headers, HEADER_MCP_METHOD)? != method {
+        return None;
+    }
     match method {
         "tools/call" => {
-            if !only(&["name", "arguments", "_meta"]) {
-                return None;
-            }
-            let name = params.get("name")?.as_str()?;
-            match params.get("arguments") {
-                None | Some(Value::Null | Value::Object(_)) => {}
-                Some(_) => return None,
-            }
+            let name = call()?;
             // (No tool schema of ours annotates `x-mcp-header`, so no
             // `Mcp-Param-*` header is checked by rmcp either.)
             let sent_name = sole(headers, HEADER_MCP_NAME)?;
@@ -115,6 +160,7 @@ pub fn plan(message: &Value, headers: &HeaderMap) -> Option<Plan> {
                 return None;
             }
             Some(Plan::Call {
+                era: Era::Modern,
                 client: ClientCaps::from_json(capabilities),
             })
         }
@@ -177,11 +223,15 @@ pub async fn serve(core: Arc<Core>, gateway: &Gateway, plan: Plan, request: Requ
         ..
     }) = parts.extensions.remove::<Message>()
     else {
-        return internal(Value::Null, "the request's message was not kept");
+        return internal(
+            Era::Modern,
+            Value::Null,
+            "the request's message was not kept",
+        );
     };
     let id = message.remove("id").unwrap_or(Value::Null);
     let Some(Value::Object(params)) = message.remove("params") else {
-        return internal(id, "the request has no params");
+        return internal(Era::Modern, id, "the request has no params");
     };
     let pin = match pin_of(
         params
@@ -189,10 +239,16 @@ pub async fn serve(core: Arc<Core>, gateway: &Gateway, plan: Plan, request: Requ
             .and_then(|m| m.get(crate::core::SESSION_PIN_META)),
     ) {
         Ok(pin) => pin,
-        Err(error) => return error_reply(id, error),
+        Err(error) => {
+            let era = match &plan {
+                Plan::Call { era, .. } => *era,
+                Plan::ListTools { .. } => Era::Modern,
+            };
+            return error_reply(era, id, error);
+        }
     };
     match plan {
-        Plan::Call { client } => call(core, caller, id, params, pin, client).await,
+        Plan::Call { era, client } => call(core, caller, id, params, pin, era, client).await,
         Plan::ListTools { version } => {
             let listed = gateway
                 .tools_printed(&caller.principal, pin.as_deref(), &version)
@@ -200,7 +256,7 @@ pub async fn serve(core: Arc<Core>, gateway: &Gateway, plan: Plan, request: Requ
                 .await;
             match listed {
                 Ok(printed) => reply_printed(&id, &printed),
-                Err(error) => error_reply(id, error),
+                Err(error) => error_reply(Era::Modern, id, error),
             }
         }
     }
@@ -213,11 +269,12 @@ async fn call(
     id: Value,
     mut params: serde_json::Map<String, Value>,
     pin: Option<String>,
+    era: Era,
     client: ClientCaps,
 ) -> Response {
     let name = match params.remove("name") {
         Some(Value::String(name)) => name,
-        _ => return internal(id, "the call has no name"),
+        _ => return internal(era, id, "the call has no name"),
     };
     let arguments = match params.remove("arguments") {
         None | Some(Value::Null) => None,
@@ -233,7 +290,9 @@ async fn call(
             let io = CallIo {
                 sink: &Silent,
                 client,
-                asks_inline: false,
+                // As rmcp's path has it; a tool direct in the legacy era
+                // never asks (`plan`).
+                asks_inline: era != Era::Modern,
                 retry: Retry::default(),
                 cancelled,
             };
@@ -245,34 +304,72 @@ async fn call(
     let answer = call.await;
     gone.disarm();
     match answer {
-        Ok(Ok(Answer::Complete(result))) => complete(id, result),
-        Ok(Ok(Answer::InputRequired(input))) => {
+        Ok(Ok(Answer::Complete(result))) => complete(era, id, result),
+        Ok(Ok(Answer::InputRequired(input))) if era == Era::Modern => {
             match serde_json::from_value::<InputRequiredResult>(input) {
                 Ok(typed) => match serde_json::to_value(typed) {
-                    Ok(result) => reply(&id, &result),
-                    Err(e) => internal(id, &format!("building input_required: {e}")),
+                    Ok(result) => reply(era, &id, &result),
+                    Err(e) => internal(era, id, &format!("building input_required: {e}")),
                 },
-                Err(e) => internal(id, &format!("building input_required: {e}")),
+                Err(e) => internal(era, id, &format!("building input_required: {e}")),
             }
         }
-        Ok(Err(e)) => error_reply(id, ErrorData::new(ErrorCode(e.code), e.message, e.data)),
-        Err(e) => internal(id, &format!("the call ended abnormally: {e}")),
+        // As rmcp refuses it for a revision before 2026-07-28.
+        Ok(Ok(Answer::InputRequired(_))) => error_reply(
+            era,
+            id,
+            ErrorData::invalid_request(
+                "InputRequiredResult requires negotiated protocol version 2026-07-28 or newer",
+                None,
+            ),
+        ),
+        Ok(Err(e)) => error_reply(
+            era,
+            id,
+            ErrorData::new(ErrorCode(e.code), e.message, e.data),
+        ),
+        Err(e) => internal(era, id, &format!("the call ended abnormally: {e}")),
     }
 }
 
-/// A complete tool result as 2026-07-28 prints it: the call's JSON with
-/// `resultType`, `structuredContent` kept (every revision served here has
-/// structured output).
-fn complete(id: Value, result: Value) -> Response {
+/// A complete tool result as its revision prints it: the call's JSON with
+/// `resultType` in 2026-07-28; before it, without (and without
+/// `structuredContent` before 2025-06-18, and a structured value that is
+/// no object moved into the content, as rmcp does for those revisions).
+fn complete(era: Era, id: Value, result: Value) -> Response {
     let Value::Object(mut fields) = result else {
-        return internal(id, "building tool result: the answer is not an object");
+        return internal(era, id, "building tool result: the answer is not an object");
     };
-    fields.insert("resultType".to_owned(), Value::from("complete"));
-    reply(&id, &Value::Object(fields))
+    match era {
+        Era::Modern => {
+            fields.insert("resultType".to_owned(), Value::from("complete"));
+        }
+        Era::Legacy { structured } => {
+            let structured_content = fields.remove("structuredContent");
+            match structured_content {
+                Some(value) if structured && value.is_object() => {
+                    fields.insert("structuredContent".to_owned(), value);
+                }
+                Some(value) if structured => {
+                    let first_holds_it = fields["content"][0]["text"]
+                        .as_str()
+                        .and_then(|t| serde_json::from_str::<Value>(t).ok())
+                        .is_some_and(|v| v == value);
+                    if !first_holds_it
+                        && let Some(Value::Array(content)) = fields.get_mut("content")
+                    {
+                        content.insert(0, json!({"type": "text", "text": value.to_string()}));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    reply(era, &id, &Value::Object(fields))
 }
 
 /// The JSON-RPC response, printed straight into the body.
-fn reply(id: &Value, result: &Value) -> Response {
+fn reply(era: Era, id: &Value, result: &Value) -> Response {
     #[derive(serde::Serialize)]
     struct Reply<'a> {
         jsonrpc: &'static str,
@@ -285,7 +382,7 @@ fn reply(id: &Value, result: &Value) -> Response {
         result,
     }) {
         Ok(body) => body,
-        Err(e) => return internal(id.clone(), &format!("printing the answer: {e}")),
+        Err(e) => return internal(era, id.clone(), &format!("printing the answer: {e}")),
     };
     json_response(body)
 }
@@ -295,7 +392,11 @@ fn reply_printed(id: &Value, result: &[u8]) -> Response {
     let mut body = Vec::with_capacity(result.len() + 48);
     body.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
     if let Err(e) = serde_json::to_writer(&mut body, id) {
-        return internal(id.clone(), &format!("printing the answer: {e}"));
+        return internal(
+            Era::Modern,
+            id.clone(),
+            &format!("printing the answer: {e}"),
+        );
     }
     body.extend_from_slice(br#","result":"#);
     body.extend_from_slice(result);
@@ -312,22 +413,32 @@ fn json_response(body: Vec<u8>) -> Response {
     response
 }
 
-/// A JSON-RPC error with the HTTP status rmcp gives it on the 2026-07-28
-/// path (its `jsonrpc_http_status`; `_meta` is well formed here).
-fn error_reply(id: Value, error: ErrorData) -> Response {
-    let status = match error.code {
-        ErrorCode::UNSUPPORTED_PROTOCOL_VERSION
-        | ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY
-        | ErrorCode::HEADER_MISMATCH => StatusCode::BAD_REQUEST,
-        ErrorCode::METHOD_NOT_FOUND => StatusCode::NOT_FOUND,
-        _ => StatusCode::OK,
+/// A JSON-RPC error as rmcp sends it: on the 2026-07-28 path with the
+/// HTTP status of its code (its `jsonrpc_http_status`; `_meta` is well
+/// formed here) and `RESOURCE_NOT_FOUND` as `INVALID_PARAMS`; in the
+/// legacy era with 200.
+fn error_reply(era: Era, id: Value, mut error: ErrorData) -> Response {
+    let status = match era {
+        Era::Legacy { .. } => StatusCode::OK,
+        Era::Modern => {
+            if error.code == ErrorCode::RESOURCE_NOT_FOUND {
+                error.code = ErrorCode::INVALID_PARAMS;
+            }
+            match error.code {
+                ErrorCode::UNSUPPORTED_PROTOCOL_VERSION
+                | ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY
+                | ErrorCode::HEADER_MISMATCH => StatusCode::BAD_REQUEST,
+                ErrorCode::METHOD_NOT_FOUND => StatusCode::NOT_FOUND,
+                _ => StatusCode::OK,
+            }
+        }
     };
     jsonrpc_error_with(status, id, error.code.0, &error.message, error.data)
 }
 
-fn internal(id: Value, what: &str) -> Response {
-    tracing::error!(what, "a direct tools/call failed");
-    error_reply(id, ErrorData::internal_error(what.to_owned(), None))
+fn internal(era: Era, id: Value, what: &str) -> Response {
+    tracing::error!(what, "a direct request failed");
+    error_reply(era, id, ErrorData::internal_error(what.to_owned(), None))
 }
 
 #[cfg(test)]

@@ -50,7 +50,7 @@ impl Serve {
             Some(message) => (
                 message.message.get("id").cloned().unwrap_or(Value::Null),
                 self.timeout(&message.message),
-                direct::plan(&message.message, request.headers()),
+                direct::plan(&self.core.catalog, &message.message, request.headers()),
             ),
             None => (Value::Null, self.request_timeout, None),
         };

@@ -1,9 +1,15 @@
 //! What qualifies for the edge's own `tools/call` path, and what goes to
 //! rmcp: each condition of [`plan`] refused on its own.
 
-use super::{Plan, plan};
+use super::{Era, Plan, plan};
+use crate::catalog::Catalog;
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Value, json};
+use std::sync::LazyLock;
+
+static CATALOG: LazyLock<Catalog> = LazyLock::new(|| {
+    Catalog::from_pool(ithaca_proto::annotations::pool()).expect("the catalog builds")
+});
 
 /// One change to a request, named for the failure message.
 type Change<T> = (&'static str, fn(&mut T));
@@ -45,7 +51,11 @@ fn headers() -> HeaderMap {
 
 #[test]
 fn a_plain_modern_call_qualifies_with_its_declared_capabilities() {
-    let Some(Plan::Call { client }) = plan(&message(), &headers()) else {
+    let Some(Plan::Call {
+        era: Era::Modern,
+        client,
+    }) = plan(&CATALOG, &message(), &headers())
+    else {
         panic!("a plain call does not qualify");
     };
     assert!(client.elicitation);
@@ -54,12 +64,12 @@ fn a_plain_modern_call_qualifies_with_its_declared_capabilities() {
     let mut m = message();
     m["id"] = json!("abc");
     m["params"]["arguments"] = Value::Null;
-    assert!(super::plan(&m, &headers()).is_some());
+    assert!(plan(&CATALOG, &m, &headers()).is_some());
     m["params"]
         .as_object_mut()
         .expect("an object")
         .remove("arguments");
-    assert!(super::plan(&m, &headers()).is_some());
+    assert!(plan(&CATALOG, &m, &headers()).is_some());
 }
 
 #[test]
@@ -75,15 +85,18 @@ fn a_plain_modern_tool_list_qualifies() {
     };
     let (mut m, mut h) = (message(), headers());
     list(&mut m, &mut h);
-    assert!(matches!(plan(&m, &h), Some(Plan::ListTools { .. })));
+    assert!(matches!(
+        plan(&CATALOG, &m, &h),
+        Some(Plan::ListTools { .. })
+    ));
     // A cursor, a progress token or a mismatched Mcp-Method is rmcp's.
     let mut with_cursor = m.clone();
     with_cursor["params"]["cursor"] = json!("c");
-    assert!(plan(&with_cursor, &h).is_none());
+    assert!(plan(&CATALOG, &with_cursor, &h).is_none());
     let mut with_token = m.clone();
     with_token["params"]["_meta"]["progressToken"] = json!(1);
-    assert!(plan(&with_token, &h).is_none());
-    assert!(plan(&m, &headers()).is_none());
+    assert!(plan(&CATALOG, &with_token, &h).is_none());
+    assert!(plan(&CATALOG, &m, &headers()).is_none());
 }
 
 #[test]
@@ -132,7 +145,7 @@ fn anything_rmcp_must_judge_goes_to_rmcp() {
     for (what, change) in changed_message {
         let mut m = message();
         change(&mut m);
-        assert!(plan(&m, &headers()).is_none(), "{what} qualified");
+        assert!(plan(&CATALOG, &m, &headers()).is_none(), "{what} qualified");
     }
     let changed_headers: Vec<Change<HeaderMap>> = vec![
         ("no Mcp-Name", |h| {
@@ -178,6 +191,72 @@ fn anything_rmcp_must_judge_goes_to_rmcp() {
     for (what, change) in changed_headers {
         let mut h = headers();
         change(&mut h);
-        assert!(plan(&message(), &h).is_none(), "{what} qualified");
+        assert!(plan(&CATALOG, &message(), &h).is_none(), "{what} qualified");
     }
+}
+
+/// A legacy call: the header names the revision, `_meta` has nothing of
+/// 2026-07-28.
+fn legacy(tool: &str, version: &'static str) -> (Value, HeaderMap) {
+    let message = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": tool, "arguments": {}, "_meta": {"io.ithaca/session_id": "s-1"}}});
+    let mut h = headers();
+    h.remove("mcp-method");
+    h.remove("mcp-name");
+    h.insert("mcp-protocol-version", HeaderValue::from_static(version));
+    (message, h)
+}
+
+#[test]
+fn a_legacy_call_qualifies_when_its_tool_can_send_nothing_but_its_answer() {
+    let (m, h) = legacy("search_skills", "2025-06-18");
+    assert!(matches!(
+        plan(&CATALOG, &m, &h),
+        Some(Plan::Call {
+            era: Era::Legacy { structured: true },
+            ..
+        })
+    ));
+    let (m, h) = legacy("search_skills", "2025-03-26");
+    assert!(matches!(
+        plan(&CATALOG, &m, &h),
+        Some(Plan::Call {
+            era: Era::Legacy { structured: false },
+            ..
+        })
+    ));
+    // An unknown tool is refused before anything could be sent.
+    let (m, h) = legacy("no_such_tool", "2025-06-18");
+    assert!(plan(&CATALOG, &m, &h).is_some());
+    // A streaming tool may report progress and logs and ask; a tool filed
+    // for approval may ask its client to confirm.
+    let streaming = CATALOG
+        .tools
+        .iter()
+        .find(|t| t.streaming)
+        .expect("a streaming tool");
+    let approved = CATALOG
+        .tools
+        .iter()
+        .find(|t| t.options.approval_required && !t.streaming)
+        .expect("a tool that needs approval");
+    for tool in [streaming, approved] {
+        let (m, h) = legacy(&tool.name, "2025-06-18");
+        assert!(plan(&CATALOG, &m, &h).is_none(), "{} qualified", tool.name);
+    }
+    // No version header (rmcp assumes 2025-03-26), a 2026-07-28 key in
+    // `_meta`, a progress token, and a legacy `tools/list` are rmcp's.
+    let (m, mut h) = legacy("search_skills", "2025-06-18");
+    h.remove("mcp-protocol-version");
+    assert!(plan(&CATALOG, &m, &h).is_none());
+    let (mut m, h) = legacy("search_skills", "2025-06-18");
+    m["params"]["_meta"]["io.modelcontextprotocol/clientInfo"] = json!({"name": "x"});
+    assert!(plan(&CATALOG, &m, &h).is_none());
+    let (mut m, h) = legacy("search_skills", "2025-06-18");
+    m["params"]["_meta"]["progressToken"] = json!("p");
+    assert!(plan(&CATALOG, &m, &h).is_none());
+    let (mut m, h) = legacy("search_skills", "2025-06-18");
+    m["method"] = json!("tools/list");
+    m["params"] = json!({});
+    assert!(plan(&CATALOG, &m, &h).is_none());
 }
