@@ -3,7 +3,8 @@
 
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
 
 /// A plain-text answer (a refusal the client reads as it is).
 pub fn plain(status: StatusCode, text: impl Into<String>) -> Response {
@@ -22,7 +23,11 @@ pub fn jsonrpc_error(status: StatusCode, id: Value, code: i32, message: &str) ->
     jsonrpc_error_with(status, id, code, message, None)
 }
 
-/// A JSON-RPC error answer with `data`.
+/// A JSON-RPC error answer with `data`, printed with its fields in the
+/// order rmcp prints them (`jsonrpc`, `id`, `error`; `code`, `message`,
+/// `data`): an error the edge answers itself is byte for byte the one the
+/// SDK would send, so which of the two answered a refusal shows nowhere
+/// (a denied tool and an unknown one may take different paths).
 pub fn jsonrpc_error_with(
     status: StatusCode,
     id: Value,
@@ -30,12 +35,29 @@ pub fn jsonrpc_error_with(
     message: &str,
     data: Option<Value>,
 ) -> Response {
-    let mut error = json!({"code": code, "message": message});
-    if let Some(data) = data {
-        error["data"] = data;
+    #[derive(Serialize)]
+    struct Error<'a> {
+        code: i32,
+        message: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        data: Option<Value>,
     }
-    let body = json!({"jsonrpc": "2.0", "id": id, "error": error});
-    (status, axum::Json(body)).into_response()
+    #[derive(Serialize)]
+    struct Reply<'a> {
+        jsonrpc: &'static str,
+        id: Value,
+        error: Error<'a>,
+    }
+    let reply = Reply {
+        jsonrpc: "2.0",
+        id,
+        error: Error {
+            code,
+            message,
+            data,
+        },
+    };
+    (status, axum::Json(reply)).into_response()
 }
 
 /// The answer of a layer that found no [`super::authn::Caller`]: the stack was
