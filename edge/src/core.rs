@@ -19,8 +19,10 @@ use serde_json::{Value, json};
 use std::collections::HashMap;
 use tonic::{Request, Status};
 
-/// `SessionService.AppendEvent`, as the generated client names it.
+/// `SessionService.AppendEvent` and `BeginCall`, as the generated client
+/// names them.
 const APPEND_EVENT_PATH: &str = "/ithaca.session.v1.SessionService/AppendEvent";
+const BEGIN_CALL_PATH: &str = "/ithaca.session.v1.SessionService/BeginCall";
 
 /// What the edge reads of `AppendEvent`'s answer, a `TraceEvent`: its `seq`
 /// (field 2) and nothing else. The answer also carries the event's payload,
@@ -32,6 +34,32 @@ const APPEND_EVENT_PATH: &str = "/ithaca.session.v1.SessionService/AppendEvent";
 struct Appended {
     #[prost(int64, tag = "2")]
     seq: i64,
+}
+
+/// What the edge reads of `BeginCall`'s answer (`CallBegun`): the
+/// `tool_call`'s `seq` and, of the session, what the gate keeps (its id,
+/// subject and notice). The title, times, status and URLs the full
+/// `SessionDescriptor` also carries are stepped over undecoded (measured:
+/// 2 % of the edge's heap allocations per call).
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct Begun {
+    #[prost(message, optional, tag = "1")]
+    pub session: Option<BegunSession>,
+    #[prost(int64, tag = "2")]
+    pub seq: i64,
+}
+
+/// The fields of a `SessionDescriptor` the gate reads, by their numbers.
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct BegunSession {
+    #[prost(string, tag = "1")]
+    pub session_id: String,
+    #[prost(string, optional, tag = "8")]
+    pub subject_kind: Option<String>,
+    #[prost(string, optional, tag = "9")]
+    pub subject_id: Option<String>,
+    #[prost(string, optional, tag = "11")]
+    pub notice: Option<String>,
 }
 
 /// The request `_meta` key that pins a call to one session (by id) instead
@@ -186,7 +214,6 @@ impl Core {
         let Some(session) = &self.session else {
             return Err(Status::unavailable("no session service"));
         };
-        let mut grpc = tonic::client::Grpc::new(session.channel());
         let mut request = Request::new(spb::AppendEventRequest {
             session_id: session_id.to_owned(),
             r#type: kind as i32,
@@ -195,19 +222,21 @@ impl Core {
         });
         request.set_timeout(session.timeout());
         self.key.sign(&mut request, principal);
-        request
-            .extensions_mut()
-            .insert(tonic::GrpcMethod::new(SESSION, "AppendEvent"));
-        let call = async move {
-            grpc.ready()
-                .await
-                .map_err(|e| Status::unknown(format!("session service not ready: {e}")))?;
-            let path = http::uri::PathAndQuery::from_static(APPEND_EVENT_PATH);
-            grpc.unary(request, path, tonic_prost::ProstCodec::default())
-                .await
-        };
-        let appended: Appended = session.typed(SESSION, None, call).await?;
+        let appended: Appended =
+            slim_unary(session, "AppendEvent", APPEND_EVENT_PATH, request).await?;
         Ok(appended.seq)
+    }
+
+    /// `BeginCall`, its answer read as [`Begun`].
+    pub(crate) async fn begin_call(
+        &self,
+        session: &Backend,
+        principal: &Principal,
+        mut request: Request<spb::BeginCallRequest>,
+    ) -> Result<Begun, Status> {
+        request.set_timeout(session.timeout());
+        self.key.sign(&mut request, principal);
+        slim_unary(session, "BeginCall", BEGIN_CALL_PATH, request).await
     }
 
     /// A client of the session service (the SSE stream uses it); sign each
@@ -230,10 +259,75 @@ impl Core {
     }
 }
 
+/// One unary call of the session service on the generated client's path
+/// (`path`, method `method`), its answer decoded as `R`: a message that
+/// declares only the fields the edge reads, so prost steps over the rest.
+/// The RPC is unchanged for every other client.
+async fn slim_unary<Q, R>(
+    session: &Backend,
+    method: &'static str,
+    path: &'static str,
+    mut request: Request<Q>,
+) -> Result<R, Status>
+where
+    Q: prost::Message + Send + Sync + 'static,
+    R: prost::Message + Default + Send + Sync + 'static,
+{
+    let mut grpc = tonic::client::Grpc::new(session.channel());
+    request
+        .extensions_mut()
+        .insert(tonic::GrpcMethod::new(SESSION, method));
+    let call = async move {
+        grpc.ready()
+            .await
+            .map_err(|e| Status::unknown(format!("session service not ready: {e}")))?;
+        let path = http::uri::PathAndQuery::from_static(path);
+        grpc.unary(request, path, tonic_prost::ProstCodec::default())
+            .await
+    };
+    session.typed(SESSION, None, call).await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use prost::Message;
+
+    #[test]
+    fn begun_reads_the_seq_and_what_the_gate_keeps_of_the_session() {
+        let begun = spb::CallBegun {
+            session: Some(spb::SessionDescriptor {
+                session_id: "ses_1".into(),
+                tenant_id: "ten_1".into(),
+                title: "a title".into(),
+                created_at: "2026-12-06T00:00:00Z".into(),
+                status: "open".into(),
+                trace_resource: "doomberg://sessions/ses_1/trace".into(),
+                subject_kind: Some("filter".into()),
+                subject_id: Some("flt_1".into()),
+                notice: Some("moved".into()),
+                ..Default::default()
+            }),
+            seq: 7,
+        };
+        let read = Begun::decode(begun.encode_to_vec().as_slice()).expect("decodes");
+        assert_eq!(read.seq, 7);
+        let session = read.session.expect("a session");
+        assert_eq!(session.session_id, "ses_1");
+        assert_eq!(session.subject_kind.as_deref(), Some("filter"));
+        assert_eq!(session.subject_id.as_deref(), Some("flt_1"));
+        assert_eq!(session.notice.as_deref(), Some("moved"));
+        // Absent optional fields stay absent.
+        let bare = spb::CallBegun {
+            session: Some(spb::SessionDescriptor {
+                session_id: "ses_2".into(),
+                ..Default::default()
+            }),
+            seq: 1,
+        };
+        let read = Begun::decode(bare.encode_to_vec().as_slice()).expect("decodes");
+        assert_eq!(read.session.expect("a session").subject_kind, None);
+    }
 
     #[test]
     fn appended_reads_the_seq_of_a_whole_trace_event() {
@@ -255,5 +349,6 @@ mod tests {
     fn the_append_path_is_the_generated_clients() {
         // The generated client's path, spelled from the service's full name.
         assert_eq!(APPEND_EVENT_PATH, format!("/{SESSION}/AppendEvent"));
+        assert_eq!(BEGIN_CALL_PATH, format!("/{SESSION}/BeginCall"));
     }
 }

@@ -116,8 +116,7 @@ impl Core {
         tool: &Tool,
         arguments: &Value,
     ) -> Result<(Gate, i64), Status> {
-        let mut client = SessionServiceClient::new(session.channel());
-        let mut request = Request::new(spb::BeginCallRequest {
+        let request = Request::new(spb::BeginCallRequest {
             session_id: pin.map(str::to_owned),
             tool: tool.name.clone(),
             // A Struct until every session replica reads `arguments_json`
@@ -126,13 +125,19 @@ impl Core {
             arguments_json: Vec::new(),
             subject_kind: tool.options.subject_kind.clone(),
         });
-        request.set_timeout(session.timeout());
-        self.key.sign(&mut request, caller);
-        let begun = session
-            .typed(SESSION, None, client.begin_call(request))
-            .await?;
-        let descriptor = begun.session.unwrap_or_default();
-        Ok((Gate::from_descriptor(descriptor), begun.seq))
+        // Only the fields the gate keeps are decoded (`core::Begun`).
+        let begun = self.begin_call(session, caller, request).await?;
+        let session = begun.session.unwrap_or_default();
+        let subject = match (session.subject_kind, session.subject_id) {
+            (Some(kind), Some(id)) => Some(Subject::new(kind, id)),
+            _ => None,
+        };
+        let gate = Gate {
+            session_id: session.session_id,
+            subject,
+            notice: session.notice,
+        };
+        Ok((gate, begun.seq))
     }
 
     /// The session a call runs in: the one `pin` names (a request's `_meta`
