@@ -1,7 +1,7 @@
-//! A 2026-07-28 `tools/call` or `tools/list` answered by the edge itself:
-//! the parse the screen left is the only one, a call's answer is printed
-//! once, from the call's JSON, into the response's bytes, and a tool list
-//! is printed once per kind of caller and copied.
+//! The requests the edge answers itself: the parse the screen left is the
+//! only one, a call's answer is printed once, from the call's JSON, into
+//! the response's bytes, and a tool list is printed once per kind of
+//! caller and copied.
 //!
 //! Why: rmcp serves each stateless request by building a whole service
 //! for it (a peer with its channels, a spawned serve loop, a handler
@@ -9,20 +9,25 @@
 //! typed message back into a `Value` to check the standard headers, and
 //! prints the typed answer (for `tools/list`, a clone of the whole typed
 //! list first). For the two requests an agent sends most, none of that is
-//! needed when nothing can travel before the answer: in
-//! 2026-07-28 a call asks its client nothing mid-call (input comes by
-//! retry), so without a `progressToken` and a `logLevel` in its `_meta`
-//! the answer is the whole response.
+//! needed when nothing can travel before the answer:
+//! - in 2026-07-28 a call asks its client nothing mid-call (input comes by
+//!   retry), so a `tools/call` or `tools/list` without a `progressToken`
+//!   and a `logLevel` in its `_meta` is answered by its result alone;
+//! - in the `initialize` profile, a call of a tool that is neither
+//!   streaming nor filed for approval: only those report progress or logs
+//!   or ask their client on the response stream.
 //!
 //! Only what is certain qualifies ([`plan`]); anything else, including
 //! every malformed request, goes to rmcp, whose answer stays the
 //! reference. `direct::answers_match_the_sdk_path` (tests/suite) sends the
-//! same calls both ways and compares status, type and body.
+//! same requests both ways and compares status, type and body (a
+//! refusal's bytes too: a denied tool and an unknown one may take
+//! different paths, and must read the same).
 //!
 //! Kept from rmcp's path: the call runs in its own task and is cancelled,
 //! not dropped, when the client goes away before the answer (so its trace
 //! still gets its `tool_result`); the JSON-RPC error codes map to the same
-//! HTTP statuses.
+//! HTTP statuses in each era.
 
 use super::answer::{jsonrpc_error_with, no_caller};
 use super::screen::Message;
@@ -351,8 +356,11 @@ fn complete(era: Era, id: Value, result: Value) -> Response {
                     fields.insert("structuredContent".to_owned(), value);
                 }
                 Some(value) if structured => {
-                    let first_holds_it = fields["content"][0]["text"]
-                        .as_str()
+                    let first_holds_it = fields
+                        .get("content")
+                        .and_then(|c| c.get(0))
+                        .and_then(|block| block.get("text"))
+                        .and_then(Value::as_str)
                         .and_then(|t| serde_json::from_str::<Value>(t).ok())
                         .is_some_and(|v| v == value);
                     if !first_holds_it

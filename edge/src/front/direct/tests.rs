@@ -260,3 +260,62 @@ fn a_legacy_call_qualifies_when_its_tool_can_send_nothing_but_its_answer() {
     m["params"] = json!({});
     assert!(plan(&CATALOG, &m, &h).is_none());
 }
+
+/// The body of a direct answer, as JSON.
+async fn body_of(response: axum::response::Response) -> Value {
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .expect("a body");
+    serde_json::from_slice(&bytes).expect("JSON")
+}
+
+#[tokio::test]
+async fn a_legacy_result_keeps_the_shape_of_its_revision() {
+    use super::complete;
+    let legacy = Era::Legacy { structured: true };
+    // An object is kept, and no `resultType` is added.
+    let body = body_of(complete(
+        legacy,
+        json!(1),
+        json!({"content": [], "structuredContent": {"n": 1}}),
+    ))
+    .await;
+    assert_eq!(body["result"]["structuredContent"], json!({"n": 1}));
+    assert!(body["result"].get("resultType").is_none(), "{body}");
+    // A value that is no object moves into the content, as rmcp has it for
+    // those revisions, once.
+    let body = body_of(complete(
+        legacy,
+        json!(2),
+        json!({"content": [], "structuredContent": [1, 2]}),
+    ))
+    .await;
+    assert!(body["result"].get("structuredContent").is_none(), "{body}");
+    assert_eq!(body["result"]["content"][0]["text"], "[1,2]", "{body}");
+    let body = body_of(complete(
+        legacy,
+        json!(3),
+        json!({"content": [{"type": "text", "text": "[1,2]"}], "structuredContent": [1, 2]}),
+    ))
+    .await;
+    assert_eq!(body["result"]["content"].as_array().map(Vec::len), Some(1));
+    // A result without content does not panic the edge.
+    let body = body_of(complete(legacy, json!(4), json!({"structuredContent": 5}))).await;
+    assert_eq!(body["id"], 4, "{body}");
+    // Before 2025-06-18 structured output is dropped; 2026-07-28 keeps it
+    // and says the result is complete.
+    let body = body_of(complete(
+        Era::Legacy { structured: false },
+        json!(5),
+        json!({"content": [], "structuredContent": {"n": 1}}),
+    ))
+    .await;
+    assert!(body["result"].get("structuredContent").is_none(), "{body}");
+    let body = body_of(complete(
+        Era::Modern,
+        json!(6),
+        json!({"content": [], "structuredContent": {"n": 1}}),
+    ))
+    .await;
+    assert_eq!(body["result"]["resultType"], "complete", "{body}");
+}
