@@ -127,16 +127,8 @@ impl Core {
         });
         // Only the fields the gate keeps are decoded (`core::Begun`).
         let begun = self.begin_call(session, caller, request).await?;
-        let session = begun.session.unwrap_or_default();
-        let subject = match (session.subject_kind, session.subject_id) {
-            (Some(kind), Some(id)) => Some(Subject::new(kind, id)),
-            _ => None,
-        };
-        let gate = Gate {
-            session_id: session.session_id,
-            subject,
-            notice: session.notice,
-        };
+        let s = begun.session.unwrap_or_default();
+        let gate = Gate::new(s.session_id, s.subject_kind, s.subject_id, s.notice);
         Ok((gate, begun.seq))
     }
 
@@ -209,15 +201,26 @@ impl Core {
 }
 
 impl Gate {
-    fn from_descriptor(session: spb::SessionDescriptor) -> Self {
-        let subject = match (session.subject_kind, session.subject_id) {
+    fn from_descriptor(s: spb::SessionDescriptor) -> Self {
+        Gate::new(s.session_id, s.subject_kind, s.subject_id, s.notice)
+    }
+
+    /// The gate of a session from the fields it keeps (of a whole
+    /// `SessionDescriptor`, or of `BeginCall`'s slim answer).
+    fn new(
+        session_id: String,
+        subject_kind: Option<String>,
+        subject_id: Option<String>,
+        notice: Option<String>,
+    ) -> Self {
+        let subject = match (subject_kind, subject_id) {
             (Some(kind), Some(id)) => Some(Subject::new(kind, id)),
             _ => None,
         };
         Gate {
-            session_id: session.session_id,
+            session_id,
             subject,
-            notice: session.notice,
+            notice,
         }
     }
 

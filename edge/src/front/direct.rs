@@ -79,6 +79,11 @@ pub enum Era {
 /// follow. `None` sends it to rmcp.
 pub fn plan(catalog: &Catalog, message: &Value, headers: &HeaderMap) -> Option<Plan> {
     let message = message.as_object()?;
+    // Every other method is rmcp's: decided first, so they pay nothing more.
+    let method = message.get("method")?.as_str()?;
+    if method != "tools/call" && method != "tools/list" {
+        return None;
+    }
     let known = ["jsonrpc", "id", "method", "params"];
     if !message.keys().all(|k| known.contains(&k.as_str())) {
         return None;
@@ -89,7 +94,6 @@ pub fn plan(catalog: &Catalog, message: &Value, headers: &HeaderMap) -> Option<P
         Value::Number(n) if n.is_i64() => {}
         _ => return None,
     }
-    let method = message.get("method")?.as_str()?;
     let params = message.get("params")?.as_object()?;
     let meta = match params.get("_meta") {
         None => None,
