@@ -34,6 +34,61 @@ async fn migrations_are_idempotent_on_reopen() {
     }
 }
 
+/// A SQLite service's write-ahead log is copied back into its database by
+/// a checkpointer of its own, off the writers' path: the database file
+/// takes the new pages within seconds, though far fewer than the 1,000 log
+/// pages after which SQLite's default would make a committing writer do it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sqlite_log_is_checkpointed_beside_the_writers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = common::sqlite_path(&dir, "session");
+    let db = ithaca_session::open_db(&path, "unused")
+        .await
+        .expect("open");
+    let svc = ithaca_session::service(
+        db.clone(),
+        ithaca_session::Config::default(),
+        CancellationToken::new(),
+    );
+    let alice = common::agent("tenant-a", "agent-a");
+    let size = || std::fs::metadata(&path).expect("database file").len();
+    // The migrations' pages are far fewer than the appends' below.
+    let settled = size();
+    let s = svc
+        .session_context(&alice, "checkpoints", None, None)
+        .await
+        .expect("open a session");
+    let filler = "x".repeat(2_000);
+    for n in 0..200 {
+        svc.append(
+            &alice,
+            &s.session_id,
+            EventType::ToolCall,
+            json!({"n": n, "filler": filler}),
+        )
+        .await
+        .expect("append");
+    }
+    let grown = |now: u64| now >= settled + 200 * 2_000;
+    let mut waited = 0;
+    while !grown(size()) && waited < 100 {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        waited += 1;
+    }
+    assert!(
+        grown(size()),
+        "the database file stayed at {} bytes ({settled} before 200 appends of 2 kB): \
+         nothing checkpointed the log",
+        size()
+    );
+    let (events, last) = svc
+        .read(&alice, &s.session_id, 0, 1000)
+        .await
+        .expect("read");
+    assert_eq!(events.len() as i64, last, "every event readable");
+    db.close().await;
+}
+
 mod auth {
     use super::*;
     use ithaca_auth::service::AuthService;
@@ -1117,6 +1172,74 @@ mod session {
             );
             assert_eq!(landed[tag].len(), count, "{tag}: each one acknowledged");
         }
+    }
+
+    /// The append committer keeps its connection between batches. When the
+    /// server ends that connection while it is kept (a restart, an idle
+    /// timeout, an operator's `pg_terminate_backend`), the next append still
+    /// lands, once and without a gap: a batch that fails at `BEGIN` has
+    /// written nothing and is retried on a fresh connection.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn appends_land_after_the_committers_connection_is_ended_postgres() {
+        let Some(url) = common::postgres(module_path!()) else {
+            return;
+        };
+        let schema = common::unique_schema("store");
+        // Every connection of this service, and only those, carries the
+        // schema's name, so the test ends them and no other test's.
+        let sep = if url.contains('?') { '&' } else { '?' };
+        let tagged = format!("{url}{sep}application_name={schema}");
+        let db = ithaca_session::open_db(&tagged, &schema)
+            .await
+            .expect("open");
+        let svc = service(db.clone());
+        let alice = alice();
+        let s = open(&svc).await;
+        let admin = sqlx::PgPool::connect(&url).await.expect("admin connection");
+        for round in 0..3 {
+            let before = svc
+                .append(
+                    &alice,
+                    &s.session_id,
+                    EventType::ToolCall,
+                    json!({"round": round}),
+                )
+                .await
+                .expect("append before the connection ends");
+            // At once, well inside the second the committer keeps its
+            // connection after a batch.
+            let ended: Vec<bool> = sqlx::query_scalar(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+            )
+            .bind(&schema)
+            .fetch_all(&admin)
+            .await
+            .expect("end the service's connections");
+            assert!(
+                ended.contains(&true),
+                "round {round}: no connection of the service was ended"
+            );
+            let after = svc
+                .append(
+                    &alice,
+                    &s.session_id,
+                    EventType::ToolResult,
+                    json!({"round": round}),
+                )
+                .await
+                .expect("an append after the committer's connection was ended");
+            assert_eq!(
+                after.seq,
+                before.seq + 1,
+                "round {round}: the next seq, no gap"
+            );
+        }
+        let (events, last) = svc.read(&alice, &s.session_id, 0, 100).await.expect("read");
+        let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, (1..=last).collect::<Vec<_>>(), "every seq once");
+        admin.close().await;
+        db.close().await;
+        common::drop_schema(&url, &schema).await;
     }
 
     async fn archived_sessions_stay_readable(db: Db) {

@@ -7,11 +7,14 @@
 //! number. Readers therefore never see `seq` N+1 before N.
 
 use crate::model::Status;
-use ithaca_kit::db::{Db, Migrations};
+use ithaca_kit::db::{Db, Migrations, Pool};
 use ithaca_kit::id::{SessionId, TenantId};
 use ithaca_kit::with_pool;
+use sqlx::Connection;
 use sqlx::migrate::Migrator;
+use sqlx::pool::PoolConnection;
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 static SQLITE: Migrator = sqlx::migrate!("./migrations/sqlite");
@@ -650,14 +653,59 @@ impl Store {
     }
 }
 
+/// How long the committer keeps its connection while no append is waiting;
+/// after that it goes back to the pool (and is health-checked when taken
+/// again), so a quiet service holds no connection a server could time out.
+const HOLD_IDLE: Duration = Duration::from_secs(1);
+
+/// The committer's own connection, kept across batches while appends keep
+/// coming. Taking one from the pool for each batch handed SQLite a
+/// different connection each time, whose page cache was stale (every
+/// commit re-read the pages it touched) and whose statement cache had not
+/// seen this batch size yet.
+enum Held {
+    Sqlite(PoolConnection<sqlx::Sqlite>),
+    Postgres(PoolConnection<sqlx::Postgres>),
+}
+
+impl Held {
+    async fn take(db: &Db) -> Result<Held, sqlx::Error> {
+        Ok(match db.pool() {
+            Pool::Sqlite(pool) => Held::Sqlite(pool.acquire().await?),
+            Pool::Postgres(pool) => Held::Postgres(pool.acquire().await?),
+        })
+    }
+
+    /// After a failed batch: the connection may be broken, so it is closed
+    /// rather than returned, and the next batch takes a fresh one.
+    fn discard(self) {
+        match self {
+            Held::Sqlite(mut conn) => conn.close_on_drop(),
+            Held::Postgres(mut conn) => conn.close_on_drop(),
+        }
+    }
+}
+
 /// A committer: take the waiting appends (up to [`MAX_BATCH`]), commit them
 /// in one transaction, then tell each caller its seq. When the transaction
 /// fails, nothing of the batch was written and every caller hears so.
 async fn commit_appends(db: Db, mut queue: mpsc::Receiver<AppendJob>) {
+    let mut held: Option<Held> = None;
     loop {
         let mut jobs = {
-            let Some(first) = queue.recv().await else {
-                return;
+            let first = match queue.try_recv() {
+                Ok(job) => job,
+                Err(_) => match tokio::time::timeout(HOLD_IDLE, queue.recv()).await {
+                    Ok(Some(job)) => job,
+                    Ok(None) => return,
+                    Err(_) => {
+                        held = None;
+                        match queue.recv().await {
+                            Some(job) => job,
+                            None => return,
+                        }
+                    }
+                },
             };
             let mut jobs = vec![first];
             while jobs.len() < MAX_BATCH {
@@ -671,7 +719,8 @@ async fn commit_appends(db: Db, mut queue: mpsc::Receiver<AppendJob>) {
         // Lock session rows in one order across committers; a stable sort
         // keeps each session's appends in submission order.
         jobs.sort_by(|a, b| a.session_id.as_str().cmp(b.session_id.as_str()));
-        match commit_batch(&db, &jobs).await {
+        let outcome = commit_held(&db, &mut held, &jobs).await;
+        match outcome {
             Ok(seqs) => {
                 for (job, seq) in jobs.into_iter().zip(seqs) {
                     let _ = job.reply.send(Ok(seq));
@@ -687,10 +736,65 @@ async fn commit_appends(db: Db, mut queue: mpsc::Receiver<AppendJob>) {
     }
 }
 
-async fn commit_batch(db: &Db, jobs: &[AppendJob]) -> Result<Vec<Option<i64>>, sqlx::Error> {
+/// Commit a batch on the held connection (or a fresh one). A kept
+/// connection that fails at `BEGIN` (the server closed it while it was
+/// held) has written nothing, so the batch is tried once more on a fresh
+/// connection; any other failure is the batch's.
+async fn commit_held(
+    db: &Db,
+    held: &mut Option<Held>,
+    jobs: &[AppendJob],
+) -> Result<Vec<Option<i64>>, sqlx::Error> {
+    let (mut conn, kept) = match held.take() {
+        Some(conn) => (conn, true),
+        None => (Held::take(db).await?, false),
+    };
+    let mut outcome = commit_batch(db, &mut conn, jobs).await;
+    if kept && matches!(outcome, Err(Failed::AtBegin(_))) {
+        conn.discard();
+        conn = Held::take(db).await?;
+        outcome = commit_batch(db, &mut conn, jobs).await;
+    }
+    match outcome {
+        Ok(seqs) => {
+            *held = Some(conn);
+            Ok(seqs)
+        }
+        Err(Failed::AtBegin(err) | Failed::Later(err)) => {
+            conn.discard();
+            Err(err)
+        }
+    }
+}
+
+/// Where a batch failed: at `BEGIN` nothing of it was sent.
+enum Failed {
+    AtBegin(sqlx::Error),
+    Later(sqlx::Error),
+}
+
+impl From<sqlx::Error> for Failed {
+    fn from(err: sqlx::Error) -> Self {
+        Failed::Later(err)
+    }
+}
+
+async fn commit_batch(
+    db: &Db,
+    held: &mut Held,
+    jobs: &[AppendJob],
+) -> Result<Vec<Option<i64>>, Failed> {
     let _gate = db.write_gate().await;
-    with_pool!(db, pool => {
-        let mut tx = pool.begin().await?;
+    macro_rules! on_held {
+        ($conn:ident => $body:expr) => {
+            match held {
+                Held::Sqlite($conn) => $body,
+                Held::Postgres($conn) => $body,
+            }
+        };
+    }
+    on_held!(conn => {
+        let mut tx = conn.begin().await.map_err(Failed::AtBegin)?;
         let mut seqs = Vec::with_capacity(jobs.len());
         for run in runs(jobs) {
             // The run's seqs in one reservation, under its strictest rule:
