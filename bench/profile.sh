@@ -9,6 +9,12 @@
 #   cargo build --release -p ithaca -p ithaca-bench
 #   bench/profile.sh [seconds] [out-dir]      # defaults: 10, target/ithaca-bench/profile
 #
+# PROFILE_RATE=N sends N calls a second (open loop, as the bench's
+# half-of-peak phase does) instead of as many as 16 connections can.
+# PROFILE_SCHED=1 records the scheduler instead of samples and prints each
+# thread's wake-up delays (`perf sched latency`): how long a woken thread
+# waited for a CPU, the cause of tail latency a sample profile cannot show.
+#
 # Needs `perf` (Debian's linux-perf) and `curl`; perf needs
 # kernel.perf_event_paranoid <= 1 or root. Release binaries carry no frame
 # pointers, so the report is by self time (where the cycles are spent), not
@@ -74,9 +80,24 @@ case "$opened" in *session_id*) ;; *) echo "profile: session_context gave $opene
 echo "profile: edge $edge, ithaca up pid ${pids[0]}, edge pid ${pids[2]}, probe pid ${pids[1]}"
 # Warm up, then sample for the load's middle.
 "$bin/ithaca-bench" load --addr "$edge" --token "$token" --seconds 2 >/dev/null
-"$bin/ithaca-bench" load --addr "$edge" --token "$token" --seconds "$seconds" >"$out/load.txt" &
+rate=()
+if [ -n "${PROFILE_RATE:-}" ]; then rate=(--rate "$PROFILE_RATE"); fi
+"$bin/ithaca-bench" load --addr "$edge" --token "$token" --seconds "$seconds" "${rate[@]}" >"$out/load.txt" &
 load=$!
 sleep 1
+if [ "${PROFILE_SCHED:-0}" = 1 ]; then
+    perf sched record -a -o "$out/sched.data" -- sleep "$((seconds - 2))" 2>"$out/perf-record.log"
+    wait "$load"
+    cat "$out/load.txt"
+    echo "=== wake-up delays by thread (perf sched latency, worst first)"
+    perf sched latency -i "$out/sched.data" --sort max 2>/dev/null \
+        | grep -E 'tokio|ithaca|sqlx|Task|Average|---' | head -n 30 | tee "$out/sched.txt"
+    echo "=== threads (thread id, process)"
+    for entry in "ithaca-up:${pids[0]}" "edge:${pids[2]}" "probe:${pids[1]}"; do
+        for tid in $(ls "/proc/${entry##*:}/task"); do echo "$tid ${entry%%:*}"; done
+    done | tee -a "$out/sched.txt"
+    exit 0
+fi
 perf record -a -F 997 -o "$out/perf.data" -- sleep "$((seconds - 2))" 2>"$out/perf-record.log"
 wait "$load"
 cat "$out/load.txt"
