@@ -4,7 +4,8 @@
 # them), the agent's session opened, then `ithaca-bench load` sends a fixed
 # number of `tools/call bench_ping` while perf counts every call of libc's
 # malloc, calloc and realloc in the edge process alone (uprobes), and the
-# counts are divided by the calls served.
+# counts are divided by the calls served. It also counts the thread
+# switches per call of the edge and of `ithaca up` (the services behind it).
 #
 #   cargo build --release -p ithaca -p ithaca-bench
 #   bench/allocs.sh [requests] [ithaca binary]   # defaults: 20000, the one beside ithaca-bench
@@ -67,6 +68,7 @@ start edge "edge listening on" "$ithaca" serve edge --listen 127.0.0.1:0 \
     --backend "http://$backend"
 edge="$(grep -m1 'edge listening on' "$work/edge.out" | awk '{print $NF}')"
 edge_pid="${pids[2]}"
+up_pid="${pids[0]}"
 
 meta='{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"allocs.sh","version":"1"}}'
 opened="$(curl -fsS "http://$edge/mcp" -H "Authorization: Bearer $token" \
@@ -84,8 +86,10 @@ events="$(IFS=,; echo "${probes[*]}")"
 for era in 2026-07-28 2025-06-18; do
     # Warm up (caches, connections), then count over a fixed number of calls.
     "$bin/ithaca-bench" load --addr "$edge" --token "$token" --era "$era" --requests 2000 >/dev/null
-    perf stat -x, -e "$events" -p "$edge_pid" -o "$work/stat-$era.csv" -- sleep 3600 &
+    perf stat -x, -e "$events,context-switches" -p "$edge_pid" -o "$work/stat-$era.csv" -- sleep 3600 &
     stat=$!
+    perf stat -x, -e context-switches -p "$up_pid" -o "$work/up-$era.csv" -- sleep 3600 &
+    up_stat=$!
     sleep 1
     "$bin/ithaca-bench" load --addr "$edge" --token "$token" --era "$era" \
         --requests "$requests" --seconds 600 >"$work/load-$era.json"
@@ -93,10 +97,17 @@ for era in 2026-07-28 2025-06-18; do
     # perf stat prints its counts when its `sleep` ends. (SIGINT would not
     # reach it: a script's background jobs start with SIGINT ignored.)
     pkill -x -P "$stat" sleep
-    wait "$stat" || true
+    pkill -x -P "$up_stat" sleep
+    wait "$stat" "$up_stat" || true
     served="$(grep -m1 '"requests"' "$work/load-$era.json" | tr -dc '0-9')"
     total="$(awk -F, '/probe_libc/ {s += $1} END {print s}' "$work/stat-$era.csv")"
     echo "allocs: $era: $total allocations (malloc, calloc, realloc) for $served calls: $(awk -v t="$total" -v n="$served" 'BEGIN {printf "%.0f", t / n}') per call"
+    # Thread switches per call: each is a hand-off between threads (a
+    # tokio worker parking, a SQLite connection's thread answering), which
+    # on a virtual machine costs more than most of the work it hands off.
+    edge_cs="$(awk -F, '/context-switches/ {s += $1} END {print s}' "$work/stat-$era.csv")"
+    up_cs="$(awk -F, '/context-switches/ {s += $1} END {print s}' "$work/up-$era.csv")"
+    echo "allocs: $era: thread switches per call: edge $(awk -v t="$edge_cs" -v n="$served" 'BEGIN {printf "%.1f", t / n}'), ithaca up $(awk -v t="$up_cs" -v n="$served" 'BEGIN {printf "%.1f", t / n}')"
 done
 
 # With ALLOCS_SITES=1: where the mallocs come from, by library and by the

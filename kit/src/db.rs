@@ -191,6 +191,11 @@ impl Db {
             .pragma("wal_autocheckpoint", "0");
         let pool = SqlitePoolOptions::new()
             .max_connections(8)
+            // sqlx pings a pooled connection before handing it out; a SQLite
+            // connection is a file handle that cannot have hung up, and its
+            // ping is a round trip to the connection's worker thread (two
+            // thread switches), paid by every query that takes a connection.
+            .test_before_acquire(false)
             .connect_with(options)
             .await?;
         migrator.run(&pool).await?;

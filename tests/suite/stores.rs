@@ -89,6 +89,25 @@ async fn the_sqlite_log_is_checkpointed_beside_the_writers() {
     db.close().await;
 }
 
+/// A SQLite pool hands out connections without pinging them first: the
+/// ping is a round trip to the connection's thread, and a file handle
+/// cannot have hung up. A PostgreSQL pool still pings (a server can).
+#[tokio::test]
+async fn sqlite_connections_are_handed_out_without_a_ping() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = ithaca_session::open_db(&common::sqlite_path(&dir, "session"), "unused")
+        .await
+        .expect("open");
+    match db.pool() {
+        ithaca_kit::db::Pool::Sqlite(pool) => assert!(
+            !pool.options().get_test_before_acquire(),
+            "the SQLite pool pings each connection it hands out"
+        ),
+        ithaca_kit::db::Pool::Postgres(_) => panic!("a file path opened PostgreSQL"),
+    }
+    db.close().await;
+}
+
 mod auth {
     use super::*;
     use ithaca_auth::service::AuthService;
