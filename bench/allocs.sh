@@ -103,8 +103,8 @@ for era in 2026-07-28 2025-06-18; do
     total="$(awk -F, '/probe_libc/ {s += $1} END {print s}' "$work/stat-$era.csv")"
     echo "allocs: $era: $total allocations (malloc, calloc, realloc) for $served calls: $(awk -v t="$total" -v n="$served" 'BEGIN {printf "%.0f", t / n}') per call"
     # Thread switches per call: each is a hand-off between threads (a
-    # tokio worker parking, a SQLite connection's thread answering), which
-    # on a virtual machine costs more than most of the work it hands off.
+    # tokio worker parking, a SQLite connection's thread answering); in
+    # `bench/profile.sh` call graphs they are a third of `ithaca up`'s CPU.
     edge_cs="$(awk -F, '/context-switches/ {s += $1} END {print s}' "$work/stat-$era.csv")"
     up_cs="$(awk -F, '/context-switches/ {s += $1} END {print s}' "$work/up-$era.csv")"
     echo "allocs: $era: thread switches per call: edge $(awk -v t="$edge_cs" -v n="$served" 'BEGIN {printf "%.1f", t / n}'), ithaca up $(awk -v t="$up_cs" -v n="$served" 'BEGIN {printf "%.1f", t / n}')"
