@@ -1,10 +1,15 @@
 //! Trace appends per second: `ithaca serve session` on SQLite or on a fresh
-//! PostgreSQL schema, many concurrent `AppendEvent` calls over gRPC into one
-//! session (the contended case of the gap-free `seq`), then a read-back that
-//! checks the sequence has no gap and no duplicate.
+//! PostgreSQL schema, many concurrent appends into one session (the
+//! contended case of the gap-free `seq`), then a read-back that checks the
+//! sequence has no gap and no duplicate. The appends go as the edge sends
+//! them, messages on the `AppendEvents` stream through the edge's own
+//! client (`ithaca_edge::appends`), or with `--append-unary` as one
+//! `AppendEvent` call each.
 
 use crate::procs::{Proc, RssSampler};
 use anyhow::{Context, bail};
+use ithaca_edge::appends::{Appends, Sent};
+use ithaca_edge::backend::Backend;
 use ithaca_kit::client::{self, Outbound};
 use ithaca_kit::principal::{InternalKey, Principal, VerifiedKey};
 use ithaca_proto::session::v1 as spb;
@@ -19,6 +24,8 @@ use std::time::{Duration, Instant};
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct AppendOutcome {
     pub database: String,
+    /// `stream` or `unary`.
+    pub path: String,
     pub writers: usize,
     pub appends: u64,
     pub errors: u64,
@@ -41,6 +48,8 @@ pub struct Setup<'a> {
     pub schema: String,
     pub label: &'a str,
     pub writers: usize,
+    /// One unary call an append, instead of the stream.
+    pub unary: bool,
     pub appends: u64,
     pub duration: Duration,
     /// Seconds to wait for a quiet machine first (0: do not wait).
@@ -72,9 +81,16 @@ pub async fn run(setup: Setup<'_>) -> anyhow::Result<AppendOutcome> {
         scopes: vec!["data:read".to_owned()],
         human: false,
     });
-    let channel = client::channel(&format!("http://{addr}"))?;
-    let mut session =
-        SessionServiceClient::with_interceptor(channel, Outbound::new(key, principal));
+    let url = format!("http://{addr}");
+    let stream = Arc::new(Appends::new(
+        Backend::new(&url, Duration::from_secs(10))?,
+        key.clone(),
+    ));
+    let channel = client::channel(&url)?;
+    let mut session = SessionServiceClient::with_interceptor(
+        channel,
+        Outbound::new(key, principal.clone()),
+    );
     let opened = session
         .session_context(spb::SessionContextRequest {
             prompt: Some("ithaca-bench trace appends".to_owned()),
@@ -97,6 +113,9 @@ pub async fn run(setup: Setup<'_>) -> anyhow::Result<AppendOutcome> {
     let mut tasks = Vec::new();
     for writer in 0..setup.writers {
         let mut client = session.clone();
+        let stream = stream.clone();
+        let principal = principal.clone();
+        let unary = setup.unary;
         let issued = issued.clone();
         let session_id = session_id.clone();
         tasks.push(tokio::spawn(async move {
@@ -113,16 +132,33 @@ pub async fn run(setup: Setup<'_>) -> anyhow::Result<AppendOutcome> {
                     "arguments": {"note": "bench"},
                     "writer": writer,
                 });
-                let request = spb::AppendEventRequest {
-                    session_id: session_id.clone(),
-                    r#type: spb::EventType::ToolCall as i32,
-                    // A Struct, as this release's edges send it.
-                    payload: Some(ithaca_kit::json::to_struct(payload)),
-                    payload_json: Vec::new(),
-                };
                 let sent = Instant::now();
-                match client.append_event(request).await {
-                    Ok(_) => latencies.push(sent.elapsed().as_micros() as u32),
+                let appended = if unary {
+                    let request = spb::AppendEventRequest {
+                        session_id: session_id.clone(),
+                        r#type: spb::EventType::ToolCall as i32,
+                        // A Struct, as edges of earlier releases sent it.
+                        payload: Some(ithaca_kit::json::to_struct(payload)),
+                        payload_json: Vec::new(),
+                    };
+                    client.append_event(request).await.map(|_| ())
+                } else {
+                    // JSON text, as the edge sends it on the stream.
+                    let request = spb::AppendEventRequest {
+                        session_id: session_id.clone(),
+                        r#type: spb::EventType::ToolCall as i32,
+                        payload: None,
+                        payload_json: payload.to_string().into_bytes(),
+                    };
+                    match stream.append(&principal, request).await {
+                        Sent::Done(done) => done.map(|_| ()),
+                        Sent::Unary => Err(tonic::Status::unimplemented(
+                            "the session service has no AppendEvents stream",
+                        )),
+                    }
+                };
+                match appended {
+                    Ok(()) => latencies.push(sent.elapsed().as_micros() as u32),
                     Err(status) => {
                         errors += 1;
                         first_error.get_or_insert_with(|| status.message().to_owned());
@@ -158,6 +194,7 @@ pub async fn run(setup: Setup<'_>) -> anyhow::Result<AppendOutcome> {
     proc.stop()?;
     Ok(AppendOutcome {
         database: setup.label.to_owned(),
+        path: if setup.unary { "unary" } else { "stream" }.to_owned(),
         writers: setup.writers,
         appends: appended,
         errors,

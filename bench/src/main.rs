@@ -120,6 +120,11 @@ pub struct RunArgs {
     /// Concurrent appenders to one session in the trace-append phases.
     #[arg(long, default_value_t = 16)]
     pub append_writers: usize,
+    /// Send the trace appends as unary `AppendEvent` calls, as edges of
+    /// earlier releases did, instead of as messages on the `AppendEvents`
+    /// stream the edge uses.
+    #[arg(long)]
+    pub append_unary: bool,
     /// PostgreSQL for the trace-append phase; a fresh schema is created and
     /// dropped. `none` skips it.
     #[arg(

@@ -218,9 +218,14 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "### Trace appends (`AppendEvent` over gRPC, {} concurrent writers, one session)\n\n\
+            "### Trace appends ({}, {} concurrent writers, one session)\n\n\
              | database | appends | errors | appends/s | p50 ms | p99 ms | gap-free seq |\n\
              |---|--:|--:|--:|--:|--:|---|",
+            if self.args.append_unary {
+                "unary `AppendEvent` calls"
+            } else {
+                "messages on the `AppendEvents` stream, as the edge sends them"
+            },
             self.args.append_writers
         );
         for a in &self.appends {

@@ -4,6 +4,7 @@
 //! file), [`crate::resources`] and [`crate::prompts`]. Nothing here knows
 //! about HTTP or stdio.
 
+use crate::appends::{Appends, Sent};
 use crate::backend::Backend;
 use crate::catalog::Catalog;
 use crate::orphans::Orphans;
@@ -164,6 +165,8 @@ pub struct Core {
     /// The session service, when there is one: it gates tools and keeps
     /// their trace. Without it (a bare fixture backend) tools run ungated.
     pub(crate) session: Option<Backend>,
+    /// The session service's append stream (`AppendEvents`).
+    appends: Option<Appends>,
     /// Calls whose result could not be recorded, to report when it can.
     pub(crate) orphans: Orphans,
     /// Seals the state a 2026-07-28 client carries between input rounds.
@@ -174,11 +177,13 @@ impl Core {
     pub fn new(catalog: Catalog, routes: HashMap<String, Backend>, key: InternalKey) -> Self {
         let session = routes.get(SESSION).cloned();
         let sealer = StateSealer::new(&key);
+        let appends = session.clone().map(|s| Appends::new(s, key.clone()));
         Core {
             catalog,
             routes,
             key,
             session,
+            appends,
             orphans: Orphans::default(),
             sealer,
         }
@@ -211,9 +216,24 @@ impl Core {
         kind: spb::EventType,
         payload: Value,
     ) -> Result<i64, Status> {
-        let Some(session) = &self.session else {
+        let (Some(session), Some(appends)) = (&self.session, &self.appends) else {
             return Err(Status::unavailable("no session service"));
         };
+        // Every server of the stream reads `payload_json`: the JSON text
+        // the trace stores, with no Struct built on either side.
+        let streamed = spb::AppendEventRequest {
+            session_id: session_id.to_owned(),
+            r#type: kind as i32,
+            payload: None,
+            payload_json: serde_json::to_vec(&payload)
+                .map_err(|e| Status::internal(format!("an event payload as JSON: {e}")))?,
+        };
+        match appends.append(principal, streamed).await {
+            Sent::Done(appended) => return appended,
+            Sent::Unary => {}
+        }
+        // A session service of the previous release: a Struct, which
+        // every release reads.
         let mut request = Request::new(spb::AppendEventRequest {
             session_id: session_id.to_owned(),
             r#type: kind as i32,

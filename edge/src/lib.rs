@@ -26,6 +26,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod appends;
 pub mod auth;
 pub mod backend;
 pub mod call;

@@ -60,6 +60,46 @@ pub fn inject(metadata: &mut MetadataMap) {
     }
 }
 
+/// The current span's W3C `traceparent`, for a message that carries its
+/// own trace context (one append on a stream shared by many calls); empty
+/// when there is no valid trace.
+pub fn current_traceparent() -> String {
+    if crate::telemetry::exporting() {
+        let cx = tracing::Span::current().context();
+        let mut carrier = Traceparent(String::new());
+        opentelemetry::global::get_text_map_propagator(|p| p.inject_context(&cx, &mut carrier));
+        return carrier.0;
+    }
+    trace_ids::current().map_or_else(String::new, |ids| ids.traceparent())
+}
+
+/// A carrier of the `traceparent` value alone (the propagator may also
+/// offer `tracestate`, which a message does not carry).
+struct Traceparent(String);
+
+impl Injector for Traceparent {
+    fn set(&mut self, key: &str, value: String) {
+        if key == TRACEPARENT {
+            self.0 = value;
+        }
+    }
+}
+
+impl Extractor for Traceparent {
+    fn get(&self, key: &str) -> Option<&str> {
+        (key == TRACEPARENT && !self.0.is_empty()).then_some(self.0.as_str())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        vec![TRACEPARENT]
+    }
+}
+
+/// [`set_parent`] from a `traceparent` value a message carried.
+pub fn set_parent_from_traceparent(span: &tracing::Span, traceparent: &str) {
+    set_parent(span, &Traceparent(traceparent.to_owned()));
+}
+
 /// Make `span` the child of the remote span whose context `carrier` holds
 /// (W3C `traceparent`); a missing or malformed one makes `span` the root of
 /// a new trace. Call it right after opening the span.

@@ -8,6 +8,7 @@ mod common;
 mod agents;
 mod alert_cuts;
 mod answers;
+mod append_stream;
 mod approvals;
 mod astro;
 mod astro_cli;

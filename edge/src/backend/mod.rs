@@ -104,6 +104,16 @@ impl Backend {
         })
     }
 
+    /// A place among this backend's calls in flight, for a call made
+    /// outside [`Backend::typed`] (an append on the session's stream),
+    /// held as long as the permit is.
+    pub(crate) fn admit_call(
+        &self,
+        service: &str,
+    ) -> Result<tokio::sync::OwnedSemaphorePermit, Status> {
+        self.admit(service)
+    }
+
     pub fn channel(&self) -> Channel {
         self.channel.clone()
     }

@@ -3,6 +3,7 @@
 use crate::service::SessionService;
 use crate::store::{EventRow, SessionRow};
 use ithaca_kit::error::ServiceError;
+use ithaca_kit::principal::InternalKey;
 use ithaca_kit::{clock, json, principal};
 use ithaca_proto::session::v1 as pb;
 use ithaca_proto::session::v1::session_service_server::SessionService as Rpc;
@@ -15,6 +16,8 @@ use tonic::{Request, Response, Status};
 #[derive(Clone, Debug)]
 pub struct Grpc {
     pub service: SessionService,
+    /// Verifies the assertion each message of `AppendEvents` carries.
+    pub key: InternalKey,
 }
 
 impl Grpc {
@@ -32,6 +35,24 @@ impl Grpc {
             previous_session_id: None,
             notice: None,
         }
+    }
+}
+
+impl Grpc {
+    /// One `AppendEvent`, for `caller`: unary or a message of the stream.
+    pub(crate) async fn append(
+        &self,
+        caller: &principal::Principal,
+        req: pb::AppendEventRequest,
+    ) -> Result<EventRow, ServiceError> {
+        let event_type = pb::EventType::try_from(req.r#type).map_err(|_| {
+            ServiceError::invalid(format!("type: unknown event type {}", req.r#type))
+        })?;
+        let payload = json::object_from(&req.payload_json, req.payload, "payload_json")
+            .map_err(ServiceError::invalid)?;
+        self.service
+            .append(caller, &req.session_id, event_type, payload)
+            .await
     }
 }
 
@@ -261,17 +282,23 @@ impl Rpc for Grpc {
         request: Request<pb::AppendEventRequest>,
     ) -> Result<Response<pb::TraceEvent>, Status> {
         let caller = principal::of(&request)?;
-        let req = request.into_inner();
-        let event_type = pb::EventType::try_from(req.r#type).map_err(|_| {
-            ServiceError::invalid(format!("type: unknown event type {}", req.r#type))
-        })?;
-        let payload = json::object_from(&req.payload_json, req.payload, "payload_json")
-            .map_err(ServiceError::invalid)?;
-        let row = self
-            .service
-            .append(&caller, &req.session_id, event_type, payload)
-            .await?;
+        let row = self.append(&caller, request.into_inner()).await?;
         Ok(Response::new(event(row)))
+    }
+
+    type AppendEventsStream = crate::stream::Answers;
+
+    async fn append_events(
+        &self,
+        request: Request<tonic::Streaming<pb::StreamedAppend>>,
+    ) -> Result<Response<Self::AppendEventsStream>, Status> {
+        // The stream's own assertion admits it; each message is appended
+        // for the principal of its own.
+        principal::of(&request)?;
+        Ok(Response::new(crate::stream::serve(
+            self.clone(),
+            request.into_inner(),
+        )))
     }
 
     async fn read_events(

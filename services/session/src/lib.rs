@@ -21,6 +21,7 @@ pub mod model;
 pub mod record;
 pub mod service;
 pub mod store;
+pub mod stream;
 mod subject;
 pub mod tail;
 
@@ -59,7 +60,10 @@ pub fn serve_options(
     if let Some(url) = broker_url {
         service = service.with_broker(&url, key.clone())?;
     }
-    let grpc = grpc::Grpc { service };
+    let grpc = grpc::Grpc {
+        service,
+        key: key.clone(),
+    };
     let server = SessionServiceServer::with_interceptor(grpc, Verifier::new(key));
     Ok(ServeOptions::new(
         vec![ithaca_proto::service_names::SESSION],

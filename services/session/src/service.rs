@@ -94,6 +94,12 @@ pub struct SessionService {
 }
 
 impl SessionService {
+    /// Cancelled when the server shuts down: long-lived streams end on it
+    /// so that draining can finish.
+    pub fn shutdown(&self) -> &CancellationToken {
+        &self.shutdown
+    }
+
     pub fn new(store: Store, config: Config, shutdown: CancellationToken) -> Self {
         let notifier = Notifier::default();
         crate::tail::spawn_listener(store.db(), notifier.clone(), shutdown.clone());

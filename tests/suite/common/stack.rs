@@ -123,6 +123,12 @@ impl Node {
         }
     }
 
+    /// SIGTERM: a graceful shutdown; its exit status.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut p = self.process.take().expect("running");
+        p.terminate()
+    }
+
     /// Start it again on its address; returns once it listens.
     pub fn restart(&mut self) {
         assert!(self.process.is_none(), "{} is still running", self.name);
