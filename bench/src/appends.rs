@@ -87,10 +87,8 @@ pub async fn run(setup: Setup<'_>) -> anyhow::Result<AppendOutcome> {
         key.clone(),
     ));
     let channel = client::channel(&url)?;
-    let mut session = SessionServiceClient::with_interceptor(
-        channel,
-        Outbound::new(key, principal.clone()),
-    );
+    let mut session =
+        SessionServiceClient::with_interceptor(channel, Outbound::new(key, principal.clone()));
     let opened = session
         .session_context(spb::SessionContextRequest {
             prompt: Some("ithaca-bench trace appends".to_owned()),

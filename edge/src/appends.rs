@@ -1,6 +1,7 @@
-//! The edge's end of `SessionService.AppendEvents`: the events it records
-//! after a call (`tool_result`, `error`, `denial`) ride one open stream
-//! instead of a unary call each.
+//! The edge's end of `SessionService.AppendEvents`: a call's `BeginCall`
+//! (the gate and the `tool_call`) and the events recorded after it
+//! (`tool_result`, `error`, `denial`) ride one open stream instead of a
+//! unary call each.
 //!
 //! - One stream per session backend, opened by the first append and again
 //!   after it ends. Each append is a message with its own assertion (its
@@ -20,6 +21,7 @@ use crate::backend::Backend;
 use ithaca_kit::principal::{InternalKey, Principal};
 use ithaca_proto::service_names::SESSION;
 use ithaca_proto::session::v1 as spb;
+use ithaca_proto::session::v1::streamed_append::Work;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -81,12 +83,29 @@ enum Reply {
     Broken(Status),
 }
 
-/// What became of an append.
-pub enum Sent {
-    /// Appended at this `seq`, or refused (as a unary call would be).
-    Done(Result<i64, Status>),
-    /// The service has no stream: append with a unary call instead.
+/// What became of a message.
+pub enum Sent<T> {
+    /// Done (an append's `seq`, a `BeginCall`'s answer), or refused as the
+    /// unary call would have been.
+    Done(Result<T, Status>),
+    /// The service has no stream: make the unary call instead.
     Unary,
+}
+
+impl<T> Sent<T> {
+    fn map<U>(self, f: impl FnOnce(T) -> U) -> Sent<U> {
+        match self {
+            Sent::Done(done) => Sent::Done(done.map(f)),
+            Sent::Unary => Sent::Unary,
+        }
+    }
+}
+
+/// A `BeginCall` done on the stream: the `tool_call`'s seq and the
+/// session the call runs in.
+pub struct Begun {
+    pub seq: i64,
+    pub session: spb::CallSession,
 }
 
 impl Appends {
@@ -101,9 +120,34 @@ impl Appends {
         }
     }
 
-    /// Append `append` for `principal`, within the backend's gate and
-    /// deadline.
-    pub async fn append(&self, principal: &Principal, append: spb::AppendEventRequest) -> Sent {
+    /// Append `append` for `principal`: the event's seq.
+    pub async fn append(
+        &self,
+        principal: &Principal,
+        append: spb::AppendEventRequest,
+    ) -> Sent<i64> {
+        self.work(principal, Work::Append(append))
+            .await
+            .map(|answer| answer.seq)
+    }
+
+    /// `BeginCall` for `principal`.
+    pub async fn begin_call(
+        &self,
+        principal: &Principal,
+        begin: spb::BeginCallRequest,
+    ) -> Sent<Begun> {
+        self.work(principal, Work::BeginCall(begin))
+            .await
+            .map(|answer| Begun {
+                seq: answer.seq,
+                session: answer.session.unwrap_or_default(),
+            })
+    }
+
+    /// Send `work` for `principal` and wait for its answer, within the
+    /// backend's gate and deadline.
+    async fn work(&self, principal: &Principal, work: Work) -> Sent<spb::StreamedAppendAnswer> {
         let backend = &self.shared.backend;
         let _permit = match backend.admit_call(SESSION) {
             Ok(permit) => permit,
@@ -118,7 +162,7 @@ impl Appends {
                 .key
                 .mint(principal, ithaca_kit::principal::DEFAULT_TTL_SECS),
             traceparent: ithaca_kit::propagation::current_traceparent(),
-            append: Some(append),
+            work: Some(work),
         };
         match tokio::time::timeout(timeout, self.send(message)).await {
             Ok(sent) => sent,
@@ -126,7 +170,7 @@ impl Appends {
         }
     }
 
-    async fn send(&self, message: spb::StreamedAppend) -> Sent {
+    async fn send(&self, message: spb::StreamedAppend) -> Sent<spb::StreamedAppendAnswer> {
         for _ in 0..ATTEMPTS {
             let open = match self.shared.stream().await {
                 Ok(Some(open)) => open,
@@ -153,12 +197,24 @@ impl Appends {
     }
 }
 
-/// An answer read as a unary call's outcome.
-fn outcome(answer: spb::StreamedAppendAnswer) -> Result<i64, Status> {
+/// An answer read as a unary call's outcome: a refusal is the status the
+/// call would have failed with, its domain code in the metadata.
+fn outcome(mut answer: spb::StreamedAppendAnswer) -> Result<spb::StreamedAppendAnswer, Status> {
     if answer.code == 0 {
-        return Ok(answer.seq);
+        return Ok(answer);
     }
-    Err(Status::new(tonic::Code::from(answer.code), answer.message))
+    let mut status = Status::new(
+        tonic::Code::from(answer.code),
+        std::mem::take(&mut answer.message),
+    );
+    if let Ok(domain) = tonic::metadata::MetadataValue::try_from(answer.domain_code.as_str())
+        && !answer.domain_code.is_empty()
+    {
+        status
+            .metadata_mut()
+            .insert(ithaca_kit::error::DOMAIN_CODE_KEY, domain);
+    }
+    Err(status)
 }
 
 /// A message's place among the waiters: its answer, and its entry taken

@@ -247,6 +247,31 @@ impl Core {
         Ok(appended.seq)
     }
 
+    /// `BeginCall` on the session service's stream, its answer read as
+    /// [`Begun`].
+    pub(crate) async fn begin_on_stream(
+        &self,
+        principal: &Principal,
+        request: spb::BeginCallRequest,
+    ) -> Sent<Begun> {
+        let Some(appends) = &self.appends else {
+            return Sent::Unary;
+        };
+        match appends.begin_call(principal, request).await {
+            Sent::Done(Ok(begun)) => Sent::Done(Ok(Begun {
+                seq: begun.seq,
+                session: Some(BegunSession {
+                    session_id: begun.session.session_id,
+                    subject_kind: begun.session.subject_kind,
+                    subject_id: begun.session.subject_id,
+                    notice: begun.session.notice,
+                }),
+            })),
+            Sent::Done(Err(status)) => Sent::Done(Err(status)),
+            Sent::Unary => Sent::Unary,
+        }
+    }
+
     /// `BeginCall`, its answer read as [`Begun`].
     pub(crate) async fn begin_call(
         &self,

@@ -11,6 +11,7 @@ use ithaca_edge::appends::{Appends, Sent};
 use ithaca_edge::backend::Backend;
 use ithaca_kit::principal::{InternalKey, Principal};
 use ithaca_proto::session::v1 as pb;
+use ithaca_proto::session::v1::streamed_append::Work;
 use serde_json::json;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -40,7 +41,11 @@ fn tool_result(session_id: &str, payload: serde_json::Value) -> pb::AppendEventR
 }
 
 /// The whole trace of a session, as (seq, payload).
-async fn trace(url: &str, principal: &Principal, session_id: &str) -> Vec<(i64, serde_json::Value)> {
+async fn trace(
+    url: &str,
+    principal: &Principal,
+    session_id: &str,
+) -> Vec<(i64, serde_json::Value)> {
     let mut client = common::session_client(url, principal.clone());
     let mut events = Vec::new();
     let mut after = 0;
@@ -139,16 +144,23 @@ async fn each_message_is_its_own_callers_append() {
     let session = open_session(&url, &alice, "checked one by one").await;
     let key = common::key();
     let stranger = InternalKey::new(vec![7u8; 32]).expect("a key");
-    let message = |id: u64, assertion: String, append: Option<pb::AppendEventRequest>| {
-        pb::StreamedAppend {
-            id,
-            assertion,
-            traceparent: String::new(),
-            append,
-            deadline_ms: 5_000,
-        }
+    let message = |id: u64, assertion: String, work: Option<Work>| pb::StreamedAppend {
+        id,
+        assertion,
+        traceparent: String::new(),
+        work,
+        deadline_ms: 5_000,
     };
-    let ok = || Some(tool_result(&session, json!({"ok": true})));
+    let ok = || Some(Work::Append(tool_result(&session, json!({"ok": true}))));
+    let begin = |session_id: Option<&str>| {
+        Some(Work::BeginCall(pb::BeginCallRequest {
+            session_id: session_id.map(str::to_owned),
+            tool: "list_symbols".to_owned(),
+            arguments: None,
+            arguments_json: br#"{"limit": 3}"#.to_vec(),
+            subject_kind: String::new(),
+        }))
+    };
     let messages = vec![
         message(1, key.mint(&alice, 60), ok()),
         message(2, stranger.mint(&alice, 60), ok()),
@@ -157,13 +169,17 @@ async fn each_message_is_its_own_callers_append() {
         message(
             5,
             key.mint(&alice, 60),
-            Some(pb::AppendEventRequest {
+            Some(Work::Append(pb::AppendEventRequest {
                 r#type: pb::EventType::SessionClosed as i32,
                 ..tool_result(&session, json!({}))
-            }),
+            })),
         ),
         message(6, "v1.not-an-assertion".to_owned(), ok()),
         message(7, key.mint(&alice, 60), ok()),
+        // BeginCall: alice's current session; mallory has none.
+        message(8, key.mint(&alice, 60), begin(None)),
+        message(9, key.mint(&mallory, 60), begin(None)),
+        message(10, key.mint(&mallory, 60), begin(Some(&session))),
     ];
     // The stream's own assertion is the system's; it appends nothing.
     let mut client = common::session_client(&url, Principal::system(""));
@@ -173,29 +189,61 @@ async fn each_message_is_its_own_callers_append() {
         .expect("the stream opens")
         .into_inner();
     use tokio_stream::StreamExt;
-    let answers: Vec<pb::StreamedAppendAnswer> = tokio::time::timeout(DEADLINE, answers.collect::<Result<Vec<_>, _>>())
-        .await
-        .expect("the stream ends once its caller closed its side")
-        .expect("it ends cleanly");
-    let by_id: HashMap<u64, &pb::StreamedAppendAnswer> = answers.iter().map(|a| (a.id, a)).collect();
-    assert_eq!(by_id.len(), 7, "one answer a message: {answers:?}");
+    let answers: Vec<pb::StreamedAppendAnswer> =
+        tokio::time::timeout(DEADLINE, answers.collect::<Result<Vec<_>, _>>())
+            .await
+            .expect("the stream ends once its caller closed its side")
+            .expect("it ends cleanly");
+    let by_id: HashMap<u64, &pb::StreamedAppendAnswer> =
+        answers.iter().map(|a| (a.id, a)).collect();
+    assert_eq!(by_id.len(), 10, "one answer a message: {answers:?}");
     let code = |id: u64| tonic::Code::from(by_id[&id].code);
     assert_eq!(code(1), tonic::Code::Ok);
     assert_eq!(code(2), tonic::Code::Unauthenticated, "{:?}", by_id[&2]);
-    assert_eq!(code(3), tonic::Code::NotFound, "another tenant's session: {:?}", by_id[&3]);
+    assert_eq!(
+        code(3),
+        tonic::Code::NotFound,
+        "another tenant's session: {:?}",
+        by_id[&3]
+    );
     assert_eq!(code(4), tonic::Code::InvalidArgument, "{:?}", by_id[&4]);
     assert!(by_id[&4].message.contains("append"), "{:?}", by_id[&4]);
     assert_eq!(code(5), tonic::Code::InvalidArgument, "{:?}", by_id[&5]);
     assert_eq!(code(6), tonic::Code::Unauthenticated, "{:?}", by_id[&6]);
     assert_eq!(code(7), tonic::Code::Ok);
-    // Refusals carry no seq; the two appends got the next two, in order.
-    for id in 2..=6 {
+    // BeginCall: the gate and the tool_call, or the refusal with its
+    // domain code, as the unary call answers them.
+    assert_eq!(code(8), tonic::Code::Ok, "{:?}", by_id[&8]);
+    let admitted = by_id[&8].session.as_ref().expect("the session");
+    assert_eq!(admitted.session_id, session);
+    assert_eq!(code(9), tonic::Code::FailedPrecondition, "{:?}", by_id[&9]);
+    assert_eq!(
+        by_id[&9].domain_code, "NO_ACTIVE_SESSION",
+        "{:?}",
+        by_id[&9]
+    );
+    assert_ne!(
+        code(10),
+        tonic::Code::Ok,
+        "another tenant's pin: {:?}",
+        by_id[&10]
+    );
+    // Refusals carry no seq; the three appends got the next three.
+    for id in [2, 3, 4, 5, 6, 9, 10] {
         assert_eq!(by_id[&id].seq, 0, "{:?}", by_id[&id]);
+        assert!(by_id[&id].session.is_none(), "{:?}", by_id[&id]);
     }
-    let mut seqs = [by_id[&1].seq, by_id[&7].seq];
+    let mut seqs = [by_id[&1].seq, by_id[&7].seq, by_id[&8].seq];
     seqs.sort_unstable();
-    assert_eq!(seqs, [3, 4], "after session_open and the prompt");
-    assert_eq!(trace(&url, &alice, &session).await.len(), 4);
+    assert_eq!(seqs, [3, 4, 5], "after session_open and the prompt");
+    let events = trace(&url, &alice, &session).await;
+    assert_eq!(events.len(), 5);
+    let (_, call) = events
+        .iter()
+        .find(|(seq, _)| *seq == by_id[&8].seq)
+        .expect("the tool_call");
+    assert_eq!(call["name"], "list_symbols", "{call}");
+    assert_eq!(call["arguments"]["limit"].as_f64(), Some(3.0), "{call}");
 }
 
 /// A session service shutting down ends its streams (it would otherwise
@@ -205,9 +253,16 @@ async fn each_message_is_its_own_callers_append() {
 async fn a_service_that_shuts_down_ends_the_stream_and_the_next_append_opens_another() {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = common::sqlite_path(&dir, "session");
-    let args = ["serve", "session", "--database-url", db.as_str(), "--db-schema", "s"]
-        .map(str::to_owned)
-        .to_vec();
+    let args = [
+        "serve",
+        "session",
+        "--database-url",
+        db.as_str(),
+        "--db-schema",
+        "s",
+    ]
+    .map(str::to_owned)
+    .to_vec();
     let mut node = common::stack::Node::start("session", args);
     let alice = common::agent(&format!("tenant-{}", uuid::Uuid::new_v4()), "alice");
     let session = open_session(&node.url(), &alice, "across a restart").await;
@@ -215,7 +270,10 @@ async fn a_service_that_shuts_down_ends_the_stream_and_the_next_append_opens_ano
         Backend::new(&node.url(), DEADLINE).expect("a url"),
         common::key(),
     );
-    assert_eq!(append(&appends, &alice, tool_result(&session, json!({"n": 1}))).await, 3);
+    assert_eq!(
+        append(&appends, &alice, tool_result(&session, json!({"n": 1}))).await,
+        3
+    );
 
     // The edge's stream is open; SIGTERM must still end the process.
     let stopping = Instant::now();
@@ -227,9 +285,35 @@ async fn a_service_that_shuts_down_ends_the_stream_and_the_next_append_opens_ano
         stopping.elapsed()
     );
     node.restart();
-    assert_eq!(append(&appends, &alice, tool_result(&session, json!({"n": 2}))).await, 4);
-    let seqs: Vec<i64> = trace(&node.url(), &alice, &session).await.iter().map(|(s, _)| *s).collect();
-    assert_eq!(seqs, vec![1, 2, 3, 4]);
+    assert_eq!(
+        append(&appends, &alice, tool_result(&session, json!({"n": 2}))).await,
+        4
+    );
+    // The gate rides the same stream.
+    let begun = match appends
+        .begin_call(
+            &alice,
+            pb::BeginCallRequest {
+                tool: "list_symbols".to_owned(),
+                arguments_json: b"{}".to_vec(),
+                ..Default::default()
+            },
+        )
+        .await
+    {
+        Sent::Done(begun) => begun.expect("the gate lets alice in"),
+        Sent::Unary => panic!("this session service has the stream"),
+    };
+    assert_eq!(
+        (begun.seq, begun.session.session_id.as_str()),
+        (5, session.as_str())
+    );
+    let seqs: Vec<i64> = trace(&node.url(), &alice, &session)
+        .await
+        .iter()
+        .map(|(s, _)| *s)
+        .collect();
+    assert_eq!(seqs, vec![1, 2, 3, 4, 5]);
 }
 
 /// A server without the stream (here the auth service, standing where a
@@ -245,7 +329,10 @@ async fn a_service_without_the_stream_gets_unary_calls() {
     );
     let alice = common::agent("tenant-x", "alice");
     let sent = appends
-        .append(&alice, tool_result("00000000-0000-0000-0000-000000000000", json!({})))
+        .append(
+            &alice,
+            tool_result("00000000-0000-0000-0000-000000000000", json!({})),
+        )
         .await;
     assert!(matches!(sent, Sent::Unary), "told to use unary calls");
     auth.stop().await;
@@ -271,7 +358,9 @@ async fn an_unreachable_service_is_unavailable_naming_it() {
     assert!(started.elapsed() < Duration::from_secs(5));
     assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
     assert!(
-        status.message().contains("ithaca.session.v1.SessionService"),
+        status
+            .message()
+            .contains("ithaca.session.v1.SessionService"),
         "{status:?}"
     );
 }

@@ -7,6 +7,7 @@
 
 use super::failure::{ToolFailure, no_session, status_failure};
 use super::lookup::{Offered, subject_fits, unknown_tool};
+use crate::appends::Sent;
 use crate::backend::Backend;
 use crate::catalog::Tool;
 use crate::core::{Answer, Core, RpcError, SESSION_PIN_META};
@@ -116,17 +117,31 @@ impl Core {
         tool: &Tool,
         arguments: &Value,
     ) -> Result<(Gate, i64), Status> {
-        let request = Request::new(spb::BeginCallRequest {
+        let request = spb::BeginCallRequest {
             session_id: pin.map(str::to_owned),
             tool: tool.name.clone(),
-            // A Struct until every session replica reads `arguments_json`
-            // (session.proto says why).
-            arguments: Some(json::to_struct(arguments.clone())),
-            arguments_json: Vec::new(),
+            arguments: None,
+            // Every server of the stream reads the JSON text.
+            arguments_json: serde_json::to_vec(arguments)
+                .map_err(|e| Status::internal(format!("a call's arguments as JSON: {e}")))?,
             subject_kind: tool.options.subject_kind.clone(),
-        });
-        // Only the fields the gate keeps are decoded (`core::Begun`).
-        let begun = self.begin_call(session, caller, request).await?;
+        };
+        let begun = match self.begin_on_stream(caller, request).await {
+            Sent::Done(begun) => begun?,
+            Sent::Unary => {
+                // A session service without the stream: a Struct, which
+                // every release reads, and only the fields the gate keeps
+                // decoded (`core::Begun`).
+                let request = Request::new(spb::BeginCallRequest {
+                    session_id: pin.map(str::to_owned),
+                    tool: tool.name.clone(),
+                    arguments: Some(json::to_struct(arguments.clone())),
+                    arguments_json: Vec::new(),
+                    subject_kind: tool.options.subject_kind.clone(),
+                });
+                self.begin_call(session, caller, request).await?
+            }
+        };
         let s = begun.session.unwrap_or_default();
         let gate = Gate::new(s.session_id, s.subject_kind, s.subject_id, s.notice);
         Ok((gate, begun.seq))

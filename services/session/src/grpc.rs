@@ -39,6 +39,29 @@ impl Grpc {
 }
 
 impl Grpc {
+    /// One `BeginCall`, for `caller`: unary or a message of the stream. The
+    /// session, the `tool_call`'s seq, and the notice for the caller.
+    pub(crate) async fn begin(
+        &self,
+        caller: &principal::Principal,
+        req: pb::BeginCallRequest,
+    ) -> Result<(SessionRow, i64, Option<String>), ServiceError> {
+        let arguments = json::object_from(&req.arguments_json, req.arguments, "arguments_json")
+            .map_err(ServiceError::invalid)?;
+        let (session, event) = self
+            .service
+            .begin_call(
+                caller,
+                req.session_id.as_deref(),
+                &req.tool,
+                arguments,
+                &req.subject_kind,
+            )
+            .await?;
+        let notice = crate::service::joined_notice(caller, req.session_id.as_deref(), &session);
+        Ok((session, event.seq, notice))
+    }
+
     /// One `AppendEvent`, for `caller`: unary or a message of the stream.
     pub(crate) async fn append(
         &self,
@@ -110,25 +133,12 @@ impl Rpc for Grpc {
         request: Request<pb::BeginCallRequest>,
     ) -> Result<Response<pb::CallBegun>, Status> {
         let caller = principal::of(&request)?;
-        let req = request.into_inner();
-        let arguments = json::object_from(&req.arguments_json, req.arguments, "arguments_json")
-            .map_err(ServiceError::invalid)?;
-        let (session, event) = self
-            .service
-            .begin_call(
-                &caller,
-                req.session_id.as_deref(),
-                &req.tool,
-                arguments,
-                &req.subject_kind,
-            )
-            .await?;
-        let notice = crate::service::joined_notice(&caller, req.session_id.as_deref(), &session);
+        let (session, seq, notice) = self.begin(&caller, request.into_inner()).await?;
         let mut descriptor = self.descriptor(session);
         descriptor.notice = notice;
         Ok(Response::new(pb::CallBegun {
             session: Some(descriptor),
-            seq: event.seq,
+            seq,
         }))
     }
 

@@ -17,10 +17,12 @@
 use crate::grpc::Grpc;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
+use ithaca_kit::error::domain_code;
 use ithaca_kit::principal::Principal;
 use ithaca_kit::propagation;
 use ithaca_proto::service_names::SESSION;
 use ithaca_proto::session::v1 as pb;
+use ithaca_proto::session::v1::streamed_append::Work;
 use std::pin::Pin;
 use std::time::Duration;
 use tokio_stream::Stream;
@@ -80,49 +82,73 @@ pub fn serve(grpc: Grpc, mut inbound: Streaming<pb::StreamedAppend>) -> Answers 
     Box::pin(ReceiverStream::new(rx))
 }
 
-/// One message: its assertion checked, its append run inside a server span
-/// of its own (named as the unary call's, a child of the message's trace
-/// context, so the trace reads as it did), its answer built.
+/// One message: its assertion checked, its work (an append, or a
+/// `BeginCall`) run inside a server span of its own (named as the unary
+/// call's, a child of the message's trace context, so the trace reads as
+/// it did), its answer built.
 async fn append(grpc: &Grpc, message: pb::StreamedAppend) -> pb::StreamedAppendAnswer {
     let id = message.id;
+    let (name, method) = match message.work {
+        Some(Work::BeginCall(_)) => ("ithaca.session.v1.SessionService/BeginCall", "BeginCall"),
+        _ => (
+            "ithaca.session.v1.SessionService/AppendEvent",
+            "AppendEvent",
+        ),
+    };
     let span = tracing::info_span!(
         "grpc.server",
-        otel.name = "ithaca.session.v1.SessionService/AppendEvent",
+        otel.name = name,
         otel.kind = "server",
         rpc.system = "grpc",
         rpc.service = SESSION,
-        rpc.method = "AppendEvent",
+        rpc.method = method,
     );
     propagation::set_parent_from_traceparent(&span, &message.traceparent);
     let deadline = match message.deadline_ms {
         0 => MAX_DEADLINE,
         ms => Duration::from_millis(ms).min(MAX_DEADLINE),
     };
-    let appended = async {
+    let done = async {
         let caller = verify(grpc, &message.assertion)?;
-        let Some(append) = message.append else {
-            return Err(Status::invalid_argument("append: an append is required"));
-        };
-        grpc.append(&caller, append).await.map_err(Status::from)
+        match message.work {
+            Some(Work::Append(append)) => {
+                let row = grpc.append(&caller, append).await?;
+                Ok((row.seq, None))
+            }
+            Some(Work::BeginCall(begin)) => {
+                let (session, seq, notice) = grpc.begin(&caller, begin).await?;
+                let session = pb::CallSession {
+                    session_id: session.session_id.into(),
+                    subject_kind: session.subject_kind,
+                    subject_id: session.subject_id,
+                    notice,
+                };
+                Ok((seq, Some(session)))
+            }
+            None => Err(Status::invalid_argument(
+                "work: an append or a begin_call is required",
+            )),
+        }
     };
-    let outcome = match tokio::time::timeout(deadline, appended.instrument(span)).await {
+    let outcome = match tokio::time::timeout(deadline, done.instrument(span)).await {
         Ok(outcome) => outcome,
         Err(_) => Err(Status::deadline_exceeded(format!(
-            "the append took longer than its deadline of {deadline:?}"
+            "the work took longer than its deadline of {deadline:?}"
         ))),
     };
     match outcome {
-        Ok(row) => pb::StreamedAppendAnswer {
+        Ok((seq, session)) => pb::StreamedAppendAnswer {
             id,
-            seq: row.seq,
-            code: 0,
-            message: String::new(),
+            seq,
+            session,
+            ..Default::default()
         },
         Err(status) => pb::StreamedAppendAnswer {
             id,
-            seq: 0,
             code: status.code() as i32,
             message: status.message().to_owned(),
+            domain_code: domain_code(&status).unwrap_or_default().to_owned(),
+            ..Default::default()
         },
     }
 }
