@@ -183,7 +183,15 @@ impl Appends {
             };
             drop(open);
             match (&mut ticket.answer).await {
-                Ok(Reply::Answer(answer)) => return Sent::Done(outcome(answer)),
+                // A refusal reads as the unary call's would, through the
+                // backend's explanation (the service's own UNAVAILABLE
+                // names the service).
+                Ok(Reply::Answer(answer)) => {
+                    return Sent::Done(
+                        outcome(answer)
+                            .map_err(|status| self.shared.backend.explain(SESSION, status)),
+                    );
+                }
                 Ok(Reply::Broken(status)) => return Sent::Done(Err(status)),
                 // Never read: offer it to the next stream.
                 Ok(Reply::Unread) | Err(_) => {}

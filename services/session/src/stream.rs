@@ -133,7 +133,8 @@ async fn append(grpc: &Grpc, message: pb::StreamedAppend) -> pb::StreamedAppendA
     let outcome = match tokio::time::timeout(deadline, done.instrument(span)).await {
         Ok(outcome) => outcome,
         Err(_) => Err(Status::deadline_exceeded(format!(
-            "the work took longer than its deadline of {deadline:?}"
+            "{SESSION} did not finish the work within its deadline of {} ms",
+            deadline.as_millis()
         ))),
     };
     match outcome {
