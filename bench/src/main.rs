@@ -68,8 +68,9 @@ enum Command {
         #[arg(long)]
         rate: Option<f64>,
     },
-    /// Only the trace-append phases: concurrent AppendEvent calls into one
-    /// session on SQLite and PostgreSQL, with the gap-free check.
+    /// Only the trace-append phases: concurrent appends into one session on
+    /// SQLite and PostgreSQL (on the AppendEvents stream, or unary
+    /// AppendEvent calls with --append-unary), with the gap-free check.
     Appends(RunArgs),
     /// The alerts phase: a large archive of cloned ZTF packets ingested into
     /// SQLite and PostgreSQL, 5″/30-day cone searches and crossmatches.
