@@ -339,6 +339,19 @@ impl Shared {
                 );
                 return Ok(None);
             }
+            // Nothing is on a stream that did not open (messages are
+            // queued only once it is open), so nothing is in doubt: a
+            // broken connection says so rather than "outcome unknown".
+            Err(status)
+                if status.code() == tonic::Code::Unavailable
+                    || std::error::Error::source(&status).is_some() =>
+            {
+                return Err(Status::unavailable(format!(
+                    "{SESSION} ({}) is unreachable: {}; nothing was sent",
+                    self.backend.url,
+                    status.message()
+                )));
+            }
             Err(status) => return Err(self.backend.explain(SESSION, status)),
         };
         let open = Arc::new(Open {
@@ -412,5 +425,43 @@ async fn read(
             ))),
         };
         let _ = waiter.send(reply);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ithaca_kit::error::{DomainCode, domain};
+
+    #[test]
+    fn an_answer_is_the_unary_calls_outcome() {
+        let done = spb::StreamedAppendAnswer {
+            id: 3,
+            seq: 42,
+            ..Default::default()
+        };
+        assert_eq!(outcome(done).expect("appended").seq, 42);
+
+        let refused = spb::StreamedAppendAnswer {
+            id: 4,
+            code: tonic::Code::FailedPrecondition as i32,
+            message: "open a session first".into(),
+            domain_code: "NO_ACTIVE_SESSION".into(),
+            ..Default::default()
+        };
+        let status = outcome(refused).expect_err("refused");
+        assert_eq!(status.code(), tonic::Code::FailedPrecondition);
+        assert_eq!(status.message(), "open a session first");
+        assert_eq!(domain(&status), Some(DomainCode::NoActiveSession));
+
+        // No domain code: none in the metadata either.
+        let plain = spb::StreamedAppendAnswer {
+            code: tonic::Code::InvalidArgument as i32,
+            message: "payload_json: not JSON".into(),
+            ..Default::default()
+        };
+        let status = outcome(plain).expect_err("refused");
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+        assert!(ithaca_kit::error::domain_code(&status).is_none());
     }
 }

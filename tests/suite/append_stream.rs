@@ -47,27 +47,14 @@ async fn trace(
     session_id: &str,
 ) -> Vec<(i64, serde_json::Value)> {
     let mut client = common::session_client(url, principal.clone());
-    let mut events = Vec::new();
-    let mut after = 0;
-    loop {
-        let page = client
-            .read_events(pb::ReadEventsRequest {
-                session_id: session_id.to_owned(),
-                after_seq: after,
-                limit: Some(1000),
-            })
-            .await
-            .expect("read the trace")
-            .into_inner();
-        if page.events.is_empty() {
-            return events;
-        }
-        for e in page.events {
-            after = e.seq;
+    common::stack::read_trace(&mut client, session_id)
+        .await
+        .into_iter()
+        .map(|e| {
             let payload = ithaca_kit::json::from_struct(e.payload.expect("a payload"));
-            events.push((e.seq, payload));
-        }
-    }
+            (e.seq, payload)
+        })
+        .collect()
 }
 
 async fn append(appends: &Appends, principal: &Principal, request: pb::AppendEventRequest) -> i64 {
@@ -363,4 +350,122 @@ async fn an_unreachable_service_is_unavailable_naming_it() {
             .contains("ithaca.session.v1.SessionService"),
         "{status:?}"
     );
+}
+
+/// A graceful shutdown in the middle of a load: the stream ends cleanly
+/// after answering what it read, so every append is either acknowledged
+/// (and in the trace once) or refused (and not in the trace at all), with
+/// nothing in between; the messages the stream never read go to a fresh
+/// stream, which finds the service down, then back. The seq stays
+/// gap-free across the restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_graceful_shutdown_under_load_leaves_no_append_in_doubt() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    const WRITERS: usize = 8;
+    const EACH: usize = 400;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = common::sqlite_path(&dir, "session");
+    let args = [
+        "serve",
+        "session",
+        "--database-url",
+        db.as_str(),
+        "--db-schema",
+        "s",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    let mut node = common::stack::Node::start("session", args);
+    let alice = common::agent(&format!("tenant-{}", uuid::Uuid::new_v4()), "alice");
+    let session = open_session(&node.url(), &alice, "a shutdown under load").await;
+    let appends = Arc::new(Appends::new(
+        Backend::new(&node.url(), DEADLINE).expect("a url"),
+        common::key(),
+    ));
+    let acknowledged = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for writer in 0..WRITERS {
+        let (appends, alice, session, acknowledged) = (
+            appends.clone(),
+            alice.clone(),
+            session.clone(),
+            acknowledged.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let mut told = Vec::new();
+            for n in 0..EACH {
+                let marker = format!("{writer}-{n}");
+                let request = tool_result(&session, json!({"marker": marker}));
+                let ok = match appends.append(&alice, request).await {
+                    Sent::Done(Ok(_)) => {
+                        acknowledged.fetch_add(1, Ordering::Relaxed);
+                        true
+                    }
+                    Sent::Done(Err(status)) => {
+                        assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+                        // Not appended: the service was down, or shutting
+                        // down and never read it. Not "in doubt".
+                        assert!(
+                            !status.message().contains("unknown"),
+                            "a clean end leaves nothing in doubt: {status:?}"
+                        );
+                        // Back off a little while the service is down.
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                        false
+                    }
+                    Sent::Unary => panic!("this session service has the stream"),
+                };
+                told.push((marker, ok));
+            }
+            told
+        }));
+    }
+    // Shut it down once a few hundred appends went through, then start it
+    // again on the same address.
+    let waited = Instant::now();
+    while acknowledged.load(Ordering::Relaxed) < 300 {
+        assert!(waited.elapsed() < Duration::from_secs(30), "no progress");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let status = tokio::task::block_in_place(|| node.terminate());
+    assert!(status.success(), "a graceful exit: {status:?}");
+    tokio::task::block_in_place(|| node.restart());
+    let mut told = Vec::new();
+    for task in tasks {
+        told.extend(task.await.expect("a writer"));
+    }
+    let events = trace(&node.url(), &alice, &session).await;
+    let seqs: Vec<i64> = events.iter().map(|(seq, _)| *seq).collect();
+    assert_eq!(
+        seqs,
+        (1..=events.len() as i64).collect::<Vec<_>>(),
+        "gap-free"
+    );
+    let mut recorded: HashMap<String, usize> = HashMap::new();
+    for (_, payload) in &events {
+        if let Some(marker) = payload["marker"].as_str() {
+            *recorded.entry(marker.to_owned()).or_default() += 1;
+        }
+    }
+    let (mut ok, mut refused) = (0, 0);
+    for (marker, acked) in &told {
+        let times = recorded.get(marker).copied().unwrap_or(0);
+        if *acked {
+            ok += 1;
+            assert_eq!(times, 1, "acknowledged {marker} is in the trace once");
+        } else {
+            refused += 1;
+            assert_eq!(times, 0, "refused {marker} is not in the trace");
+        }
+    }
+    assert!(
+        ok > 300 && refused > 0,
+        "{ok} acknowledged, {refused} refused"
+    );
+    assert_eq!(
+        recorded.len(),
+        ok,
+        "nothing recorded that was not acknowledged"
+    );
+    println!("graceful shutdown under load: {ok} acknowledged, {refused} refused, none in doubt");
 }

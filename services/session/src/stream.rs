@@ -47,7 +47,11 @@ pub type Answers = Pin<Box<dyn Stream<Item = Result<pb::StreamedAppendAnswer, St
 pub fn serve(grpc: Grpc, mut inbound: Streaming<pb::StreamedAppend>) -> Answers {
     let (tx, rx) = tokio::sync::mpsc::channel(IN_FLIGHT);
     let shutdown = grpc.service.shutdown().clone();
-    tokio::spawn(async move {
+    // Should the loop ever panic, the stream must not end cleanly: that
+    // would tell the caller its unanswered messages were never read. The
+    // watcher holds a sender, so the stream ends only after it has spoken.
+    let watcher = tx.clone();
+    let serving = tokio::spawn(async move {
         let mut running = FuturesUnordered::new();
         let mut reading = true;
         loop {
@@ -77,6 +81,16 @@ pub fn serve(grpc: Grpc, mut inbound: Streaming<pb::StreamedAppend>) -> Answers 
                 // Every message read has its answer: a clean end.
                 return;
             }
+        }
+    });
+    tokio::spawn(async move {
+        if let Err(failed) = serving.await {
+            tracing::error!(error = %failed, "an append stream failed");
+            let _ = watcher
+                .send(Err(Status::internal(
+                    "the append stream failed; whether its unanswered messages were appended is unknown",
+                )))
+                .await;
         }
     });
     Box::pin(ReceiverStream::new(rx))
