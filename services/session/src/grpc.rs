@@ -1,8 +1,8 @@
 //! The tonic adapter: protobuf in, domain call, protobuf out. No logic here.
 
+use crate::calls;
 use crate::service::SessionService;
 use crate::store::{EventRow, SessionRow};
-use ithaca_kit::error::ServiceError;
 use ithaca_kit::principal::InternalKey;
 use ithaca_kit::{clock, json, principal};
 use ithaca_proto::session::v1 as pb;
@@ -35,47 +35,6 @@ impl Grpc {
             previous_session_id: None,
             notice: None,
         }
-    }
-}
-
-impl Grpc {
-    /// One `BeginCall`, for `caller`: unary or a message of the stream. The
-    /// session, the `tool_call`'s seq, and the notice for the caller.
-    pub(crate) async fn begin(
-        &self,
-        caller: &principal::Principal,
-        req: pb::BeginCallRequest,
-    ) -> Result<(SessionRow, i64, Option<String>), ServiceError> {
-        let arguments = json::object_from(&req.arguments_json, req.arguments, "arguments_json")
-            .map_err(ServiceError::invalid)?;
-        let (session, event) = self
-            .service
-            .begin_call(
-                caller,
-                req.session_id.as_deref(),
-                &req.tool,
-                arguments,
-                &req.subject_kind,
-            )
-            .await?;
-        let notice = crate::service::joined_notice(caller, req.session_id.as_deref(), &session);
-        Ok((session, event.seq, notice))
-    }
-
-    /// One `AppendEvent`, for `caller`: unary or a message of the stream.
-    pub(crate) async fn append(
-        &self,
-        caller: &principal::Principal,
-        req: pb::AppendEventRequest,
-    ) -> Result<EventRow, ServiceError> {
-        let event_type = pb::EventType::try_from(req.r#type).map_err(|_| {
-            ServiceError::invalid(format!("type: unknown event type {}", req.r#type))
-        })?;
-        let payload = json::object_from(&req.payload_json, req.payload, "payload_json")
-            .map_err(ServiceError::invalid)?;
-        self.service
-            .append(caller, &req.session_id, event_type, payload)
-            .await
     }
 }
 
@@ -133,7 +92,8 @@ impl Rpc for Grpc {
         request: Request<pb::BeginCallRequest>,
     ) -> Result<Response<pb::CallBegun>, Status> {
         let caller = principal::of(&request)?;
-        let (session, seq, notice) = self.begin(&caller, request.into_inner()).await?;
+        let (session, seq, notice) =
+            calls::begin(&self.service, &caller, request.into_inner()).await?;
         let mut descriptor = self.descriptor(session);
         descriptor.notice = notice;
         Ok(Response::new(pb::CallBegun {
@@ -292,7 +252,7 @@ impl Rpc for Grpc {
         request: Request<pb::AppendEventRequest>,
     ) -> Result<Response<pb::TraceEvent>, Status> {
         let caller = principal::of(&request)?;
-        let row = self.append(&caller, request.into_inner()).await?;
+        let row = calls::append(&self.service, &caller, request.into_inner()).await?;
         Ok(Response::new(event(row)))
     }
 
@@ -306,7 +266,8 @@ impl Rpc for Grpc {
         // for the principal of its own.
         principal::of(&request)?;
         Ok(Response::new(crate::stream::serve(
-            self.clone(),
+            self.service.clone(),
+            self.key.clone(),
             request.into_inner(),
         )))
     }

@@ -16,6 +16,7 @@
 
 #![forbid(unsafe_code)]
 
+mod calls;
 pub mod grpc;
 pub mod model;
 pub mod record;

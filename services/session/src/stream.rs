@@ -14,11 +14,12 @@
 //! another stream. The stream ends that way when the caller closes its
 //! side and when the server shuts down (so draining can finish).
 
-use crate::grpc::Grpc;
+use crate::calls;
+use crate::service::SessionService;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use ithaca_kit::error::domain_code;
-use ithaca_kit::principal::Principal;
+use ithaca_kit::principal::{InternalKey, Principal};
 use ithaca_kit::propagation;
 use ithaca_proto::service_names::SESSION;
 use ithaca_proto::session::v1 as pb;
@@ -44,9 +45,13 @@ pub type Answers = Pin<Box<dyn Stream<Item = Result<pb::StreamedAppendAnswer, St
 
 /// Serve one stream: read its messages, append each as its own principal,
 /// answer each once it is durable or refused.
-pub fn serve(grpc: Grpc, mut inbound: Streaming<pb::StreamedAppend>) -> Answers {
+pub fn serve(
+    service: SessionService,
+    key: InternalKey,
+    mut inbound: Streaming<pb::StreamedAppend>,
+) -> Answers {
     let (tx, rx) = tokio::sync::mpsc::channel(IN_FLIGHT);
-    let shutdown = grpc.service.shutdown().clone();
+    let shutdown = service.shutdown().clone();
     // Should the loop ever panic, the stream must not end cleanly: that
     // would tell the caller its unanswered messages were never read. The
     // watcher holds a sender, so the stream ends only after it has spoken.
@@ -67,7 +72,7 @@ pub fn serve(grpc: Grpc, mut inbound: Streaming<pb::StreamedAppend>) -> Answers 
                 () = shutdown.cancelled(), if reading => reading = false,
                 message = inbound.next(), if reading && running.len() < IN_FLIGHT => {
                     match message {
-                        Some(Ok(message)) => running.push(append(&grpc, message)),
+                        Some(Ok(message)) => running.push(handle(&service, &key, message)),
                         Some(Err(status)) => {
                             tracing::debug!(error = %status.message(), "append stream broke");
                             reading = false;
@@ -100,7 +105,11 @@ pub fn serve(grpc: Grpc, mut inbound: Streaming<pb::StreamedAppend>) -> Answers 
 /// `BeginCall`) run inside a server span of its own (named as the unary
 /// call's, a child of the message's trace context, so the trace reads as
 /// it did), its answer built.
-async fn append(grpc: &Grpc, message: pb::StreamedAppend) -> pb::StreamedAppendAnswer {
+async fn handle(
+    service: &SessionService,
+    key: &InternalKey,
+    message: pb::StreamedAppend,
+) -> pb::StreamedAppendAnswer {
     let id = message.id;
     let (name, method) = match message.work {
         Some(Work::BeginCall(_)) => ("ithaca.session.v1.SessionService/BeginCall", "BeginCall"),
@@ -123,14 +132,14 @@ async fn append(grpc: &Grpc, message: pb::StreamedAppend) -> pb::StreamedAppendA
         ms => Duration::from_millis(ms).min(MAX_DEADLINE),
     };
     let done = async {
-        let caller = verify(grpc, &message.assertion)?;
+        let caller = verify(key, &message.assertion)?;
         match message.work {
             Some(Work::Append(append)) => {
-                let row = grpc.append(&caller, append).await?;
+                let row = calls::append(service, &caller, append).await?;
                 Ok((row.seq, None))
             }
             Some(Work::BeginCall(begin)) => {
-                let (session, seq, notice) = grpc.begin(&caller, begin).await?;
+                let (session, seq, notice) = calls::begin(service, &caller, begin).await?;
                 let session = pb::CallSession {
                     session_id: session.session_id.into(),
                     subject_kind: session.subject_kind,
@@ -169,8 +178,8 @@ async fn append(grpc: &Grpc, message: pb::StreamedAppend) -> pb::StreamedAppendA
 }
 
 /// The principal of a message's assertion, refused as a call's would be.
-fn verify(grpc: &Grpc, assertion: &str) -> Result<Principal, Status> {
-    grpc.key.verify(assertion).map_err(|err| {
+fn verify(key: &InternalKey, assertion: &str) -> Result<Principal, Status> {
+    key.verify(assertion).map_err(|err| {
         tracing::debug!(error = %err, "refused a streamed append");
         Status::unauthenticated(err.to_string())
     })
