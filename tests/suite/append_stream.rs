@@ -233,24 +233,27 @@ async fn each_message_is_its_own_callers_append() {
     assert_eq!(call["arguments"]["limit"].as_f64(), Some(3.0), "{call}");
 }
 
+/// `ithaca serve session` on SQLite in `dir`, restartable on its address.
+fn session_node(dir: &tempfile::TempDir) -> common::stack::Node {
+    let db = common::sqlite_path(dir, "session");
+    let args = [
+        "serve",
+        "session",
+        "--database-url",
+        &db,
+        "--db-schema",
+        "s",
+    ];
+    common::stack::Node::start("session", args.map(str::to_owned).to_vec())
+}
+
 /// A session service shutting down ends its streams (it would otherwise
 /// wait for them forever), and the edge's next append opens a fresh one
 /// on the service that took its place.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_service_that_shuts_down_ends_the_stream_and_the_next_append_opens_another() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let db = common::sqlite_path(&dir, "session");
-    let args = [
-        "serve",
-        "session",
-        "--database-url",
-        db.as_str(),
-        "--db-schema",
-        "s",
-    ]
-    .map(str::to_owned)
-    .to_vec();
-    let mut node = common::stack::Node::start("session", args);
+    let mut node = session_node(&dir);
     let alice = common::agent(&format!("tenant-{}", uuid::Uuid::new_v4()), "alice");
     let session = open_session(&node.url(), &alice, "across a restart").await;
     let appends = Appends::new(
@@ -364,18 +367,7 @@ async fn a_graceful_shutdown_under_load_leaves_no_append_in_doubt() {
     const WRITERS: usize = 8;
     const EACH: usize = 400;
     let dir = tempfile::tempdir().expect("tempdir");
-    let db = common::sqlite_path(&dir, "session");
-    let args = [
-        "serve",
-        "session",
-        "--database-url",
-        db.as_str(),
-        "--db-schema",
-        "s",
-    ]
-    .map(str::to_owned)
-    .to_vec();
-    let mut node = common::stack::Node::start("session", args);
+    let mut node = session_node(&dir);
     let alice = common::agent(&format!("tenant-{}", uuid::Uuid::new_v4()), "alice");
     let session = open_session(&node.url(), &alice, "a shutdown under load").await;
     let appends = Arc::new(Appends::new(
