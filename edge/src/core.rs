@@ -166,7 +166,7 @@ pub struct Core {
     /// their trace. Without it (a bare fixture backend) tools run ungated.
     pub(crate) session: Option<Backend>,
     /// The session service's append stream (`AppendEvents`).
-    appends: Option<Appends>,
+    pub(crate) appends: Option<Appends>,
     /// Calls whose result could not be recorded, to report when it can.
     pub(crate) orphans: Orphans,
     /// Seals the state a 2026-07-28 client carries between input rounds.
@@ -245,31 +245,6 @@ impl Core {
         let appended: Appended =
             slim_unary(session, "AppendEvent", APPEND_EVENT_PATH, request).await?;
         Ok(appended.seq)
-    }
-
-    /// `BeginCall` on the session service's stream, its answer read as
-    /// [`Begun`].
-    pub(crate) async fn begin_on_stream(
-        &self,
-        principal: &Principal,
-        request: spb::BeginCallRequest,
-    ) -> Sent<Begun> {
-        let Some(appends) = &self.appends else {
-            return Sent::Unary;
-        };
-        match appends.begin_call(principal, request).await {
-            Sent::Done(Ok(begun)) => Sent::Done(Ok(Begun {
-                seq: begun.seq,
-                session: Some(BegunSession {
-                    session_id: begun.session.session_id,
-                    subject_kind: begun.session.subject_kind,
-                    subject_id: begun.session.subject_id,
-                    notice: begun.session.notice,
-                }),
-            })),
-            Sent::Done(Err(status)) => Sent::Done(Err(status)),
-            Sent::Unary => Sent::Unary,
-        }
     }
 
     /// `BeginCall`, its answer read as [`Begun`].

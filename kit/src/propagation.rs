@@ -73,7 +73,7 @@ pub fn current_traceparent() -> String {
     trace_ids::current().map_or_else(String::new, |ids| ids.traceparent())
 }
 
-/// A carrier of the `traceparent` value alone (the propagator may also
+/// Where the propagator writes the `traceparent` value alone (it may also
 /// offer `tracestate`, which a message does not carry).
 struct Traceparent(String);
 
@@ -85,9 +85,12 @@ impl Injector for Traceparent {
     }
 }
 
-impl Extractor for Traceparent {
+/// A `traceparent` value a message carried, read in place.
+struct CarriedTraceparent<'a>(&'a str);
+
+impl Extractor for CarriedTraceparent<'_> {
     fn get(&self, key: &str) -> Option<&str> {
-        (key == TRACEPARENT && !self.0.is_empty()).then_some(self.0.as_str())
+        (key == TRACEPARENT && !self.0.is_empty()).then_some(self.0)
     }
 
     fn keys(&self) -> Vec<&str> {
@@ -95,9 +98,14 @@ impl Extractor for Traceparent {
     }
 }
 
-/// [`set_parent`] from a `traceparent` value a message carried.
-pub fn set_parent_from_traceparent(span: &tracing::Span, traceparent: &str) {
-    set_parent(span, &Traceparent(traceparent.to_owned()));
+/// The server span of one unit of gRPC work that arrived as a message of
+/// a stream rather than as a request of its own: named and attributed as
+/// [`server_span`] names a request of `service`/`method`, a child of the
+/// `traceparent` the message carried, so the trace reads as a call's.
+pub fn message_span(service: &str, method: &str, traceparent: &str) -> tracing::Span {
+    let span = rpc_server_span(format_args!("{service}/{method}"), service, method);
+    set_parent(&span, &CarriedTraceparent(traceparent));
+    span
 }
 
 /// Make `span` the child of the remote span whose context `carrier` holds
@@ -126,22 +134,25 @@ pub fn set_parent_from_headers(span: &tracing::Span, headers: &http::HeaderMap) 
 /// The server span of one gRPC request, a child of the caller's context.
 /// Used as tonic's `trace_fn`, so every handler runs inside it.
 pub fn server_span(request: &http::Request<()>) -> tracing::Span {
-    let path = request.uri().path();
-    let (service, method) = path
-        .trim_start_matches('/')
-        .split_once('/')
-        .unwrap_or(("", ""));
-    let span = tracing::info_span!(
+    let path = request.uri().path().trim_start_matches('/');
+    let (service, method) = path.split_once('/').unwrap_or(("", ""));
+    let span = rpc_server_span(path, service, method);
+    // A missing or malformed traceparent leaves the span as a new root.
+    set_parent_from_headers(&span, request.headers());
+    span
+}
+
+/// A `grpc.server` span named `name` (`service/method`) with the
+/// OpenTelemetry RPC attributes; its parent is set by the caller.
+fn rpc_server_span(name: impl std::fmt::Display, service: &str, method: &str) -> tracing::Span {
+    tracing::info_span!(
         "grpc.server",
-        otel.name = %path.trim_start_matches('/'),
+        otel.name = %name,
         otel.kind = "server",
         rpc.system = "grpc",
         rpc.service = %service,
         rpc.method = %method,
-    );
-    // A missing or malformed traceparent leaves the span as a new root.
-    set_parent_from_headers(&span, request.headers());
-    span
+    )
 }
 
 /// The trace id of the current span as 32 hex digits, or empty when there is

@@ -101,7 +101,7 @@ impl Appends {
     /// backend's gate and deadline.
     async fn work(&self, principal: &Principal, work: Work) -> Sent<spb::StreamedAppendAnswer> {
         let backend = &self.shared.backend;
-        let _permit = match backend.admit_call(SESSION) {
+        let _permit = match backend.admit(SESSION) {
             Ok(permit) => permit,
             Err(status) => return Sent::Done(Err(status)),
         };

@@ -40,7 +40,8 @@ pub struct Backend {
 /// `LoadShed` around it would change the channel's type for every client
 /// built on it; a semaphore checked where every call of the edge passes
 /// ([`Backend::unary_within`], [`Backend::server_streaming`] for the life of
-/// its stream, [`Backend::typed`] for the session hops) does the same job.
+/// its stream, [`Backend::typed`] for the session hops, and each message of
+/// the session's append stream, `crate::appends`) does the same job.
 #[derive(Debug)]
 struct Gate {
     permits: Arc<Semaphore>,
@@ -88,7 +89,7 @@ impl Backend {
 
     /// A place among the calls in flight, or the retryable refusal that
     /// names this backend.
-    fn admit(&self, service: &str) -> Result<tokio::sync::OwnedSemaphorePermit, Status> {
+    pub(crate) fn admit(&self, service: &str) -> Result<tokio::sync::OwnedSemaphorePermit, Status> {
         self.gate.permits.clone().try_acquire_owned().map_err(|_| {
             self.gate.refused.fetch_add(1, Ordering::Relaxed);
             let mut status = Status::resource_exhausted(format!(
@@ -102,16 +103,6 @@ impl Backend {
             );
             status
         })
-    }
-
-    /// A place among this backend's calls in flight, for a call made
-    /// outside [`Backend::typed`] (an append on the session's stream),
-    /// held as long as the permit is.
-    pub(crate) fn admit_call(
-        &self,
-        service: &str,
-    ) -> Result<tokio::sync::OwnedSemaphorePermit, Status> {
-        self.admit(service)
     }
 
     pub fn channel(&self) -> Channel {

@@ -126,22 +126,27 @@ impl Core {
                 .map_err(|e| Status::internal(format!("a call's arguments as JSON: {e}")))?,
             subject_kind: tool.options.subject_kind.clone(),
         };
-        let begun = match self.begin_on_stream(caller, request).await {
-            Sent::Done(begun) => begun?,
-            Sent::Unary => {
-                // A session service without the stream: a Struct, which
-                // every release reads, and only the fields the gate keeps
-                // decoded (`core::Begun`).
-                let request = Request::new(spb::BeginCallRequest {
-                    session_id: pin.map(str::to_owned),
-                    tool: tool.name.clone(),
-                    arguments: Some(json::to_struct(arguments.clone())),
-                    arguments_json: Vec::new(),
-                    subject_kind: tool.options.subject_kind.clone(),
-                });
-                self.begin_call(session, caller, request).await?
-            }
+        let streamed = match &self.appends {
+            Some(appends) => appends.begin_call(caller, request).await,
+            None => Sent::Unary,
         };
+        if let Sent::Done(begun) = streamed {
+            let begun = begun?;
+            let s = begun.session;
+            let gate = Gate::new(s.session_id, s.subject_kind, s.subject_id, s.notice);
+            return Ok((gate, begun.seq));
+        }
+        // A session service without the stream: a Struct, which every
+        // release reads, and only the fields the gate keeps decoded
+        // (`core::Begun`).
+        let request = Request::new(spb::BeginCallRequest {
+            session_id: pin.map(str::to_owned),
+            tool: tool.name.clone(),
+            arguments: Some(json::to_struct(arguments.clone())),
+            arguments_json: Vec::new(),
+            subject_kind: tool.options.subject_kind.clone(),
+        });
+        let begun = self.begin_call(session, caller, request).await?;
         let s = begun.session.unwrap_or_default();
         let gate = Gate::new(s.session_id, s.subject_kind, s.subject_id, s.notice);
         Ok((gate, begun.seq))

@@ -111,22 +111,11 @@ async fn handle(
     message: pb::StreamedAppend,
 ) -> pb::StreamedAppendAnswer {
     let id = message.id;
-    let (name, method) = match message.work {
-        Some(Work::BeginCall(_)) => ("ithaca.session.v1.SessionService/BeginCall", "BeginCall"),
-        _ => (
-            "ithaca.session.v1.SessionService/AppendEvent",
-            "AppendEvent",
-        ),
+    let method = match message.work {
+        Some(Work::BeginCall(_)) => "BeginCall",
+        _ => "AppendEvent",
     };
-    let span = tracing::info_span!(
-        "grpc.server",
-        otel.name = name,
-        otel.kind = "server",
-        rpc.system = "grpc",
-        rpc.service = SESSION,
-        rpc.method = method,
-    );
-    propagation::set_parent_from_traceparent(&span, &message.traceparent);
+    let span = propagation::message_span(SESSION, method, &message.traceparent);
     let deadline = match message.deadline_ms {
         0 => MAX_DEADLINE,
         ms => Duration::from_millis(ms).min(MAX_DEADLINE),
