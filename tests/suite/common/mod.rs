@@ -287,6 +287,19 @@ impl Process {
 
     /// Read lines until one contains `needle`; returns every line read.
     pub fn wait_for(&self, needle: &str, timeout: Duration) -> Vec<String> {
+        match self.try_wait_for(needle, timeout) {
+            Ok(seen) => seen,
+            Err(seen) => panic!("no line containing {needle:?} within {timeout:?}; saw {seen:#?}"),
+        }
+    }
+
+    /// [`Process::wait_for`], or the lines read before the process ended
+    /// or the time ran out.
+    pub fn try_wait_for(
+        &self,
+        needle: &str,
+        timeout: Duration,
+    ) -> Result<Vec<String>, Vec<String>> {
         let deadline = std::time::Instant::now() + timeout;
         let mut seen = Vec::new();
         loop {
@@ -296,10 +309,10 @@ impl Process {
                     let done = line.contains(needle);
                     seen.push(line);
                     if done {
-                        return seen;
+                        return Ok(seen);
                     }
                 }
-                Err(_) => panic!("no line containing {needle:?} within {timeout:?}; saw {seen:#?}"),
+                Err(_) => return Err(seen),
             }
         }
     }

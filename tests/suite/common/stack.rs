@@ -91,17 +91,35 @@ impl Node {
     }
 
     fn spawn(&mut self) {
-        let mut cmd = super::ithaca();
-        cmd.args(&self.args).args(["--listen", &self.addr]);
-        let process = Process::spawn(cmd);
-        // The wait blocks a thread; inside a multi-threaded runtime, let
-        // the other tasks (the load) go on meanwhile.
-        let wait = || process.wait_for("listening on", Duration::from_secs(60));
-        let lines = match tokio::runtime::Handle::try_current() {
-            Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-                tokio::task::block_in_place(wait)
+        // A restart binds the address it had. In the full suite another
+        // test's socket can hold that port for a moment (a port-0 bind, or
+        // a client's connect to the dead port that the kernel gave the
+        // same number as its source port): the process then exits at once
+        // ("Address already in use"), and is started again shortly after.
+        let mut attempts_left = if self.addr.ends_with(":0") { 1 } else { 25 };
+        let (process, lines) = loop {
+            let mut cmd = super::ithaca();
+            cmd.args(&self.args).args(["--listen", &self.addr]);
+            let mut process = Process::spawn(cmd);
+            // The wait blocks a thread; inside a multi-threaded runtime, let
+            // the other tasks (the load) go on meanwhile.
+            let wait = || process.try_wait_for("listening on", Duration::from_secs(60));
+            let waited = match tokio::runtime::Handle::try_current() {
+                Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+                    tokio::task::block_in_place(wait)
+                }
+                _ => wait(),
+            };
+            attempts_left -= 1;
+            let exited = waited.is_err() && has_exited(&mut process);
+            match waited {
+                Ok(lines) => break (process, lines),
+                Err(seen) if attempts_left == 0 || !exited => panic!(
+                    "{} did not print \"listening on\" on {}; saw {seen:#?}",
+                    self.name, self.addr
+                ),
+                Err(_) => std::thread::sleep(Duration::from_millis(200)),
             }
-            _ => wait(),
         };
         self.addr = lines
             .last()
@@ -138,6 +156,18 @@ impl Node {
     pub fn pid(&self) -> u32 {
         self.process.as_ref().expect("running").child.id()
     }
+}
+
+/// Whether `process` ended, given a second to be reaped (its stdout
+/// closes a moment before its exit can be seen).
+fn has_exited(process: &mut Process) -> bool {
+    for _ in 0..20 {
+        if matches!(process.child.try_wait(), Ok(Some(_))) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
 }
 
 /// HAProxy running `deploy/local/haproxy.cfg` in the foreground.
