@@ -102,9 +102,9 @@ pub struct AppendScope<'a> {
 /// Allocate `n` consecutive seqs of one session inside `$tx`, under the
 /// rules of `$scope`: evaluates to `Ok(Some(last))` (the seqs are
 /// `last - n + 1 ..= last`), or `Ok(None)` when the session does not take
-/// appends under those rules. One statement for a run of appends: the
-/// committer's batches hold runs of one session, and a statement costs
-/// more than the row it writes.
+/// appends under those rules. (The committer reserves a whole run's seqs
+/// in its one statement, [`run_sql`]; this is for the appends made one at
+/// a time.)
 macro_rules! reserve_seqs_in_tx {
     ($tx:expr, $scope:expr, $n:expr) => {{
         let scope: &AppendScope<'_> = $scope;
@@ -153,25 +153,37 @@ macro_rules! append_in_tx {
     }};
 }
 
-/// Insert the events of one session whose seqs run from `$first`, in one
-/// statement, inside `$tx`.
-macro_rules! insert_events_in_tx {
-    ($tx:expr, $session_id:expr, $first:expr, $jobs:expr) => {{
-        let session_id: &SessionId = $session_id;
-        let first: i64 = $first;
-        let jobs: &[AppendJob] = $jobs;
-        let sql = insert_events_sql(jobs.len());
-        let mut query = sqlx::query(&sql);
-        for (seq, job) in (first..).zip(jobs) {
+/// Commit one run of appends with [`run_sql`]'s text `$sql` on `$conn`
+/// (a connection, or an open transaction): evaluates to the run's last seq,
+/// or `None` when the session refused the run.
+macro_rules! run_in {
+    ($conn:expr, $sql:expr, $run:expr, $channel:expr) => {{
+        let run: &[AppendJob] = $run;
+        let scope = strictest(run);
+        let mut query = sqlx::query_scalar::<_, i64>($sql)
+            .bind(scope.session_id.as_str())
+            .bind(scope.tenant_id.as_str())
+            .bind(scope.now_ms)
+            .bind(scope.closed_since_ms.unwrap_or(i64::MAX))
+            .bind(Status::Open.as_str())
+            .bind(Status::Closed.as_str())
+            .bind(run.len() as i64);
+        for job in run {
             query = query
-                .bind(session_id.as_str())
-                .bind(seq)
                 .bind(job.event.event_type)
                 .bind(job.event.payload.as_str())
                 .bind(job.now_ms)
                 .bind(job.event.trace_id.as_str());
         }
-        query.execute(&mut *$tx).await
+        let channel: &str = $channel;
+        // Bound last; SQLite's texts do not name it and ignore it.
+        query = query.bind(channel);
+        // All rows: SQLite's script stops at the first row when told to
+        // fetch one, and the insert and commit follow the update's row.
+        query
+            .fetch_all($conn)
+            .await
+            .map(|rows| rows.last().copied())
     }};
 }
 
@@ -717,8 +729,13 @@ async fn commit_appends(db: Db, mut queue: mpsc::Receiver<AppendJob>) {
             jobs
         };
         // Lock session rows in one order across committers; a stable sort
-        // keeps each session's appends in submission order.
-        jobs.sort_by(|a, b| a.session_id.as_str().cmp(b.session_id.as_str()));
+        // keeps each session's appends in submission order. The tenant comes
+        // second so that each (session, tenant) is one run: a run's
+        // statement takes its session's row once.
+        jobs.sort_by(|a, b| {
+            (a.session_id.as_str(), a.tenant_id.as_str())
+                .cmp(&(b.session_id.as_str(), b.tenant_id.as_str()))
+        });
         let outcome = commit_held(&db, &mut held, &jobs).await;
         match outcome {
             Ok(seqs) => {
@@ -785,61 +802,72 @@ async fn commit_batch(
     jobs: &[AppendJob],
 ) -> Result<Vec<Option<i64>>, Failed> {
     let _gate = db.write_gate().await;
+    let channel = notify_channel(db.schema());
+    // A batch of one run on SQLite is one script, its transaction included:
+    // one trip to the connection's thread instead of four.
+    if let Held::Sqlite(conn) = held
+        && runs(jobs).nth(1).is_none()
+    {
+        let sql = run_sql(Dialect::SqliteAlone, jobs.len());
+        if let Some(last) = run_in!(&mut **conn, &sql, jobs, &channel)? {
+            return Ok(numbered(last, jobs.len()));
+        }
+        // Refused as a whole, and nothing of it written: each append is
+        // judged by its own rule.
+        let mut tx = conn.begin().await?;
+        let mut seqs = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            seqs.push(append_in_tx!(tx, &job.scope(), &job.event)?);
+        }
+        tx.commit().await?;
+        return Ok(seqs);
+    }
     macro_rules! on_held {
-        ($conn:ident => $body:expr) => {
+        ($conn:ident, $dialect:ident => $body:expr) => {
             match held {
-                Held::Sqlite($conn) => $body,
-                Held::Postgres($conn) => $body,
+                Held::Sqlite($conn) => {
+                    let $dialect = Dialect::SqliteInTransaction;
+                    $body
+                }
+                Held::Postgres($conn) => {
+                    let $dialect = Dialect::Postgres;
+                    $body
+                }
             }
         };
     }
-    on_held!(conn => {
+    on_held!(conn, dialect => {
         let mut tx = conn.begin().await.map_err(Failed::AtBegin)?;
         let mut seqs = Vec::with_capacity(jobs.len());
         for run in runs(jobs) {
-            // The run's seqs in one reservation, under its strictest rule:
-            // when that admits the run, each append's own rule does too.
-            let scope = strictest(run);
-            match reserve_seqs_in_tx!(tx, &scope, run.len() as i64)? {
-                Some(last) => {
-                    let first = last - run.len() as i64 + 1;
-                    for chunk_start in (0..run.len()).step_by(INSERT_ROWS) {
-                        let chunk = &run[chunk_start..run.len().min(chunk_start + INSERT_ROWS)];
-                        insert_events_in_tx!(tx, &run[0].session_id, first + chunk_start as i64, chunk)?;
-                    }
-                    seqs.extend((first..=last).map(Some));
-                }
+            let sql = run_sql(dialect, run.len());
+            match run_in!(&mut *tx, &sql, run, &channel)? {
+                Some(last) => seqs.extend(numbered(last, run.len())),
                 // Refused as a whole (a closed session, a foreign tenant):
                 // each append is judged by its own rule.
                 None => {
+                    let mut last = None;
                     for job in run {
-                        seqs.push(append_in_tx!(tx, &job.scope(), &job.event)?);
+                        let seq = append_in_tx!(tx, &job.scope(), &job.event)?;
+                        last = seq.or(last);
+                        seqs.push(seq);
+                    }
+                    if let Some(seq) = last {
+                        notify_in_tx(db, &mut tx, &run[0].session_id, seq).await?;
                     }
                 }
             }
-        }
-        // One notification per session: its last seq in this batch.
-        let mut i = 0;
-        while i < jobs.len() {
-            let mut last = None;
-            let mut j = i;
-            while j < jobs.len() && jobs[j].session_id == jobs[i].session_id {
-                last = seqs[j].or(last);
-                j += 1;
-            }
-            if let Some(seq) = last {
-                notify_in_tx(db, &mut tx, &jobs[i].session_id, seq).await?;
-            }
-            i = j;
         }
         tx.commit().await?;
         Ok(seqs)
     })
 }
 
-/// Rows in one `INSERT` of trace events, at most (six parameters a row,
-/// well under both databases' limits).
-const INSERT_ROWS: usize = 128;
+/// The seqs of a run of `len` appends that ends at `last`.
+fn numbered(last: i64, len: usize) -> Vec<Option<i64>> {
+    let first = last - len as i64 + 1;
+    (first..=last).map(Some).collect()
+}
 
 /// The consecutive appends of one session by one tenant, in batch order.
 fn runs(jobs: &[AppendJob]) -> impl Iterator<Item = &[AppendJob]> {
@@ -862,27 +890,68 @@ fn strictest(run: &[AppendJob]) -> AppendScope<'_> {
     }
 }
 
-/// `INSERT … VALUES (…), (…)` with `rows` rows of six numbered parameters.
-fn insert_events_sql(rows: usize) -> String {
-    let mut sql = String::from(
-        "INSERT INTO trace_events (session_id, seq, event_type, payload, created_at_ms, trace_id) VALUES ",
-    );
+/// Which text of a run's statements: SQLite's as a script of its own
+/// transaction, SQLite's inside an open one, or PostgreSQL's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Dialect {
+    SqliteAlone,
+    SqliteInTransaction,
+    Postgres,
+}
+
+/// What commits one run of `rows` appends to one session in one trip to
+/// the database: reserve the run's seqs under its strictest rule
+/// ([`strictest`]), insert the rows numbered from them, and on PostgreSQL
+/// announce the last one to the replicas. It yields one row, the run's last
+/// seq, or none when the session refused the run (then nothing was
+/// written).
+///
+/// Parameters: `$1` session, `$2` tenant, `$3` time, `$4` closed-since,
+/// `$5` and `$6` the statuses open and closed, `$7` the run's length, four
+/// an append from `$8` (type, payload, time, trace id), and last on
+/// PostgreSQL the notify channel. SQLite runs the statements as a script
+/// in one call, where the insert sees the update's `changes()`; PostgreSQL
+/// runs one statement whose parts share the update's `RETURNING`.
+fn run_sql(dialect: Dialect, rows: usize) -> String {
+    use std::fmt::Write;
+    let reserve = "UPDATE sessions SET last_seq = last_seq + $7, updated_at_ms = $3 \
+                   WHERE session_id = $1 AND tenant_id = $2 \
+                   AND (status = $5 OR (status = $6 AND closed_at_ms >= $4)) RETURNING last_seq";
+    let mut values = String::with_capacity(rows * 28);
     for row in 0..rows {
-        let p = row * 6;
-        if row > 0 {
-            sql.push_str(", ");
-        }
-        sql.push_str(&format!(
-            "(${}, ${}, ${}, ${}, ${}, ${})",
+        let p = 8 + row * 4;
+        let sep = if row == 0 { "" } else { ", " };
+        let _ = write!(
+            values,
+            "{sep}({}, ${p}, ${}, ${}, ${})",
+            row + 1,
             p + 1,
             p + 2,
-            p + 3,
-            p + 4,
-            p + 5,
-            p + 6
-        ));
+            p + 3
+        );
     }
-    sql
+    let insert = "INSERT INTO trace_events (session_id, seq, event_type, payload, created_at_ms, trace_id) \
+                  SELECT $1, s.last_seq - $7 + v.column1, v.column2, v.column3, v.column4, v.column5";
+    match dialect {
+        Dialect::SqliteAlone | Dialect::SqliteInTransaction => {
+            let (begin, commit) = if dialect == Dialect::SqliteAlone {
+                ("BEGIN; ", "; COMMIT")
+            } else {
+                ("", "")
+            };
+            format!(
+                "{begin}{reserve}; {insert} FROM sessions AS s, (VALUES {values}) AS v \
+                 WHERE s.session_id = $1 AND changes() = 1{commit}"
+            )
+        }
+        Dialect::Postgres => format!(
+            "WITH s AS ({reserve}), \
+             i AS ({insert} FROM s, (VALUES {values}) AS v), \
+             n AS (SELECT pg_notify(${channel}, $1 || ' ' || s.last_seq) FROM s) \
+             SELECT s.last_seq FROM s, n",
+            channel = 8 + rows * 4
+        ),
+    }
 }
 
 /// On PostgreSQL, announce the new last seq to every replica; delivered at
