@@ -109,6 +109,81 @@ pub fn object_from(
     }
 }
 
+/// Like [`object_from`], but the object stays text: checked in full (UTF-8,
+/// JSON, an object, nesting no deeper than `serde_json` reads back) without
+/// building it, and returned without the whitespace around it. For a writer
+/// that stores the object as it came: the checks are what every later
+/// reader of the text needs, and the tree a parse would build is thrown
+/// away.
+pub fn object_text(text: &[u8], fallback: Option<Struct>, field: &str) -> Result<String, String> {
+    if text.is_empty() {
+        let object = fallback.map_or_else(|| serde_json::Value::Object(Map::new()), from_struct);
+        return Ok(object.to_string());
+    }
+    let text = std::str::from_utf8(text)
+        .map_err(|e| format!("{field}: not valid JSON (not UTF-8: {e})"))?;
+    serde_json::from_str::<Checked>(text).map_err(|e| format!("{field}: not valid JSON ({e})"))?;
+    let text = text.trim_matches([' ', '\t', '\n', '\r']);
+    if !text.starts_with('{') {
+        return Err(format!("{field}: must be a JSON object"));
+    }
+    Ok(text.to_owned())
+}
+
+/// A JSON value read as a `serde_json::Value` would be (numbers included:
+/// one out of a float's range is refused) and thrown away, without the tree.
+struct Checked;
+
+impl<'de> serde::Deserialize<'de> for Checked {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(CheckedVisitor)
+    }
+}
+
+struct CheckedVisitor;
+
+impl<'de> serde::de::Visitor<'de> for CheckedVisitor {
+    type Value = Checked;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+
+    fn visit_unit<E>(self) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Checked, A::Error> {
+        while seq.next_element::<Checked>()?.is_some() {}
+        Ok(Checked)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Checked, A::Error> {
+        while map.next_entry::<Checked, Checked>()?.is_some() {}
+        Ok(Checked)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,5 +234,56 @@ mod tests {
         assert_eq!(not_object, "payload_json: must be a JSON object");
         let deep = "[".repeat(10_000);
         assert!(object_from(deep.as_bytes(), None, "f").is_err());
+    }
+
+    /// The text path refuses what the parsing path refuses, and keeps what
+    /// it accepts as it came (but for the whitespace around it).
+    #[test]
+    fn object_text_checks_as_object_from_does() {
+        let cases: [&[u8]; 9] = [
+            b"{\"a\":",
+            b"[1]",
+            b"7",
+            b"\"x\"",
+            b"{\"a\": 1} {}",
+            b"{\"a\": \"\xff\"}",
+            b"{\"a\": 1,}",
+            b" \n",
+            b"{\"n\": 1e400}",
+        ];
+        for case in cases {
+            let parsed = object_from(case, None, "payload_json");
+            let text = object_text(case, None, "payload_json");
+            assert_eq!(
+                parsed.is_ok(),
+                text.is_ok(),
+                "{:?}: {parsed:?} / {text:?}",
+                String::from_utf8_lossy(case)
+            );
+            if let Err(e) = text {
+                assert!(e.starts_with("payload_json: "), "{e}");
+            }
+        }
+        // Nesting: what serde_json would refuse to read back is refused.
+        for depth in [127, 128, 129, 10_000] {
+            let deep = format!("{{\"a\":{}{}}}", "[".repeat(depth), "]".repeat(depth));
+            let parsed = object_from(deep.as_bytes(), None, "f");
+            let text = object_text(deep.as_bytes(), None, "f");
+            assert_eq!(parsed.is_ok(), text.is_ok(), "depth {depth}");
+        }
+        let kept = object_text(
+            b" \n{\"b\": [1, 2.50], \"a\": 9007199254740993}\t",
+            None,
+            "f",
+        );
+        assert_eq!(
+            kept.as_deref(),
+            Ok("{\"b\": [1, 2.50], \"a\": 9007199254740993}")
+        );
+        assert_eq!(object_text(b"", None, "f").as_deref(), Ok("{}"));
+        assert_eq!(
+            object_text(b"", Some(to_struct(json!({"a": 1}))), "f").as_deref(),
+            Ok("{\"a\":1}")
+        );
     }
 }

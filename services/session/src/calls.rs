@@ -17,7 +17,7 @@ pub(crate) async fn begin(
     caller: &Principal,
     req: pb::BeginCallRequest,
 ) -> Result<(SessionRow, i64, Option<String>), ServiceError> {
-    let arguments = json::object_from(&req.arguments_json, req.arguments, "arguments_json")
+    let arguments = json::object_text(&req.arguments_json, req.arguments, "arguments_json")
         .map_err(ServiceError::invalid)?;
     let (session, event) = service
         .begin_call(
@@ -40,9 +40,9 @@ pub(crate) async fn append(
 ) -> Result<EventRow, ServiceError> {
     let event_type = pb::EventType::try_from(req.r#type)
         .map_err(|_| ServiceError::invalid(format!("type: unknown event type {}", req.r#type)))?;
-    let payload = json::object_from(&req.payload_json, req.payload, "payload_json")
+    let payload = json::object_text(&req.payload_json, req.payload, "payload_json")
         .map_err(ServiceError::invalid)?;
     service
-        .append(caller, &req.session_id, event_type, payload)
+        .append_text(caller, &req.session_id, event_type, payload)
         .await
 }

@@ -225,7 +225,7 @@ impl SessionService {
                 caller,
                 session_id.as_str(),
                 EventType::SessionClosed,
-                payload,
+                payload.to_string(),
             )
             .await?;
             tracing::info!(%session_id, %tenant_id, "session closed");
@@ -422,7 +422,7 @@ impl SessionService {
         caller: &Principal,
         pin: Option<&str>,
         tool: &str,
-        arguments: serde_json::Value,
+        arguments: String,
         subject_kind: &str,
     ) -> Result<(SessionRow, EventRow), ServiceError> {
         let session = match pin.map(str::trim).filter(|p| !p.is_empty()) {
@@ -448,6 +448,9 @@ impl SessionService {
             || caller.actor() == Actor::System
             || session.subject_kind.as_deref() == Some(subject_kind);
         if !fits {
+            // Checked JSON text (`json::object_text`), so it reads back.
+            let arguments: serde_json::Value =
+                serde_json::from_str(&arguments).unwrap_or(serde_json::Value::Null);
             let hint = self.subject_hint(tool, subject_kind, &arguments);
             let payload = json!({
                 "tool": tool,
@@ -461,7 +464,7 @@ impl SessionService {
                 caller,
                 session.session_id.as_str(),
                 EventType::Denial,
-                payload,
+                payload.to_string(),
             )
             .await?;
             return Err(ServiceError::precondition(hint).with_domain(DomainCode::SubjectRequired));
@@ -471,7 +474,10 @@ impl SessionService {
                 caller,
                 session.session_id.as_str(),
                 EventType::ToolCall,
-                json!({"name": tool, "arguments": arguments}),
+                // The arguments as they came: `{"name": …, "arguments": …}`
+                // printed around their checked text, not parsed and
+                // printed again.
+                format!("{{\"name\":{},\"arguments\":{arguments}}}", json!(tool)),
             )
             .await?;
         Ok((session, event))
@@ -498,7 +504,7 @@ impl SessionService {
             caller,
             &session_id,
             EventType::Reasoning,
-            json!({"source": "agent", "text": text}),
+            json!({"source": "agent", "text": text}).to_string(),
         )
         .await
     }
@@ -671,6 +677,19 @@ impl SessionService {
         event_type: EventType,
         payload: serde_json::Value,
     ) -> Result<EventRow, ServiceError> {
+        self.append_text(caller, session_id, event_type, payload.to_string())
+            .await
+    }
+
+    /// [`Self::append`] of a payload that is already JSON object text
+    /// (`json::object_text` checked it).
+    pub async fn append_text(
+        &self,
+        caller: &Principal,
+        session_id: &str,
+        event_type: EventType,
+        payload: String,
+    ) -> Result<EventRow, ServiceError> {
         if matches!(
             event_type,
             EventType::SessionClosed | EventType::SessionOpen
@@ -688,13 +707,12 @@ impl SessionService {
         caller: &Principal,
         session_id: &str,
         event_type: EventType,
-        payload: serde_json::Value,
+        payload: String,
     ) -> Result<EventRow, ServiceError> {
         let tenant_id = TenantId::of(caller)?;
         let session_id = SessionId::parse(session_id)?;
         let name = model::event_name(event_type)
             .ok_or_else(|| ServiceError::invalid("type: an event type is required"))?;
-        let payload = payload.to_string();
         if payload.len() > model::MAX_PAYLOAD_BYTES {
             return Err(ServiceError::invalid(format!(
                 "payload: at most {} bytes of JSON",
