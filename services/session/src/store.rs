@@ -13,7 +13,7 @@ use ithaca_kit::with_pool;
 use sqlx::Connection;
 use sqlx::migrate::Migrator;
 use sqlx::pool::PoolConnection;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
@@ -107,23 +107,33 @@ pub struct AppendScope<'a> {
 /// a time.)
 macro_rules! reserve_seqs_in_tx {
     ($tx:expr, $scope:expr, $n:expr) => {{
+        let query = sqlx::query_scalar::<_, i64>(RESERVE);
+        bind_reservation!(query, $scope, $n)
+            .fetch_optional(&mut *$tx)
+            .await
+    }};
+}
+
+/// Take `$7` seqs of session `$1` in tenant `$2` at time `$3`, if it is open
+/// (`$5`) or closed (`$6`) no earlier than `$4`; returns its new `last_seq`.
+const RESERVE: &str = "UPDATE sessions SET last_seq = last_seq + $7, updated_at_ms = $3 \
+     WHERE session_id = $1 AND tenant_id = $2 \
+     AND (status = $5 OR (status = $6 AND closed_at_ms >= $4)) RETURNING last_seq";
+
+/// Bind [`RESERVE`]'s seven parameters to `$query`: `$n` seqs under the
+/// rules of `$scope`.
+macro_rules! bind_reservation {
+    ($query:expr, $scope:expr, $n:expr) => {{
         let scope: &AppendScope<'_> = $scope;
         let n: i64 = $n;
-        sqlx::query_scalar::<_, i64>(
-            "UPDATE sessions SET last_seq = last_seq + $7, updated_at_ms = $3 \
-             WHERE session_id = $1 AND tenant_id = $2 \
-             AND (status = $5 OR (status = $6 AND closed_at_ms >= $4)) \
-             RETURNING last_seq",
-        )
-        .bind(scope.session_id.as_str())
-        .bind(scope.tenant_id.as_str())
-        .bind(scope.now_ms)
-        .bind(scope.closed_since_ms.unwrap_or(i64::MAX))
-        .bind(Status::Open.as_str())
-        .bind(Status::Closed.as_str())
-        .bind(n)
-        .fetch_optional(&mut *$tx)
-        .await
+        $query
+            .bind(scope.session_id.as_str())
+            .bind(scope.tenant_id.as_str())
+            .bind(scope.now_ms)
+            .bind(scope.closed_since_ms.unwrap_or(i64::MAX))
+            .bind(Status::Open.as_str())
+            .bind(Status::Closed.as_str())
+            .bind(n)
     }};
 }
 
@@ -159,15 +169,8 @@ macro_rules! append_in_tx {
 macro_rules! run_in {
     ($conn:expr, $sql:expr, $run:expr, $channel:expr) => {{
         let run: &[AppendJob] = $run;
-        let scope = strictest(run);
-        let mut query = sqlx::query_scalar::<_, i64>($sql)
-            .bind(scope.session_id.as_str())
-            .bind(scope.tenant_id.as_str())
-            .bind(scope.now_ms)
-            .bind(scope.closed_since_ms.unwrap_or(i64::MAX))
-            .bind(Status::Open.as_str())
-            .bind(Status::Closed.as_str())
-            .bind(run.len() as i64);
+        let query = sqlx::query_scalar::<_, i64>($sql);
+        let mut query = bind_reservation!(query, &strictest(run), run.len() as i64);
         for job in run {
             query = query
                 .bind(job.event.event_type)
@@ -440,10 +443,12 @@ impl Store {
         tenant_id: &TenantId,
         session_id: &SessionId,
     ) -> Result<Option<SessionRow>, sqlx::Error> {
-        let sql = format!(
-            "SELECT {SESSION_COLUMNS} FROM sessions WHERE session_id = $1 AND tenant_id = $2"
-        );
-        with_pool!(self.db, pool => sqlx::query_as::<_, SessionRow>(&sql)
+        static SQL: LazyLock<String> = LazyLock::new(|| {
+            format!(
+                "SELECT {SESSION_COLUMNS} FROM sessions WHERE session_id = $1 AND tenant_id = $2"
+            )
+        });
+        with_pool!(self.db, pool => sqlx::query_as::<_, SessionRow>(&SQL)
             .bind(session_id.as_str())
             .bind(tenant_id.as_str())
             .fetch_optional(pool)
@@ -456,16 +461,19 @@ impl Store {
         tenant_id: &TenantId,
         agent_id: &str,
     ) -> Result<Option<SessionRow>, sqlx::Error> {
-        let sql = format!(
-            "SELECT {} FROM sessions s JOIN current_sessions c ON c.session_id = s.session_id \
-             WHERE c.tenant_id = $1 AND c.agent_id = $2 AND s.tenant_id = $1",
-            SESSION_COLUMNS
-                .split(", ")
-                .map(|c| format!("s.{c}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-        with_pool!(self.db, pool => sqlx::query_as::<_, SessionRow>(&sql)
+        // Built once: every `BeginCall` without a pinned session reads it.
+        static SQL: LazyLock<String> = LazyLock::new(|| {
+            format!(
+                "SELECT {} FROM sessions s JOIN current_sessions c ON c.session_id = s.session_id \
+                 WHERE c.tenant_id = $1 AND c.agent_id = $2 AND s.tenant_id = $1",
+                SESSION_COLUMNS
+                    .split(", ")
+                    .map(|c| format!("s.{c}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        });
+        with_pool!(self.db, pool => sqlx::query_as::<_, SessionRow>(&SQL)
             .bind(tenant_id.as_str())
             .bind(agent_id)
             .fetch_optional(pool)
@@ -906,17 +914,13 @@ enum Dialect {
 /// seq, or none when the session refused the run (then nothing was
 /// written).
 ///
-/// Parameters: `$1` session, `$2` tenant, `$3` time, `$4` closed-since,
-/// `$5` and `$6` the statuses open and closed, `$7` the run's length, four
+/// Parameters: [`RESERVE`]'s seven (`$7` the run's length), four
 /// an append from `$8` (type, payload, time, trace id), and last on
 /// PostgreSQL the notify channel. SQLite runs the statements as a script
 /// in one call, where the insert sees the update's `changes()`; PostgreSQL
 /// runs one statement whose parts share the update's `RETURNING`.
 fn run_sql(dialect: Dialect, rows: usize) -> String {
     use std::fmt::Write;
-    let reserve = "UPDATE sessions SET last_seq = last_seq + $7, updated_at_ms = $3 \
-                   WHERE session_id = $1 AND tenant_id = $2 \
-                   AND (status = $5 OR (status = $6 AND closed_at_ms >= $4)) RETURNING last_seq";
     let mut values = String::with_capacity(rows * 28);
     for row in 0..rows {
         let p = 8 + row * 4;
@@ -940,12 +944,12 @@ fn run_sql(dialect: Dialect, rows: usize) -> String {
                 ("", "")
             };
             format!(
-                "{begin}{reserve}; {insert} FROM sessions AS s, (VALUES {values}) AS v \
+                "{begin}{RESERVE}; {insert} FROM sessions AS s, (VALUES {values}) AS v \
                  WHERE s.session_id = $1 AND changes() = 1{commit}"
             )
         }
         Dialect::Postgres => format!(
-            "WITH s AS ({reserve}), \
+            "WITH s AS ({RESERVE}), \
              i AS ({insert} FROM s, (VALUES {values}) AS v), \
              n AS (SELECT pg_notify(${channel}, $1 || ' ' || s.last_seq) FROM s) \
              SELECT s.last_seq FROM s, n",
