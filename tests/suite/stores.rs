@@ -542,7 +542,85 @@ mod session {
         a_person_opens_a_session_on_a_subject_and_an_agent_joins_it,
         idle_sessions_close_and_old_ones_are_archived_with_their_trace_readable,
         agents_close_only_their_own_sessions_and_people_close_any,
+        a_call_follows_the_current_session_another_replica_changed,
     );
+
+    /// The `n` of each `tool_call` in `session`'s trace, in seq order.
+    async fn calls_in(svc: &SessionService, session: &SessionRow) -> Vec<u64> {
+        let (events, _) = svc
+            .read(&alice(), &session.session_id, 0, 1000)
+            .await
+            .expect("read the trace");
+        events
+            .iter()
+            .filter(|e| e.event_type == "tool_call")
+            .map(|e| {
+                let payload: serde_json::Value =
+                    serde_json::from_str(&e.payload).expect("payload JSON");
+                assert_eq!(payload["name"], "probe_tool", "{payload}");
+                payload["arguments"]["n"].as_u64().expect("n")
+            })
+            .collect()
+    }
+
+    /// `BeginCall` remembers each agent's current session; the append it
+    /// makes checks that session is still the current one. A second
+    /// service on the same database (another replica) switches the agent
+    /// to a new session, closes it, and resumes the first: each next call
+    /// on the first service lands where the agent is now, or is refused,
+    /// and never in the session it remembered.
+    async fn a_call_follows_the_current_session_another_replica_changed(db: Db) {
+        let (a, b) = (service(db.clone()), service(db));
+        let alice = alice();
+        let call = |svc: &SessionService, n: u64| {
+            let (svc, alice) = (svc.clone(), alice.clone());
+            async move {
+                svc.begin_call(&alice, None, "probe_tool", format!("{{\"n\": {n}}}"), "")
+                    .await
+            }
+        };
+        let first = open(&a).await;
+        for n in [1, 2] {
+            let (session, _) = call(&a, n).await.expect("a call in the first session");
+            assert_eq!(session.session_id, first.session_id);
+        }
+        let second = b
+            .session_context(&alice, "another question", None, None)
+            .await
+            .expect("open a second session on the other replica");
+        assert_ne!(second.session_id, first.session_id);
+        let (session, event) = call(&a, 3).await.expect("a call after the switch");
+        assert_eq!(
+            session.session_id, second.session_id,
+            "the call follows the switch"
+        );
+        b.close(&alice, None)
+            .await
+            .expect("close the second session");
+        let refused = call(&a, 4).await.expect_err("no current session");
+        assert_eq!(refused.domain, Some("NO_ACTIVE_SESSION"), "{refused:?}");
+        b.session_context(
+            &alice,
+            "back to the first",
+            None,
+            Some(first.session_id.as_str()),
+        )
+        .await
+        .expect("resume the first session on the other replica");
+        let (session, _) = call(&a, 5).await.expect("a call after the resume");
+        assert_eq!(session.session_id, first.session_id);
+        assert_eq!(calls_in(&a, &first).await, vec![1, 2, 5]);
+        assert_eq!(calls_in(&a, &second).await, vec![3]);
+        let (events, _) = a
+            .read(&alice, &second.session_id, 0, 1000)
+            .await
+            .expect("read the second trace");
+        assert!(
+            events
+                .iter()
+                .any(|e| e.seq == event.seq && e.event_type == "tool_call")
+        );
+    }
 
     const PROMPT: &str = "Research NVDA momentum\n\nPull prices, then backtest.";
 

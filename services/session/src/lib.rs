@@ -17,6 +17,7 @@
 #![forbid(unsafe_code)]
 
 mod calls;
+mod current;
 pub mod grpc;
 pub mod model;
 pub mod record;

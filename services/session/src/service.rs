@@ -1,6 +1,7 @@
 //! The session domain: `session_context` semantics (seed 002), statuses, the
 //! current session per (tenant, agent), appends, reads and live tails.
 
+use crate::current::CurrentCache;
 use crate::model::{self, Status};
 use crate::store::{
     AppendScope, EventRow, ListQuery, NewEvent, PromptRow, Refusal, SessionRow, Store,
@@ -91,6 +92,28 @@ pub struct SessionService {
     /// Where a subject is checked, and the key that signs the person's
     /// principal for it ([`SessionService::with_broker`]).
     pub(crate) broker: Option<(Channel, InternalKey)>,
+    /// Each agent's current session as `BeginCall` last found it.
+    current_cache: CurrentCache,
+}
+
+/// Why an append for a call was not made.
+enum Begin {
+    /// The remembered current session is no longer current (or open).
+    Stale,
+    /// Refused or failed, as the caller should hear it.
+    Refused(ServiceError),
+}
+
+impl From<ServiceError> for Begin {
+    fn from(err: ServiceError) -> Self {
+        Begin::Refused(err)
+    }
+}
+
+impl From<sqlx::Error> for Begin {
+    fn from(err: sqlx::Error) -> Self {
+        Begin::Refused(err.into())
+    }
 }
 
 impl SessionService {
@@ -109,6 +132,7 @@ impl SessionService {
             config,
             shutdown,
             broker: None,
+            current_cache: CurrentCache::default(),
         };
         service.spawn_sweeper();
         service
@@ -220,6 +244,7 @@ impl SessionService {
             .await?;
         if closed {
             self.store.clear_current(tenant_id, session_id).await?;
+            self.current_cache.forget_session(session_id.as_str());
             // Watchers learn the session ended; their streams end after it.
             self.append_event(
                 caller,
@@ -302,6 +327,18 @@ impl SessionService {
         caller: &Principal,
         request: &OpenRequest<'_>,
     ) -> Result<SessionRow, ServiceError> {
+        let opened = self.open_session(caller, request).await;
+        // The agent's current session changed (or may have, on an error
+        // after the write): the next `BeginCall` reads it again.
+        self.current_cache.forget(caller);
+        opened
+    }
+
+    async fn open_session(
+        &self,
+        caller: &Principal,
+        request: &OpenRequest<'_>,
+    ) -> Result<SessionRow, ServiceError> {
         let OpenRequest {
             prompt,
             title,
@@ -345,6 +382,7 @@ impl SessionService {
                 session_id: &session_id,
                 now_ms: now,
                 closed_since_ms: None,
+                current_for: None,
             };
             let reasoning = match prompt {
                 Some(_) => std::slice::from_ref(&reasoning),
@@ -425,7 +463,23 @@ impl SessionService {
         arguments: String,
         subject_kind: &str,
     ) -> Result<(SessionRow, EventRow), ServiceError> {
-        let session = match pin.map(str::trim).filter(|p| !p.is_empty()) {
+        let pin = pin.map(str::trim).filter(|p| !p.is_empty());
+        if pin.is_none()
+            && let Some(session) = self.current_cache.get(caller)
+        {
+            // The remembered current session, which the append checks is
+            // still current and open; when it is not (another replica
+            // switched or closed it), forget it and read it again.
+            match self
+                .begin_in(caller, session, tool, &arguments, subject_kind, true)
+                .await
+            {
+                Err(Begin::Stale) => self.current_cache.forget(caller),
+                Err(Begin::Refused(err)) => return Err(err),
+                Ok(begun) => return Ok(begun),
+            }
+        }
+        let session = match pin {
             Some(pin) => {
                 let row = self.get(caller, pin).await.map_err(|_| {
                     ServiceError::precondition(format!(
@@ -442,15 +496,43 @@ impl SessionService {
                 }
                 row
             }
-            None => self.current(caller).await?,
+            None => {
+                let row = self.current(caller).await?;
+                self.current_cache.remember(caller, &row);
+                row
+            }
         };
+        match self
+            .begin_in(caller, session, tool, &arguments, subject_kind, false)
+            .await
+        {
+            Ok(begun) => Ok(begun),
+            Err(Begin::Refused(err)) => Err(err),
+            Err(Begin::Stale) => Err(no_active_session()),
+        }
+    }
+
+    /// [`Self::begin_call`] in `session`: the subject check, then the
+    /// `denial` or the `tool_call`. With `cached`, each append holds only
+    /// while `session` is still the caller's current one, and
+    /// [`Begin::Stale`] says it was not.
+    async fn begin_in(
+        &self,
+        caller: &Principal,
+        session: SessionRow,
+        tool: &str,
+        arguments: &str,
+        subject_kind: &str,
+        cached: bool,
+    ) -> Result<(SessionRow, EventRow), Begin> {
+        let current_for = cached.then(|| caller.agent());
         let fits = subject_kind.is_empty()
             || caller.actor() == Actor::System
             || session.subject_kind.as_deref() == Some(subject_kind);
         if !fits {
             // Checked JSON text (`json::object_text`), so it reads back.
             let arguments: serde_json::Value =
-                serde_json::from_str(&arguments).unwrap_or(serde_json::Value::Null);
+                serde_json::from_str(arguments).unwrap_or(serde_json::Value::Null);
             let hint = self.subject_hint(tool, subject_kind, &arguments);
             let payload = json!({
                 "tool": tool,
@@ -460,24 +542,28 @@ impl SessionService {
                     "{tool} writes to a {subject_kind} and is offered only in a session a person opened on one"
                 ),
             });
-            self.append_event(
+            self.append_as(
                 caller,
-                session.session_id.as_str(),
+                &session.session_id,
                 EventType::Denial,
                 payload.to_string(),
+                current_for,
             )
             .await?;
-            return Err(ServiceError::precondition(hint).with_domain(DomainCode::SubjectRequired));
+            return Err(Begin::Refused(
+                ServiceError::precondition(hint).with_domain(DomainCode::SubjectRequired),
+            ));
         }
         let event = self
-            .append_event(
+            .append_as(
                 caller,
-                session.session_id.as_str(),
+                &session.session_id,
                 EventType::ToolCall,
                 // The arguments as they came: `{"name": …, "arguments": …}`
                 // printed around their checked text, not parsed and
                 // printed again.
                 format!("{{\"name\":{},\"arguments\":{arguments}}}", json!(tool)),
+                current_for,
             )
             .await?;
         Ok((session, event))
@@ -709,34 +795,57 @@ impl SessionService {
         event_type: EventType,
         payload: String,
     ) -> Result<EventRow, ServiceError> {
-        let tenant_id = TenantId::of(caller)?;
         let session_id = SessionId::parse(session_id)?;
+        match self
+            .append_as(caller, &session_id, event_type, payload, None)
+            .await
+        {
+            Ok(row) => Ok(row),
+            Err(Begin::Refused(err)) => Err(err),
+            // Only an append that names an agent is stale.
+            Err(Begin::Stale) => Err(refusal(Refusal::NotFound, &session_id)),
+        }
+    }
+
+    /// Append one event with the current trace id. With `current_for`, only
+    /// while the session is that agent's current one: any refusal is then
+    /// [`Begin::Stale`], for the caller to look the session up again.
+    async fn append_as(
+        &self,
+        caller: &Principal,
+        session_id: &SessionId,
+        event_type: EventType,
+        payload: String,
+        current_for: Option<&str>,
+    ) -> Result<EventRow, Begin> {
+        let tenant_id = TenantId::of(caller)?;
         let name = model::event_name(event_type)
             .ok_or_else(|| ServiceError::invalid("type: an event type is required"))?;
         if payload.len() > model::MAX_PAYLOAD_BYTES {
-            return Err(ServiceError::invalid(format!(
+            return Err(Begin::Refused(ServiceError::invalid(format!(
                 "payload: at most {} bytes of JSON",
                 model::MAX_PAYLOAD_BYTES
-            )));
+            ))));
         }
         let now = clock::now_ms();
         let grace_ms = i64::try_from(self.config.closed_grace.as_millis()).unwrap_or(i64::MAX);
         let scope = AppendScope {
             tenant_id: &tenant_id,
-            session_id: &session_id,
+            session_id,
             now_ms: now,
             closed_since_ms: model::completes_in_flight(event_type).then_some(now - grace_ms),
+            current_for,
         };
         let event = NewEvent {
             event_type: name,
             payload,
             trace_id: propagation::current_trace_id(),
         };
-        let row = self
-            .store
-            .append(&scope, &event)
-            .await?
-            .map_err(|r| refusal(r, &session_id))?;
+        let row = match self.store.append(&scope, &event).await? {
+            Ok(row) => row,
+            Err(_) if current_for.is_some() => return Err(Begin::Stale),
+            Err(r) => return Err(Begin::Refused(refusal(r, session_id))),
+        };
         self.notifier.publish(&row.session_id, row.seq);
         Ok(row)
     }

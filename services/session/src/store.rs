@@ -97,6 +97,10 @@ pub struct AppendScope<'a> {
     /// Accept the append into a session closed at or after this time (the
     /// in-flight grace); `None` accepts open sessions only.
     pub closed_since_ms: Option<i64>,
+    /// Accept it only while the session is this agent's current one (a
+    /// `BeginCall` that took the current session from its cache: the
+    /// append itself checks the cache was right).
+    pub current_for: Option<&'a str>,
 }
 
 /// Allocate `n` consecutive seqs of one session inside `$tx`, under the
@@ -115,12 +119,16 @@ macro_rules! reserve_seqs_in_tx {
 }
 
 /// Take `$7` seqs of session `$1` in tenant `$2` at time `$3`, if it is open
-/// (`$5`) or closed (`$6`) no earlier than `$4`; returns its new `last_seq`.
+/// (`$5`) or closed (`$6`) no earlier than `$4`, and (unless `$8` is empty)
+/// it is agent `$8`'s current session; returns its new `last_seq`.
 const RESERVE: &str = "UPDATE sessions SET last_seq = last_seq + $7, updated_at_ms = $3 \
      WHERE session_id = $1 AND tenant_id = $2 \
-     AND (status = $5 OR (status = $6 AND closed_at_ms >= $4)) RETURNING last_seq";
+     AND (status = $5 OR (status = $6 AND closed_at_ms >= $4)) \
+     AND ($8 = '' OR EXISTS (SELECT 1 FROM current_sessions AS c \
+          WHERE c.tenant_id = $2 AND c.agent_id = $8 AND c.session_id = $1)) \
+     RETURNING last_seq";
 
-/// Bind [`RESERVE`]'s seven parameters to `$query`: `$n` seqs under the
+/// Bind [`RESERVE`]'s eight parameters to `$query`: `$n` seqs under the
 /// rules of `$scope`.
 macro_rules! bind_reservation {
     ($query:expr, $scope:expr, $n:expr) => {{
@@ -134,6 +142,7 @@ macro_rules! bind_reservation {
             .bind(Status::Open.as_str())
             .bind(Status::Closed.as_str())
             .bind(n)
+            .bind(scope.current_for.unwrap_or(""))
     }};
 }
 
@@ -237,6 +246,7 @@ struct AppendJob {
     session_id: SessionId,
     now_ms: i64,
     closed_since_ms: Option<i64>,
+    current_for: Option<String>,
     event: NewEvent,
     /// The seq it was given (None: the session does not take it), sent only
     /// after the transaction holding it committed.
@@ -250,6 +260,7 @@ impl AppendJob {
             session_id: &self.session_id,
             now_ms: self.now_ms,
             closed_since_ms: self.closed_since_ms,
+            current_for: self.current_for.as_deref(),
         }
     }
 }
@@ -296,6 +307,7 @@ impl Store {
             session_id: &row.session_id,
             now_ms: row.created_at_ms,
             closed_since_ms: None,
+            current_for: None,
         };
         let insert_session = format!(
             "INSERT INTO sessions ({SESSION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0, 1, $9, $10)"
@@ -409,6 +421,7 @@ impl Store {
             session_id: scope.session_id.clone(),
             now_ms: scope.now_ms,
             closed_since_ms: scope.closed_since_ms,
+            current_for: scope.current_for.map(str::to_owned),
             event: event.clone(),
             reply,
         };
@@ -741,8 +754,11 @@ async fn commit_appends(db: Db, mut queue: mpsc::Receiver<AppendJob>) {
         // second so that each (session, tenant) is one run: a run's
         // statement takes its session's row once.
         jobs.sort_by(|a, b| {
-            (a.session_id.as_str(), a.tenant_id.as_str())
-                .cmp(&(b.session_id.as_str(), b.tenant_id.as_str()))
+            (a.session_id.as_str(), a.tenant_id.as_str(), &a.current_for).cmp(&(
+                b.session_id.as_str(),
+                b.tenant_id.as_str(),
+                &b.current_for,
+            ))
         });
         let outcome = commit_held(&db, &mut held, &jobs).await;
         match outcome {
@@ -877,9 +893,12 @@ fn numbered(last: i64, len: usize) -> Vec<Option<i64>> {
     (first..=last).map(Some).collect()
 }
 
-/// The consecutive appends of one session by one tenant, in batch order.
+/// The consecutive appends of one session by one tenant (under one
+/// current-session condition), in batch order.
 fn runs(jobs: &[AppendJob]) -> impl Iterator<Item = &[AppendJob]> {
-    jobs.chunk_by(|a, b| a.session_id == b.session_id && a.tenant_id == b.tenant_id)
+    jobs.chunk_by(|a, b| {
+        a.session_id == b.session_id && a.tenant_id == b.tenant_id && a.current_for == b.current_for
+    })
 }
 
 /// The rule that admits a run only if it admits each of its appends: the
@@ -895,6 +914,7 @@ fn strictest(run: &[AppendJob]) -> AppendScope<'_> {
         session_id: &run[0].session_id,
         now_ms: run.iter().map(|j| j.now_ms).max().unwrap_or(0),
         closed_since_ms,
+        current_for: run[0].current_for.as_deref(),
     }
 }
 
@@ -914,8 +934,8 @@ enum Dialect {
 /// seq, or none when the session refused the run (then nothing was
 /// written).
 ///
-/// Parameters: [`RESERVE`]'s seven (`$7` the run's length), four
-/// an append from `$8` (type, payload, time, trace id), and last on
+/// Parameters: [`RESERVE`]'s eight (`$7` the run's length), four
+/// an append from `$9` (type, payload, time, trace id), and last on
 /// PostgreSQL the notify channel. SQLite runs the statements as a script
 /// in one call, where the insert sees the update's `changes()`; PostgreSQL
 /// runs one statement whose parts share the update's `RETURNING`.
@@ -923,7 +943,7 @@ fn run_sql(dialect: Dialect, rows: usize) -> String {
     use std::fmt::Write;
     let mut values = String::with_capacity(rows * 28);
     for row in 0..rows {
-        let p = 8 + row * 4;
+        let p = 9 + row * 4;
         let sep = if row == 0 { "" } else { ", " };
         let _ = write!(
             values,
@@ -953,7 +973,7 @@ fn run_sql(dialect: Dialect, rows: usize) -> String {
              i AS ({insert} FROM s, (VALUES {values}) AS v), \
              n AS (SELECT pg_notify(${channel}, $1 || ' ' || s.last_seq) FROM s) \
              SELECT s.last_seq FROM s, n",
-            channel = 8 + rows * 4
+            channel = 9 + rows * 4
         ),
     }
 }
