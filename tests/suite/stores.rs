@@ -89,6 +89,103 @@ async fn the_sqlite_log_is_checkpointed_beside_the_writers() {
     db.close().await;
 }
 
+/// The write-ahead log starts over while writes never stop. A checkpoint
+/// that runs only beside the writer can copy every frame but never end
+/// the log (a new frame is always written before it finishes), so the
+/// log grew by every page every commit wrote. The checkpointer's last pass
+/// holds the writers back, and the next write starts the log from its
+/// beginning: the checkpoint sequence number in the log's header (bytes
+/// 12–15) counts those starts, about one every 200 ms while writes
+/// arrive, where checkpoints beside the writer alone made one in about
+/// half a minute.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sqlite_log_starts_over_while_writes_never_stop() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = common::sqlite_path(&dir, "session");
+    let db = ithaca_session::open_db(&path, "unused")
+        .await
+        .expect("open");
+    let svc = std::sync::Arc::new(ithaca_session::service(
+        db.clone(),
+        ithaca_session::Config::default(),
+        CancellationToken::new(),
+    ));
+    let alice = common::agent("tenant-a", "agent-a");
+    let s = svc
+        .session_context(&alice, "log restarts", None, None)
+        .await
+        .expect("open a session");
+    let wal = format!("{path}-wal");
+    let starts = || -> u32 {
+        let header = std::fs::read(&wal).map(|b| b.get(12..16).map(<[u8]>::to_vec));
+        match header {
+            Ok(Some(b)) => u32::from_be_bytes([b[0], b[1], b[2], b[3]]),
+            _ => 0,
+        }
+    };
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut writers = Vec::new();
+    for w in 0..8 {
+        let (svc, alice, id, stop) = (
+            svc.clone(),
+            alice.clone(),
+            s.session_id.clone(),
+            stop.clone(),
+        );
+        writers.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                svc.append(&alice, &id, EventType::ToolCall, json!({"w": w, "n": n}))
+                    .await
+                    .expect("append");
+                n += 1;
+            }
+            n
+        }));
+    }
+    // Count the log's starts over two seconds of continuous appends. The
+    // count is the header's, so a start the sampling missed still counts.
+    while std::fs::metadata(&wal).map_or(0, |m| m.len()) < 32 {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let before = starts();
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let after = starts();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut appended = 0;
+    for w in writers {
+        appended += w.await.expect("writer");
+    }
+    assert!(
+        after.wrapping_sub(before) >= 3,
+        "the log started over {} times in 2 s of continuous appends ({appended} in all): \
+         it grows by every page each commit writes",
+        after.wrapping_sub(before)
+    );
+    // Nothing was lost or doubled across the log's starts: the events read
+    // back page by page are numbered 1, 2, 3, … without a gap.
+    let mut next = 1;
+    loop {
+        let (events, last) = svc
+            .read(&alice, &s.session_id, next - 1, 1000)
+            .await
+            .expect("read");
+        for e in &events {
+            assert_eq!(e.seq, next, "the events' seq has a gap");
+            next += 1;
+        }
+        if events.is_empty() {
+            assert_eq!(next - 1, last, "every event up to the last seq is readable");
+            assert!(
+                last >= appended as i64,
+                "{last} events for {appended} appends"
+            );
+            break;
+        }
+    }
+    db.close().await;
+}
+
 /// A SQLite pool hands out connections without pinging them first: the
 /// ping is a round trip to the connection's thread, and a file handle
 /// cannot have hung up. A PostgreSQL pool still pings (a server can).
