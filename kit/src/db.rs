@@ -313,13 +313,13 @@ const LOG_KEPT_BYTES: &str = "67108864";
 async fn checkpoint_wal(pool: SqlitePool, gate: Arc<Mutex<()>>) {
     let mut wait = CHECKPOINT_BUSY;
     let mut left = Log::default();
-    let mut rounds_ungated = 0;
+    let mut rounds_ungated: u32 = 0;
     loop {
         tokio::time::sleep(wait).await;
         if pool.is_closed() {
             return;
         }
-        rounds_ungated += 1;
+        rounds_ungated = rounds_ungated.saturating_add(1);
         let gated = (rounds_ungated >= GATED_EVERY).then_some(&*gate);
         match checkpoint_round(&pool, gated, left).await {
             Ok(Some(log)) => {
