@@ -76,6 +76,9 @@ pub struct Spec {
     pub warmup: u64,
     /// Requests per second in all (open loop); `None` is as fast as answers come.
     pub rate: Option<f64>,
+    /// Keep each call at least this slow, with when it started, to show
+    /// whether a tail comes in bursts (see [`bursts`]).
+    pub slow: Option<Duration>,
 }
 
 /// What a phase measured. Latencies in milliseconds.
@@ -91,6 +94,42 @@ pub struct Outcome {
     pub max_ms: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_error: Option<String>,
+    /// With [`Spec::slow`]: each call at least that slow, as (its start in
+    /// ms from the phase's start, its latency in ms), by start.
+    #[serde(skip)]
+    pub slow: Vec<(f64, f64)>,
+}
+
+/// One window of a phase and the slow calls that started in it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Burst {
+    pub from_ms: f64,
+    pub calls: usize,
+    pub slowest_ms: f64,
+}
+
+/// The slow calls of a phase counted by the `window_ms` in which they
+/// started, windows without any left out: a tail that comes from a stall
+/// shows as a few full windows, one spread thinly over all of them as
+/// many small ones.
+pub fn bursts(slow: &[(f64, f64)], window_ms: f64) -> Vec<Burst> {
+    let mut out: Vec<Burst> = Vec::new();
+    for &(start, latency) in slow {
+        let from_ms = (start / window_ms).floor() * window_ms;
+        match out.iter_mut().find(|b| b.from_ms == from_ms) {
+            Some(b) => {
+                b.calls += 1;
+                b.slowest_ms = b.slowest_ms.max(latency);
+            }
+            None => out.push(Burst {
+                from_ms,
+                calls: 1,
+                slowest_ms: latency,
+            }),
+        }
+    }
+    out.sort_by(|a, b| a.from_ms.total_cmp(&b.from_ms));
+    out
 }
 
 /// One request and its whole answer.
@@ -158,6 +197,7 @@ const TIMER_SLACK: Duration = Duration::from_millis(2);
 
 struct Worker {
     latencies_us: Vec<u32>,
+    slow: Vec<(f64, f64)>,
     errors: u64,
     first_error: Option<String>,
 }
@@ -179,6 +219,7 @@ async fn phase(target: &Target, spec: Spec) -> anyhow::Result<Outcome> {
         workers.push(tokio::spawn(async move {
             let mut w = Worker {
                 latencies_us: Vec::with_capacity(1024),
+                slow: Vec::new(),
                 errors: 0,
                 first_error: None,
             };
@@ -217,6 +258,12 @@ async fn phase(target: &Target, spec: Spec) -> anyhow::Result<Outcome> {
                     },
                     Err(e) => Some(e.clone()),
                 };
+                if spec.slow.is_some_and(|slow| elapsed >= slow) {
+                    w.slow.push((
+                        from.duration_since(started).as_secs_f64() * 1000.0,
+                        elapsed.as_secs_f64() * 1000.0,
+                    ));
+                }
                 match failure {
                     None => w
                         .latencies_us
@@ -237,11 +284,13 @@ async fn phase(target: &Target, spec: Spec) -> anyhow::Result<Outcome> {
         }));
     }
     let mut latencies = Vec::new();
+    let mut slow = Vec::new();
     let mut errors = 0;
     let mut first_error = None;
     for worker in workers {
         let w = worker.await?;
         latencies.extend(w.latencies_us);
+        slow.extend(w.slow);
         errors += w.errors;
         if first_error.is_none() {
             first_error = w.first_error;
@@ -267,6 +316,10 @@ async fn phase(target: &Target, spec: Spec) -> anyhow::Result<Outcome> {
         p99_ms: pct(0.99),
         max_ms: pct(1.0),
         first_error,
+        slow: {
+            slow.sort_by(|a: &(f64, f64), b| a.0.total_cmp(&b.0));
+            slow
+        },
     })
 }
 
@@ -278,5 +331,42 @@ fn body_text(result: &Result<(StatusCode, HeaderMap, Bytes), String>) -> String 
     match result {
         Ok((_, _, body)) => String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned(),
         Err(e) => e.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slow_calls_are_counted_by_the_window_they_started_in() {
+        let slow = [
+            (4_810.0, 12.0),
+            (4_850.5, 9.0),
+            (120.0, 5.0),
+            (4_899.9, 30.0),
+            (5_800.0, 7.0),
+        ];
+        assert_eq!(
+            bursts(&slow, 100.0),
+            vec![
+                Burst {
+                    from_ms: 100.0,
+                    calls: 1,
+                    slowest_ms: 5.0
+                },
+                Burst {
+                    from_ms: 4_800.0,
+                    calls: 3,
+                    slowest_ms: 30.0
+                },
+                Burst {
+                    from_ms: 5_800.0,
+                    calls: 1,
+                    slowest_ms: 7.0
+                },
+            ]
+        );
+        assert!(bursts(&[], 100.0).is_empty());
     }
 }

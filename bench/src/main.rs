@@ -67,6 +67,11 @@ enum Command {
         /// Requests per second (open loop); as fast as possible without it.
         #[arg(long)]
         rate: Option<f64>,
+        /// Also print, per 100 ms of the run, how many calls took at least
+        /// this many milliseconds (and the slowest): a tail from stalls
+        /// shows as a few full windows.
+        #[arg(long)]
+        slow_ms: Option<f64>,
     },
     /// Only the trace-append phases: concurrent appends into one session on
     /// SQLite and PostgreSQL (on the AppendEvents stream, or unary
@@ -172,7 +177,14 @@ fn main() -> anyhow::Result<()> {
             seconds,
             requests,
             rate,
+            slow_ms,
         }) => runtime.block_on(async move {
+            if let Some(ms) = slow_ms {
+                anyhow::ensure!(
+                    ms.is_finite() && ms >= 0.0,
+                    "--slow-ms: a number of milliseconds, 0 or more, not {ms}"
+                );
+            }
             let target = if era == mcp::LEGACY {
                 mcp::initialize(&addr, &token).await?;
                 mcp::legacy_call(&addr, &token)?
@@ -185,9 +197,21 @@ fn main() -> anyhow::Result<()> {
                 duration: std::time::Duration::from_secs_f64(seconds),
                 warmup: 100,
                 rate,
+                slow: slow_ms.map(|ms| std::time::Duration::from_secs_f64(ms / 1000.0)),
             };
             let outcome = driver::load(target, spec).await?;
             println!("{}", serde_json::to_string_pretty(&outcome)?);
+            if let Some(ms) = slow_ms {
+                println!("calls of {ms} ms or more, by the 100 ms of the run they started in:");
+                for b in driver::bursts(&outcome.slow, 100.0) {
+                    println!(
+                        "  at {:>8.1} s: {:>5} calls, the slowest {:.2} ms",
+                        b.from_ms / 1000.0,
+                        b.calls,
+                        b.slowest_ms
+                    );
+                }
+            }
             Ok(())
         }),
         Some(Command::Alerts(args)) => {

@@ -94,6 +94,7 @@ impl Bench {
             duration: Duration::from_secs_f64(self.args.seconds),
             warmup: self.args.warmup,
             rate,
+            slow: None,
         };
         if self.args.idle_wait > 0.0 {
             let busy =
