@@ -95,7 +95,7 @@ pub struct Outcome {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_error: Option<String>,
     /// With [`Spec::slow`]: each call at least that slow, as (its start in
-    /// ms from the phase's start, its latency in ms), by start.
+    /// ms from the phase's start, its latency in ms).
     #[serde(skip)]
     pub slow: Vec<(f64, f64)>,
 }
@@ -113,23 +113,18 @@ pub struct Burst {
 /// shows as a few full windows, one spread thinly over all of them as
 /// many small ones.
 pub fn bursts(slow: &[(f64, f64)], window_ms: f64) -> Vec<Burst> {
-    let mut out: Vec<Burst> = Vec::new();
+    let mut windows = std::collections::BTreeMap::<i64, Burst>::new();
     for &(start, latency) in slow {
-        let from_ms = (start / window_ms).floor() * window_ms;
-        match out.iter_mut().find(|b| b.from_ms == from_ms) {
-            Some(b) => {
-                b.calls += 1;
-                b.slowest_ms = b.slowest_ms.max(latency);
-            }
-            None => out.push(Burst {
-                from_ms,
-                calls: 1,
-                slowest_ms: latency,
-            }),
-        }
+        let n = (start / window_ms).floor() as i64;
+        let b = windows.entry(n).or_insert(Burst {
+            from_ms: n as f64 * window_ms,
+            calls: 0,
+            slowest_ms: latency,
+        });
+        b.calls += 1;
+        b.slowest_ms = b.slowest_ms.max(latency);
     }
-    out.sort_by(|a, b| a.from_ms.total_cmp(&b.from_ms));
-    out
+    windows.into_values().collect()
 }
 
 /// One request and its whole answer.
@@ -316,10 +311,7 @@ async fn phase(target: &Target, spec: Spec) -> anyhow::Result<Outcome> {
         p99_ms: pct(0.99),
         max_ms: pct(1.0),
         first_error,
-        slow: {
-            slow.sort_by(|a: &(f64, f64), b| a.0.total_cmp(&b.0));
-            slow
-        },
+        slow,
     })
 }
 

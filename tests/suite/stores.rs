@@ -105,11 +105,11 @@ async fn the_sqlite_log_starts_over_while_writes_never_stop() {
     let db = ithaca_session::open_db(&path, "unused")
         .await
         .expect("open");
-    let svc = std::sync::Arc::new(ithaca_session::service(
+    let svc = ithaca_session::service(
         db.clone(),
         ithaca_session::Config::default(),
         CancellationToken::new(),
-    ));
+    );
     let alice = common::agent("tenant-a", "agent-a");
     let s = svc
         .session_context(&alice, "log restarts", None, None)
@@ -117,11 +117,13 @@ async fn the_sqlite_log_starts_over_while_writes_never_stop() {
         .expect("open a session");
     let wal = format!("{path}-wal");
     let starts = || -> u32 {
-        let header = std::fs::read(&wal).map(|b| b.get(12..16).map(<[u8]>::to_vec));
-        match header {
-            Ok(Some(b)) => u32::from_be_bytes([b[0], b[1], b[2], b[3]]),
-            _ => 0,
-        }
+        use std::io::Read;
+        let mut header = [0u8; 16];
+        std::fs::File::open(&wal)
+            .and_then(|mut f| f.read_exact(&mut header))
+            .map_or(0, |()| {
+                u32::from_be_bytes([header[12], header[13], header[14], header[15]])
+            })
     };
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut writers = Vec::new();
