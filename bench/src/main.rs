@@ -160,8 +160,17 @@ pub struct RunArgs {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    // The probe backend stands for one of Ithaca's services, so it runs as
+    // `ithaca` runs them: half the cores (one on two). Everything else
+    // drives load or starts processes, and gets two.
+    let workers = match cli.command {
+        Some(Command::Backend { .. }) => {
+            std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
+        }
+        _ => 2,
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(workers)
         .enable_all()
         .build()?;
     match cli.command {

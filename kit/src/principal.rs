@@ -4,15 +4,19 @@
 //! Wire form, in the `x-ithaca-principal` gRPC metadata entry:
 //! `v1.<base64url(claims JSON)>.<base64url(HMAC-SHA256(key, "v1." + claims))>`.
 //! The claims carry the tenant, key id, agent id, scopes, actor, optional
-//! session and an expiry in Unix seconds. An assertion is short-lived: callers
-//! mint a fresh one per call.
+//! session and an expiry in Unix seconds. An assertion is short-lived. A key
+//! hands out again an assertion it minted for the same principal while more
+//! than half of its lifetime is left, and accepts again one it verified
+//! until it expires, so a stream of calls for one caller pays for the HMAC,
+//! base64 and JSON once every half a minute, not on every call.
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
+use subtle::ConstantTimeEq;
 use tonic::metadata::{AsciiMetadataValue, MetadataMap};
 use tonic::{Request, Status};
 
@@ -280,9 +284,66 @@ pub enum AssertionError {
     Expired,
 }
 
-/// The internal key that signs and verifies assertions. Cheap to clone.
+/// The internal key that signs and verifies assertions. Cheap to clone;
+/// clones share the secret and the assertions lately minted and verified.
 #[derive(Clone)]
-pub struct InternalKey(Arc<Vec<u8>>);
+pub struct InternalKey(Arc<KeyState>);
+
+struct KeyState {
+    secret: Vec<u8>,
+    recent: Mutex<Recent>,
+}
+
+/// How many assertions a key keeps of each kind, minted and verified: a
+/// process serves a handful of callers at a time, and a miss only costs the
+/// signature it would have cost anyway.
+const RECENT: usize = 8;
+
+/// The assertions a key minted and verified lately, newest first.
+#[derive(Default)]
+struct Recent {
+    minted: Vec<Kept>,
+    verified: Vec<Kept>,
+}
+
+/// One assertion and what it says.
+struct Kept {
+    principal: Principal,
+    /// The lifetime it was minted for (minted ones only; 0 for verified).
+    ttl_secs: i64,
+    exp: i64,
+    token: String,
+}
+
+impl Recent {
+    /// A token minted for `principal` with `ttl_secs` that still has more
+    /// than half of that lifetime left.
+    fn reusable(&self, principal: &Principal, ttl_secs: i64, now: i64) -> Option<String> {
+        self.minted
+            .iter()
+            .find(|kept| {
+                kept.ttl_secs == ttl_secs
+                    && kept.exp - now > ttl_secs / 2
+                    && kept.principal == *principal
+            })
+            .map(|kept| kept.token.clone())
+    }
+
+    /// The principal and expiry of `assertion`, when it was verified lately.
+    /// Compared in constant time, so a forger learns nothing from how long
+    /// a near miss takes.
+    fn verified(&self, assertion: &str) -> Option<(Principal, i64)> {
+        self.verified
+            .iter()
+            .find(|kept| bool::from(kept.token.as_bytes().ct_eq(assertion.as_bytes())))
+            .map(|kept| (kept.principal.clone(), kept.exp))
+    }
+
+    fn keep(list: &mut Vec<Kept>, kept: Kept) {
+        list.truncate(RECENT - 1);
+        list.insert(0, kept);
+    }
+}
 
 impl std::fmt::Debug for InternalKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -302,7 +363,10 @@ impl InternalKey {
         if secret.len() < 32 {
             return Err(WeakKey(secret.len()));
         }
-        Ok(InternalKey(Arc::new(secret)))
+        Ok(InternalKey(Arc::new(KeyState {
+            secret,
+            recent: Mutex::default(),
+        })))
     }
 
     /// A fresh random key, rendered as 64 hex digits.
@@ -313,15 +377,40 @@ impl InternalKey {
 
     fn mac(&self) -> Hmac<Sha256> {
         // HMAC accepts keys of any length, so this cannot fail.
-        <Hmac<Sha256> as Mac>::new_from_slice(&self.0).expect("hmac takes any key length")
+        <Hmac<Sha256> as Mac>::new_from_slice(&self.0.secret).expect("hmac takes any key length")
     }
 
-    /// Sign `principal`, valid for `ttl_secs` from now.
+    fn recent(&self) -> std::sync::MutexGuard<'_, Recent> {
+        // What it holds is only ever replaced whole, so a panic elsewhere
+        // cannot leave it half-written.
+        self.0.recent.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// An assertion of `principal`, valid for at least half of `ttl_secs`
+    /// from now: the one minted for it lately, or a fresh one valid for
+    /// `ttl_secs`.
     pub fn mint(&self, principal: &Principal, ttl_secs: i64) -> String {
-        let claims = ClaimsRef {
-            principal,
-            exp: now_secs() + ttl_secs,
-        };
+        let now = now_secs();
+        if let Some(token) = self.recent().reusable(principal, ttl_secs, now) {
+            return token;
+        }
+        let exp = now + ttl_secs;
+        let token = self.sign_claims(principal, exp);
+        Recent::keep(
+            &mut self.recent().minted,
+            Kept {
+                principal: principal.clone(),
+                ttl_secs,
+                exp,
+                token: token.clone(),
+            },
+        );
+        token
+    }
+
+    /// The signed wire form of `principal`'s claims, expiring at `exp`.
+    fn sign_claims(&self, principal: &Principal, exp: i64) -> String {
+        let claims = ClaimsRef { principal, exp };
         let body = serde_json::to_vec(&claims).expect("claims serialize to JSON");
         let signed = format!("v1.{}", URL_SAFE_NO_PAD.encode(body));
         let mut mac = self.mac();
@@ -335,6 +424,32 @@ impl InternalKey {
         if assertion.len() > MAX_ASSERTION_LEN {
             return Err(AssertionError::Malformed);
         }
+        let now = now_secs();
+        if let Some((principal, exp)) = self.recent().verified(assertion) {
+            return if exp < now {
+                Err(AssertionError::Expired)
+            } else {
+                Ok(principal)
+            };
+        }
+        let claims = self.check(assertion)?;
+        if claims.exp < now {
+            return Err(AssertionError::Expired);
+        }
+        Recent::keep(
+            &mut self.recent().verified,
+            Kept {
+                principal: claims.principal.clone(),
+                ttl_secs: 0,
+                exp: claims.exp,
+                token: assertion.to_owned(),
+            },
+        );
+        Ok(claims.principal)
+    }
+
+    /// The claims of an assertion whose signature holds.
+    fn check(&self, assertion: &str) -> Result<Claims, AssertionError> {
         let (signed, tag) = assertion
             .rsplit_once('.')
             .ok_or(AssertionError::Malformed)?;
@@ -352,12 +467,7 @@ impl InternalKey {
         let body = URL_SAFE_NO_PAD
             .decode(body)
             .map_err(|_| AssertionError::Malformed)?;
-        let claims: Claims =
-            serde_json::from_slice(&body).map_err(|_| AssertionError::Malformed)?;
-        if claims.exp < now_secs() {
-            return Err(AssertionError::Expired);
-        }
-        Ok(claims.principal)
+        serde_json::from_slice(&body).map_err(|_| AssertionError::Malformed)
     }
 
     /// A 32-byte key for another purpose (for example encrypting stored
@@ -515,6 +625,79 @@ mod tests {
         ] {
             assert!(k.verify(junk).is_err(), "{junk:?} must be refused");
         }
+    }
+
+    #[test]
+    fn a_minted_assertion_is_handed_out_again_while_half_its_life_is_left() {
+        let k = key(1);
+        let token = k.mint(&alice(), 60);
+        assert_eq!(k.mint(&alice(), 60), token, "the same principal reuses it");
+        // Another principal, another lifetime: a token of their own.
+        let in_session = alice().in_session(Some("s1".into()));
+        assert_ne!(k.mint(&in_session, 60), token);
+        assert_ne!(k.mint(&alice(), 600), token);
+        // A clone shares what the key minted.
+        assert_eq!(k.clone().mint(&alice(), 60), token);
+        assert_eq!(k.recent().minted.len(), 3);
+        // A token with half its life gone or less is never handed out: the
+        // key signs again (within the same second, the same text).
+        let now = now_secs();
+        for kept in k
+            .recent()
+            .minted
+            .iter_mut()
+            .filter(|kept| kept.token == token)
+        {
+            kept.exp = now + 30;
+        }
+        let fresh = k.mint(&alice(), 60);
+        let signed_again = k.recent().minted[0].exp;
+        assert!(signed_again >= now + 60, "a fresh token, valid for 60 s");
+        assert_eq!(k.verify(&fresh), Ok(alice()));
+        // A token with no lifetime left is minted afresh every time.
+        assert_eq!(k.recent().minted.len(), 4);
+        k.mint(&alice(), 0);
+        k.mint(&alice(), 0);
+        assert_eq!(
+            k.recent().minted.len(),
+            6,
+            "a token of no lifetime is not reused"
+        );
+        for n in 0..20 {
+            k.mint(&alice().in_session(Some(format!("s{n}"))), 60);
+        }
+        assert_eq!(k.recent().minted.len(), RECENT, "the list stays bounded");
+    }
+
+    #[test]
+    fn a_verified_assertion_is_accepted_again_only_as_is_and_until_it_expires() {
+        let k = key(1);
+        let token = key(1).mint(&alice(), 60);
+        assert_eq!(k.verify(&token), Ok(alice()));
+        assert_eq!(k.recent().verified.len(), 1);
+        assert_eq!(k.verify(&token), Ok(alice()));
+        assert_eq!(
+            k.recent().verified.len(),
+            1,
+            "the second check is the kept one"
+        );
+        // A byte changed anywhere is checked in full, and refused.
+        for at in [0, token.len() / 2, token.len() - 1] {
+            let mut bytes = token.clone().into_bytes();
+            bytes[at] = if bytes[at] == b'A' { b'B' } else { b'A' };
+            let forged = String::from_utf8(bytes).expect("ASCII");
+            assert!(
+                k.verify(&forged).is_err(),
+                "a change at byte {at} must be refused"
+            );
+        }
+        // Nothing refused is kept.
+        assert_eq!(k.recent().verified.len(), 1);
+        // Kept, but past its expiry: refused as expired.
+        k.recent().verified[0].exp = now_secs() - 1;
+        assert_eq!(k.verify(&token), Err(AssertionError::Expired));
+        // Another key's check kept nothing for this one.
+        assert_eq!(key(2).verify(&token), Err(AssertionError::BadSignature));
     }
 
     #[test]
