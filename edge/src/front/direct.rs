@@ -297,8 +297,8 @@ async fn call(
     // Boxed before it is spawned: the call's future is about 10 KB, and a
     // task moves its future (and the stage that later holds the output)
     // whole several times: into the task, on the first poll, at the end.
-    // In a box each move is a pointer; unboxed, those copies were a fifth
-    // of the edge's instructions per call (callgrind, README issue 23).
+    // In a box each move is a pointer; unboxed, those copies were most of
+    // the edge's memcpy per call (callgrind, README issue 23).
     let call = tokio::spawn(Box::pin(
         async move {
             let io = CallIo {
