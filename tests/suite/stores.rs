@@ -34,6 +34,20 @@ async fn migrations_are_idempotent_on_reopen() {
     }
 }
 
+/// The session service on a fresh SQLite file at `path`, and an agent to
+/// call it as (the SQLite log tests below watch the file itself).
+async fn sqlite_session_service(
+    path: &str,
+) -> (Db, ithaca_session::service::SessionService, Principal) {
+    let db = ithaca_session::open_db(path, "unused").await.expect("open");
+    let svc = ithaca_session::service(
+        db.clone(),
+        ithaca_session::Config::default(),
+        CancellationToken::new(),
+    );
+    (db, svc, common::agent("tenant-a", "agent-a"))
+}
+
 /// A SQLite service's write-ahead log is copied back into its database by
 /// a checkpointer of its own, off the writers' path: the database file
 /// takes the new pages within seconds, though far fewer than the 1,000 log
@@ -42,16 +56,8 @@ async fn migrations_are_idempotent_on_reopen() {
 async fn the_sqlite_log_is_checkpointed_beside_the_writers() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = common::sqlite_path(&dir, "session");
-    let db = ithaca_session::open_db(&path, "unused")
-        .await
-        .expect("open");
-    let svc = ithaca_session::service(
-        db.clone(),
-        ithaca_session::Config::default(),
-        CancellationToken::new(),
-    );
-    let alice = common::agent("tenant-a", "agent-a");
     let size = || std::fs::metadata(&path).expect("database file").len();
+    let (db, svc, alice) = sqlite_session_service(&path).await;
     // The migrations' pages are far fewer than the appends' below.
     let settled = size();
     let s = svc
@@ -102,15 +108,7 @@ async fn the_sqlite_log_is_checkpointed_beside_the_writers() {
 async fn the_sqlite_log_starts_over_while_writes_never_stop() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = common::sqlite_path(&dir, "session");
-    let db = ithaca_session::open_db(&path, "unused")
-        .await
-        .expect("open");
-    let svc = ithaca_session::service(
-        db.clone(),
-        ithaca_session::Config::default(),
-        CancellationToken::new(),
-    );
-    let alice = common::agent("tenant-a", "agent-a");
+    let (db, svc, alice) = sqlite_session_service(&path).await;
     let s = svc
         .session_context(&alice, "log restarts", None, None)
         .await
