@@ -9,6 +9,8 @@
 #   cargo build --release -p ithaca -p ithaca-bench
 #   bench/profile.sh [seconds] [out-dir]      # defaults: 10, target/ithaca-bench/profile
 #
+# PROFILE_TCP=1 has the edge reach the services and the probe over loopback
+# TCP instead of their unix sockets (as `ithaca-bench --tcp-hops`).
 # PROFILE_RATE=N sends N calls a second (open loop, as the bench's
 # half-of-peak phase does) instead of as many as 16 connections can.
 # PROFILE_SCHED=1 records the scheduler instead of samples and prints each
@@ -63,11 +65,19 @@ field() { grep -m1 "^ *$2" "$work/$1.out" | sed -e "s/^ *$2 *//" -e 's/ .*//'; }
 
 start up "ithaca: ready" "$bin/ithaca" up --port-base 0 --data-dir "$work/data"
 token="$(field up "agent key")"
-start backend "listening on" "$bin/ithaca-bench" backend --listen 127.0.0.1:0
-backend="$(grep -m1 'listening on' "$work/backend.out" | awk '{print $NF}')"
+# How the edge reaches a service of `ithaca up`: its unix socket (the line's
+# last word), or its port with PROFILE_TCP=1 (as ithaca-bench --tcp-hops).
+hop() {
+    local line
+    line="$(grep -m1 "^ *$1" "$work/up.out" | sed -e "s/^ *$1 *//")"
+    if [ "${PROFILE_TCP:-0}" = 1 ]; then echo "${line%% *}"; else echo "${line##* }"; fi
+}
+start backend "listening on" "$bin/ithaca-bench" backend --listen 127.0.0.1:0 --unix-socket "$work/probe.sock"
+backend="http://$(grep -m1 'listening on' "$work/backend.out" | awk '{print $NF}')"
+if [ "${PROFILE_TCP:-0}" != 1 ]; then backend="unix:$work/probe.sock"; fi
 start edge "edge listening on" "$bin/ithaca" serve edge --listen 127.0.0.1:0 \
-    --auth-url "$(field up "auth ")" --session-url "$(field up "session ")" \
-    --backend "http://$backend"
+    --auth-url "$(hop "auth ")" --session-url "$(hop "session ")" \
+    --backend "$backend"
 edge="$(grep -m1 'edge listening on' "$work/edge.out" | awk '{print $NF}')"
 
 meta='{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"profile.sh","version":"1"}}'

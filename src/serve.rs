@@ -18,6 +18,12 @@ pub struct ServeArgs {
     /// Address to listen on (default: all interfaces, the service's port).
     #[arg(long, env = "ITHACA_LISTEN")]
     pub listen: Option<SocketAddr>,
+    /// Also listen on this unix socket, for callers on the same host: they
+    /// pass `unix:<path>` as the service's URL (`--session-url
+    /// unix:/run/ithaca/session.sock`) and skip the TCP stack. A file left
+    /// there by a stopped server is replaced; the file is removed on exit.
+    #[arg(long, env = "ITHACA_UNIX_SOCKET")]
+    pub unix_socket: Option<PathBuf>,
     /// A PostgreSQL URL or a SQLite file path.
     #[arg(long, env = "ITHACA_DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
@@ -76,7 +82,8 @@ impl BrokerArgs {
 /// Everything needed to start one service on a bound listener.
 pub struct Spec {
     pub service: Service,
-    pub listener: TcpListener,
+    /// Its TCP port, and a unix socket beside it where there is one.
+    pub listener: ithaca_kit::server::Listener,
     pub database_url: String,
     pub schema: String,
     pub key: InternalKey,
@@ -234,10 +241,19 @@ pub async fn run(common: &CommonArgs, args: ServeArgs) -> anyhow::Result<()> {
     let listen = args
         .listen
         .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], args.service.default_port())));
-    let listener = TcpListener::bind(listen)
+    let tcp = TcpListener::bind(listen)
         .await
         .with_context(|| format!("binding {listen}"))?;
-    let addr = listener.local_addr()?;
+    let addr = tcp.local_addr()?;
+    let mut listener = ithaca_kit::server::Listener::from(tcp);
+    let mut unix_url = None;
+    if let Some(path) = &args.unix_socket {
+        let socket = ithaca_kit::server::UnixSocket::bind(path)
+            .await
+            .context("binding --unix-socket")?;
+        unix_url = Some(socket.url());
+        listener = listener.with_unix(socket);
+    }
     let shutdown = shutdown::on_signals();
     let task = start(Spec {
         service: args.service,
@@ -259,6 +275,9 @@ pub async fn run(common: &CommonArgs, args: ServeArgs) -> anyhow::Result<()> {
     tracing::info!(service = %args.service, %addr, "serving");
     // A machine-readable line for scripts and tests that bind port 0.
     println!("ithaca: {} listening on {addr}", args.service);
+    if let Some(url) = unix_url {
+        println!("ithaca: {} listening on {url}", args.service);
+    }
     // The server task ends after the service's background tasks finished.
     task.await.context("server task")?
 }

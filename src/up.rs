@@ -115,8 +115,13 @@ pub struct UpArgs {
 /// A running local stack.
 pub struct Stack {
     pub tasks: Vec<JoinHandle<anyhow::Result<()>>>,
-    /// Every service's URL: those started here and those elsewhere.
+    /// Every service's URL as callers on this host reach it: the unix
+    /// socket of a service started here (where its path fits), else its
+    /// port; a service elsewhere by the URL it was given.
     pub urls: Vec<(Service, String)>,
+    /// Every service's TCP URL (`http://127.0.0.1:port`): printed, written
+    /// to stack.json, for tools that speak only TCP.
+    pub tcp_urls: Vec<(Service, String)>,
     /// The first tenant (empty when the stack has no auth service).
     pub tenant_id: String,
     /// The two keys, on first start only.
@@ -124,12 +129,33 @@ pub struct Stack {
 }
 
 impl Stack {
+    /// How a caller on this host reaches `service` (see [`Stack::urls`]).
     pub fn url(&self, service: Service) -> Option<String> {
-        self.urls
-            .iter()
-            .find(|(s, _)| *s == service)
-            .map(|(_, u)| u.clone())
+        url_of(&self.urls, service)
     }
+
+    /// `service`'s TCP URL.
+    pub fn tcp_url(&self, service: Service) -> Option<String> {
+        url_of(&self.tcp_urls, service)
+    }
+}
+
+/// Where a local service's unix socket goes: `<data dir>/sockets/<service>.sock`,
+/// or none when that path is too long for a socket address (108 bytes on
+/// Linux, with its final NUL), and the service is then reached on its port
+/// alone.
+fn socket_path(data_dir: &Path, service: Service) -> anyhow::Result<Option<PathBuf>> {
+    let dir = std::fs::canonicalize(data_dir)
+        .with_context(|| format!("resolving {}", data_dir.display()))?
+        .join("sockets");
+    let path = dir.join(format!("{service}.sock"));
+    if path.as_os_str().len() >= 108 {
+        tracing::info!(path = %path.display(), "the data directory's path is too long for a unix socket; services talk over TCP");
+        return Ok(None);
+    }
+    ithaca_kit::db::create_private_dir(&dir)
+        .with_context(|| format!("creating {}", dir.display()))?;
+    Ok(Some(path))
 }
 
 /// Open the data directory and its internal key.
@@ -157,6 +183,7 @@ pub async fn start_services(
 ) -> anyhow::Result<Stack> {
     let mut tasks = Vec::new();
     let mut urls: Vec<(Service, String)> = options.elsewhere.to_vec();
+    let mut tcp_urls = urls.clone();
     let mut pending: Vec<Service> = options
         .services
         .iter()
@@ -177,10 +204,22 @@ pub async fn start_services(
                 .context("--port-base is too high")?,
         };
         let listen = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-        let listener = TcpListener::bind(listen).await.with_context(|| {
+        let tcp = TcpListener::bind(listen).await.with_context(|| {
             format!("binding {listen} for {service} (is another stack running?)")
         })?;
-        let url = format!("http://{}", listener.local_addr()?);
+        let tcp_url = format!("http://{}", tcp.local_addr()?);
+        let mut listener = ithaca_kit::server::Listener::from(tcp);
+        // Beside the port, a unix socket: the stack's own calls between
+        // services (and the edge's) take it, sparing each message the
+        // loopback TCP stack.
+        let mut url = tcp_url.clone();
+        if let Some(path) = socket_path(options.data_dir, service)? {
+            let socket = ithaca_kit::server::UnixSocket::bind(&path)
+                .await
+                .with_context(|| format!("binding the socket of {service} (is another stack running on this data directory?)"))?;
+            url = socket.url();
+            listener = listener.with_unix(socket);
+        }
         let task = serve::start(Spec {
             service,
             listener,
@@ -196,9 +235,10 @@ pub async fn start_services(
             shutdown: shutdown.clone(),
         })
         .await?;
-        tracing::info!(%service, %url, "service started");
+        tracing::info!(%service, url = %tcp_url, local = %url, "service started");
         tasks.push(task);
         urls.push((service, url));
+        tcp_urls.push((service, tcp_url));
         started.push(service);
     }
     let (tenant_id, new_keys) = match url_of(&urls, Service::Auth) {
@@ -223,6 +263,7 @@ pub async fn start_services(
     Ok(Stack {
         tasks,
         urls,
+        tcp_urls,
         tenant_id,
         new_keys,
     })
@@ -270,14 +311,13 @@ pub async fn run(common: &CommonArgs, args: UpArgs) -> anyhow::Result<()> {
     )
     .await?;
     stack.tasks.push(edge_task);
-    stack.urls.push((Service::Edge, edge_url.clone()));
 
     let mcp_url = format!("{public_url}/mcp");
     StackInfo {
-        auth_url: stack.url(Service::Auth),
-        session_url: stack.url(Service::Session),
-        broker_url: stack.url(Service::Broker),
-        approvals_url: stack.url(Service::Approvals),
+        auth_url: stack.tcp_url(Service::Auth),
+        session_url: stack.tcp_url(Service::Session),
+        broker_url: stack.tcp_url(Service::Broker),
+        approvals_url: stack.tcp_url(Service::Approvals),
         tenant_id: Some(stack.tenant_id.clone()),
         mcp_url: Some(mcp_url.clone()),
     }
@@ -301,9 +341,10 @@ pub async fn run(common: &CommonArgs, args: UpArgs) -> anyhow::Result<()> {
             );
         }
     }
-    for (service, url) in &stack.urls {
-        if *service != Service::Edge {
-            println!("  {service:<8} {url}");
+    for (service, tcp) in &stack.tcp_urls {
+        match stack.url(*service) {
+            Some(local) if local != *tcp => println!("  {service:<8} {tcp}  {local}"),
+            _ => println!("  {service:<8} {tcp}"),
         }
     }
     println!("  mcp      {mcp_url}");

@@ -3,7 +3,9 @@
 //! the health service, and the principal check every real service makes.
 
 use ithaca_kit::principal::{self, InternalKey, Verifier};
+use ithaca_kit::server::{Listener, UnixSocket};
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use tonic::{Request, Response, Status};
 
 pub mod pb {
@@ -41,14 +43,18 @@ pub fn internal_key() -> anyhow::Result<InternalKey> {
         .map_err(|_| anyhow::anyhow!("ITHACA_INTERNAL_KEY is shorter than 32 bytes"))
 }
 
-/// Serve until SIGTERM or ctrl-c.
-pub async fn serve(listen: SocketAddr) -> anyhow::Result<()> {
+/// Serve until SIGTERM or ctrl-c, on `listen` and on `unix_socket` when
+/// given (one line each: `ithaca-bench backend listening on <where>`).
+pub async fn serve(listen: SocketAddr, unix_socket: Option<PathBuf>) -> anyhow::Result<()> {
     let key = internal_key()?;
-    let listener = tokio::net::TcpListener::bind(listen).await?;
-    println!(
-        "ithaca-bench backend listening on {}",
-        listener.local_addr()?
-    );
+    let tcp = tokio::net::TcpListener::bind(listen).await?;
+    println!("ithaca-bench backend listening on {}", tcp.local_addr()?);
+    let mut listener = Listener::from(tcp);
+    if let Some(path) = unix_socket {
+        let socket = UnixSocket::bind(&path).await?;
+        println!("ithaca-bench backend listening on {}", socket.url());
+        listener = listener.with_unix(socket);
+    }
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(DESCRIPTORS)
         .with_service_name(SERVICE)
@@ -62,10 +68,7 @@ pub async fn serve(listen: SocketAddr) -> anyhow::Result<()> {
             Probe,
             Verifier::new(key),
         ))
-        .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-            crate::procs::terminated(),
-        )
+        .serve_with_incoming_shutdown(listener.incoming(), crate::procs::terminated())
         .await?;
     Ok(())
 }

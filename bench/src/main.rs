@@ -45,6 +45,9 @@ enum Command {
     Backend {
         #[arg(long, default_value = "127.0.0.1:0")]
         listen: SocketAddr,
+        /// Also listen on this unix socket.
+        #[arg(long)]
+        unix_socket: Option<PathBuf>,
     },
     /// Drive one MCP server with `tools/call bench_ping` and print the
     /// figures (for profiling by hand; the session must already be open).
@@ -153,6 +156,11 @@ pub struct RunArgs {
     /// another build on a shared machine skews fewer figures. 0 never waits.
     #[arg(long, default_value_t = 60.0)]
     pub idle_wait: f64,
+    /// The bench's edge reaches `ithaca up`'s services and the probe over
+    /// loopback TCP, instead of over their unix sockets as `ithaca up`'s
+    /// own edge does (and as every run before this switch did not).
+    #[arg(long)]
+    pub tcp_hops: bool,
     /// The Python that creates the FastMCP venv.
     #[arg(long, default_value = "python3")]
     pub python: String,
@@ -174,7 +182,10 @@ fn main() -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     match cli.command {
-        Some(Command::Backend { listen }) => runtime.block_on(backend::serve(listen)),
+        Some(Command::Backend {
+            listen,
+            unix_socket,
+        }) => runtime.block_on(backend::serve(listen, unix_socket)),
         Some(Command::Bare { listen, body_file }) => {
             runtime.block_on(bare::serve(listen, body_file))
         }

@@ -171,7 +171,7 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "Machine: {} CPUs ({}), {} GiB, Linux {}. Load: {}; each phase at most {} requests or {} s, after {} warm-up requests. Everything on loopback; `RUST_LOG=warn`.\n",
+            "Machine: {} CPUs ({}), {} GiB, Linux {}. Load: {}; each phase at most {} requests or {} s, after {} warm-up requests. Everything on loopback; the edge reaches the services and the probe over {}; `RUST_LOG=warn`.\n",
             m["cpus"],
             m["cpu_model"].as_str().unwrap_or(""),
             m["memory_gib"],
@@ -180,6 +180,11 @@ impl Report {
             self.args.requests,
             self.args.seconds,
             self.args.warmup,
+            if self.args.tcp_hops {
+                "TCP (--tcp-hops)"
+            } else {
+                "their unix sockets"
+            },
         );
         let _ = writeln!(
             s,
@@ -303,6 +308,7 @@ impl Report {
                 "warmup_requests": self.args.warmup,
                 "appends": self.args.appends,
                 "append_writers": self.args.append_writers,
+                "hops": if self.args.tcp_hops { "tcp" } else { "unix" },
             },
             "up_mcp_url": self.up_mcp_url,
             "phases": self.phases,

@@ -348,8 +348,19 @@ async fn measure(args: &RunArgs, ithaca: &Path, exe: &Path, work: &Path) -> anyh
     let token = field(&lines, "agent key")?;
     up.stop()?;
     let (up, restart, lines) = start_up(ithaca, &key_hex, &data)?;
-    let auth_url = field(&lines, "auth ")?;
-    let session_url = field(&lines, "session ")?;
+    // `  session  http://127.0.0.1:port  unix:/…/session.sock`: the unix
+    // socket unless --tcp-hops (or `ithaca up` bound none).
+    let hop = |label: &str| -> anyhow::Result<String> {
+        let urls = field(&lines, label)?;
+        let mut urls = urls.split_whitespace();
+        let tcp = urls.next().unwrap_or_default().to_owned();
+        Ok(match urls.next() {
+            Some(unix) if !args.tcp_hops => unix.to_owned(),
+            _ => tcp,
+        })
+    };
+    let auth_url = hop("auth ")?;
+    let session_url = hop("session ")?;
     let up_mcp = field(&lines, "mcp ")?;
     let startup = Startup {
         first_start_s: first_start,
@@ -364,15 +375,24 @@ async fn measure(args: &RunArgs, ithaca: &Path, exe: &Path, work: &Path) -> anyh
     let mut cmd = Command::new(exe);
     cmd.args(["backend", "--listen", "127.0.0.1:0"])
         .env("ITHACA_INTERNAL_KEY", &key_hex);
+    if !args.tcp_hops {
+        cmd.arg("--unix-socket").arg(work.join("probe.sock"));
+    }
     let mut backend = Proc::spawn("probe backend (bench)", cmd)?;
-    let backend_addr = backend.listening("ithaca-bench backend listening on")?;
+    let mut backend_url = format!(
+        "http://{}",
+        backend.listening("ithaca-bench backend listening on")?
+    );
+    if !args.tcp_hops {
+        backend_url = backend.listening("ithaca-bench backend listening on unix:")?;
+    }
     let mut cmd = ithaca_command(ithaca, &key_hex);
     cmd.args(["serve", "edge", "--listen", "127.0.0.1:0", "--auth-url"])
         .arg(&auth_url)
         .arg("--session-url")
         .arg(&session_url)
         .arg("--backend")
-        .arg(format!("http://{backend_addr}"));
+        .arg(&backend_url);
     let mut edge = Proc::spawn("ithaca serve edge", cmd)?;
     let edge_addr = edge.listening("ithaca: edge listening on")?;
 

@@ -3,13 +3,19 @@
 //! 0), until the shutdown token is cancelled. A handler that panics answers
 //! INTERNAL ([`crate::panic`]) and the server goes on serving.
 
+use futures::StreamExt;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::net::TcpListener;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tonic::service::Routes;
 use tonic::transport::Server;
-use tonic::transport::server::TcpIncoming;
+use tonic::transport::server::{Connected, TcpConnectInfo, TcpIncoming};
 use tonic_health::ServingStatus;
 
 /// How long in-flight calls may take to finish after shutdown begins.
@@ -60,10 +66,206 @@ pub enum ServeError {
     Reflection(#[from] tonic_reflection::server::Error),
 }
 
+/// Where a server accepts connections: its TCP port, and beside it (or
+/// instead of it) a unix socket for callers on the same host, which reach
+/// it with a `unix:<path>` URL ([`crate::client::channel`]) and skip the
+/// TCP stack on every message.
+#[derive(Debug)]
+pub struct Listener {
+    tcp: Option<TcpListener>,
+    unix: Option<UnixSocket>,
+}
+
+impl Listener {
+    /// Only a unix socket.
+    pub fn unix(socket: UnixSocket) -> Self {
+        Listener {
+            tcp: None,
+            unix: Some(socket),
+        }
+    }
+
+    /// This listener and a unix socket beside it.
+    pub fn with_unix(mut self, socket: UnixSocket) -> Self {
+        self.unix = Some(socket);
+        self
+    }
+
+    /// Every connection either listener accepts, for
+    /// `serve_with_incoming` (TCP ones with `TCP_NODELAY`).
+    pub fn incoming(self) -> impl futures::Stream<Item = io::Result<Conn>> {
+        // TCP_NODELAY: a response's trailers are a separate small write;
+        // with Nagle on they wait for the peer's delayed ACK (40 ms on
+        // Linux).
+        let tcp = self.tcp.map(|l| {
+            TcpIncoming::from(l)
+                .with_nodelay(Some(true))
+                .map(|r| r.map(Conn::Tcp))
+        });
+        let unix = self.unix.map(|l| {
+            futures::stream::unfold(l, |l| async move {
+                let accepted = l
+                    .listener
+                    .accept()
+                    .await
+                    .map(|(stream, _)| Conn::Unix(stream));
+                Some((accepted, l))
+            })
+        });
+        futures::stream::select(
+            futures::stream::iter(tcp).flatten(),
+            futures::stream::iter(unix).flatten(),
+        )
+    }
+}
+
+impl From<TcpListener> for Listener {
+    fn from(listener: TcpListener) -> Self {
+        Listener {
+            tcp: Some(listener),
+            unix: None,
+        }
+    }
+}
+
+/// A unix socket a server listens on; its file is removed when the server
+/// stops (when this is dropped).
+#[derive(Debug)]
+pub struct UnixSocket {
+    listener: UnixListener,
+    path: PathBuf,
+}
+
+impl UnixSocket {
+    /// Bind `path`. A file left there by a server that is gone (nothing
+    /// answers on it) is replaced; one a live server answers on, or a file
+    /// that is not a socket, is an error naming the path.
+    pub async fn bind(path: &Path) -> io::Result<Self> {
+        use std::os::unix::fs::FileTypeExt;
+        if let Ok(meta) = std::fs::symlink_metadata(path) {
+            let in_use = |what: &str| {
+                io::Error::new(
+                    io::ErrorKind::AddrInUse,
+                    format!("{}: {what}", path.display()),
+                )
+            };
+            if !meta.file_type().is_socket() {
+                return Err(in_use("exists and is not a socket"));
+            }
+            if UnixStream::connect(path).await.is_ok() {
+                return Err(in_use("another server listens on this socket"));
+            }
+            std::fs::remove_file(path)?;
+        }
+        let listener = UnixListener::bind(path)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        Ok(UnixSocket {
+            listener,
+            path: path.to_owned(),
+        })
+    }
+
+    /// The socket's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The URL callers on this host reach it by (`unix:<path>`).
+    pub fn url(&self) -> String {
+        format!("{}{}", crate::client::UNIX_SCHEME, self.path.display())
+    }
+}
+
+impl Drop for UnixSocket {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// One accepted connection, over TCP or a unix socket.
+#[derive(Debug)]
+pub enum Conn {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Connected for Conn {
+    /// The TCP peer's addresses; none for a unix socket.
+    type ConnectInfo = TcpConnectInfo;
+
+    fn connect_info(&self) -> TcpConnectInfo {
+        match self {
+            Conn::Tcp(stream) => stream.connect_info(),
+            Conn::Unix(_) => TcpConnectInfo {
+                local_addr: None,
+                remote_addr: None,
+            },
+        }
+    }
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Conn::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            Conn::Unix(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Conn::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            Conn::Unix(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Conn::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Conn::Unix(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Conn::Tcp(s) => s.is_write_vectored(),
+            Conn::Unix(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Conn::Tcp(s) => Pin::new(s).poll_flush(cx),
+            Conn::Unix(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Conn::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            Conn::Unix(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+}
+
 /// Serve until `shutdown` is cancelled, then let in-flight calls finish for
 /// at most [`DRAIN_TIMEOUT`].
 pub async fn serve(
-    listener: TcpListener,
+    listener: impl Into<Listener>,
     options: ServeOptions,
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
@@ -102,9 +304,7 @@ pub async fn serve(
                 .await;
         }
     };
-    // TCP_NODELAY: a response's trailers are a separate small write; with
-    // Nagle on they wait for the peer's delayed ACK (40 ms on Linux).
-    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    let incoming = listener.into().incoming();
     let server = Server::builder()
         .trace_fn(crate::propagation::server_span)
         // Around every route, so a panic anywhere below it (the principal

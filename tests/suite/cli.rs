@@ -58,18 +58,34 @@ async fn up_keys_and_restart() {
     let human_key = value_after(&lines, "human key").to_owned();
     assert!(agent_key.starts_with("dmbg_test_"), "{agent_key}");
     assert!(human_key.starts_with("dmbg_test_"), "{human_key}");
-    let auth_url = value_after(&lines, "auth").to_owned();
-    let session_url = value_after(&lines, "session").to_owned();
     assert!(data.join("auth.db").exists() && data.join("session.db").exists());
 
-    assert_eq!(
-        serving(&auth_url, ithaca_proto::service_names::AUTH).await,
-        ServingStatus::Serving as i32
-    );
-    assert_eq!(
-        serving(&session_url, ithaca_proto::service_names::SESSION).await,
-        ServingStatus::Serving as i32
-    );
+    // Each service is printed with its port and the unix socket beside it,
+    // in the data directory; both serve it.
+    let sockets = std::fs::canonicalize(&data)
+        .expect("data dir")
+        .join("sockets");
+    for (label, name) in [
+        ("auth", ithaca_proto::service_names::AUTH),
+        ("session", ithaca_proto::service_names::SESSION),
+    ] {
+        let urls: Vec<&str> = value_after(&lines, label).split_whitespace().collect();
+        let [tcp, unix] = urls[..] else {
+            panic!("{label}: expected a port and a socket, got {urls:?}");
+        };
+        assert!(tcp.starts_with("http://127.0.0.1:"), "{tcp}");
+        assert_eq!(
+            unix,
+            format!("unix:{}", sockets.join(format!("{label}.sock")).display())
+        );
+        for url in [tcp, unix] {
+            assert_eq!(
+                serving(url, name).await,
+                ServingStatus::Serving as i32,
+                "{label} at {url}"
+            );
+        }
+    }
 
     // MCP is served at the printed URL, for the printed agent key.
     let mcp_url = value_after(&lines, "mcp").to_owned();
@@ -196,6 +212,11 @@ async fn up_keys_and_restart() {
     let status = stack.terminate();
     assert!(status.success(), "clean exit: {status:?}");
     stack.wait_for("ithaca: stopped", Duration::from_secs(5));
+    let left: Vec<_> = std::fs::read_dir(&sockets)
+        .expect("the sockets folder")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert!(left.is_empty(), "sockets outlived the stack: {left:?}");
 
     // A second start keeps the data and prints no new keys.
     let stack = up(&data);
@@ -276,4 +297,41 @@ fn an_explicit_mcp_port_wins_over_port_base_zero() {
         );
         assert!(stack.terminate().success());
     }
+}
+
+/// `ithaca serve <service> --unix-socket PATH` serves on the socket beside
+/// its port (one `listening on` line each), callers reach it with a
+/// `unix:` URL, and the socket's file goes when the service stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_also_serves_on_the_unix_socket_it_is_given() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("auth.sock");
+    let mut cmd = common::ithaca();
+    cmd.args(["serve", "auth", "--listen", "127.0.0.1:0", "--database-url"])
+        .arg(dir.path().join("auth.db"))
+        .arg("--unix-socket")
+        .arg(&socket);
+    let mut auth = common::Process::spawn(cmd);
+    let lines = auth.wait_for("listening on unix:", Duration::from_secs(60));
+    let url = format!("unix:{}", socket.display());
+    assert!(
+        lines
+            .iter()
+            .any(|l| l == &format!("ithaca: auth listening on {url}")),
+        "{lines:#?}"
+    );
+    let tcp = lines
+        .iter()
+        .find_map(|l| l.strip_prefix("ithaca: auth listening on 127.0.0.1:"))
+        .map(|port| format!("http://127.0.0.1:{port}"))
+        .expect("the port's line");
+    for url in [&tcp, &url] {
+        assert_eq!(
+            serving(url, ithaca_proto::service_names::AUTH).await,
+            ServingStatus::Serving as i32,
+            "{url}"
+        );
+    }
+    assert!(auth.terminate().success());
+    assert!(!socket.exists(), "the socket outlived the service");
 }

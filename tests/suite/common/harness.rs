@@ -181,7 +181,7 @@ impl StackBuilder {
             tenant: started.tenant_id.clone(),
             agent,
             human,
-            urls: started.urls,
+            urls: started.tcp_urls,
             postgres: self.postgres,
             services: self.services,
             shutdown,

@@ -409,13 +409,22 @@ pub fn up_logging_to(env: &[(&str, &str)], stderr: Stdio) -> Up {
         url: after("mcp ").trim_end_matches("/mcp").to_owned(),
         agent: after("agent key"),
         human: after("human key"),
-        auth_url: after("auth "),
-        skills_url: after("skills "),
+        auth_url: first_word(&after("auth ")),
+        skills_url: first_word(&after("skills ")),
         tenant: after("tenant "),
         data_dir,
         process,
         dir,
     }
+}
+
+/// A service's TCP URL from its line of `ithaca up`, which also names its
+/// unix socket after it.
+fn first_word(urls: &str) -> String {
+    urls.split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_owned()
 }
 
 /// `ithaca serve <service>` on a free loopback port; returns the process and
