@@ -141,21 +141,27 @@ impl Stack {
 }
 
 /// Where a local service's unix socket goes: `<data dir>/sockets/<service>.sock`,
-/// or none when that path is too long for a socket address (108 bytes on
-/// Linux, with its final NUL), and the service is then reached on its port
-/// alone.
-fn socket_path(data_dir: &Path, service: Service) -> anyhow::Result<Option<PathBuf>> {
-    let dir = std::fs::canonicalize(data_dir)
-        .with_context(|| format!("resolving {}", data_dir.display()))?
-        .join("sockets");
+/// or none (and the service is reached on its port alone) when that path is
+/// too long for a socket address (108 bytes on Linux, with its final NUL)
+/// or the folder cannot be made.
+fn socket_path(data_dir: &Path, service: Service) -> Option<PathBuf> {
+    let dir = match std::fs::canonicalize(data_dir) {
+        Ok(dir) => dir.join("sockets"),
+        Err(error) => {
+            tracing::warn!(dir = %data_dir.display(), %error, "no unix sockets; the stack talks over TCP");
+            return None;
+        }
+    };
     let path = dir.join(format!("{service}.sock"));
     if path.as_os_str().len() >= 108 {
-        tracing::info!(path = %path.display(), "the data directory's path is too long for a unix socket; services talk over TCP");
-        return Ok(None);
+        tracing::info!(path = %path.display(), "the data directory's path is too long for a unix socket; the stack talks over TCP");
+        return None;
     }
-    ithaca_kit::db::create_private_dir(&dir)
-        .with_context(|| format!("creating {}", dir.display()))?;
-    Ok(Some(path))
+    if let Err(error) = ithaca_kit::db::create_private_dir(&dir) {
+        tracing::warn!(dir = %dir.display(), %error, "no unix sockets; the stack talks over TCP");
+        return None;
+    }
+    Some(path)
 }
 
 /// Open the data directory and its internal key.
@@ -211,14 +217,20 @@ pub async fn start_services(
         let mut listener = ithaca_kit::server::Listener::from(tcp);
         // Beside the port, a unix socket: the stack's own calls between
         // services (and the edge's) take it, sparing each message the
-        // loopback TCP stack.
+        // loopback TCP stack. Where it cannot be had (another stack on this
+        // data directory serves on it, as when `ithaca mcp` runs beside
+        // `ithaca up`), the port does.
         let mut url = tcp_url.clone();
-        if let Some(path) = socket_path(options.data_dir, service)? {
-            let socket = ithaca_kit::server::UnixSocket::bind(&path)
-                .await
-                .with_context(|| format!("binding the socket of {service} (is another stack running on this data directory?)"))?;
-            url = socket.url();
-            listener = listener.with_unix(socket);
+        if let Some(path) = socket_path(options.data_dir, service) {
+            match ithaca_kit::server::UnixSocket::bind(&path).await {
+                Ok(socket) => {
+                    url = socket.url();
+                    listener = listener.with_unix(socket);
+                }
+                Err(error) => {
+                    tracing::warn!(%service, %error, "no unix socket for this service; the stack reaches it over TCP");
+                }
+            }
         }
         let task = serve::start(Spec {
             service,

@@ -335,3 +335,48 @@ async fn a_service_also_serves_on_the_unix_socket_it_is_given() {
     assert!(auth.terminate().success());
     assert!(!socket.exists(), "the socket outlived the service");
 }
+
+/// Two stacks on one data directory (`ithaca mcp` over stdio beside
+/// `ithaca up`): the first holds the services' sockets, the second reaches
+/// its own services over TCP instead of failing, and each answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_stack_on_one_data_directory_talks_tcp_where_the_first_holds_the_sockets() {
+    use ithaca::services::Service;
+    use ithaca::up::{StackOptions, start_services};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = ithaca::serve::BrokerArgs::default();
+    let options = StackOptions {
+        services: &[Service::Auth],
+        ..StackOptions::local(dir.path(), 0, None, "", &broker)
+    };
+    let key = common::key();
+    let (one, two) = (
+        ithaca_kit::shutdown::CancellationToken::new(),
+        ithaca_kit::shutdown::CancellationToken::new(),
+    );
+    let first = start_services(&options, &key, &one).await.expect("first");
+    let second = start_services(&options, &key, &two).await.expect("second");
+    let socket = std::fs::canonicalize(dir.path())
+        .expect("dir")
+        .join("sockets/auth.sock");
+    assert_eq!(
+        first.url(Service::Auth),
+        Some(format!("unix:{}", socket.display()))
+    );
+    assert_eq!(second.url(Service::Auth), second.tcp_url(Service::Auth));
+    for url in [first.url(Service::Auth), second.url(Service::Auth)] {
+        let url = url.expect("an auth url");
+        assert_eq!(
+            serving(&url, ithaca_proto::service_names::AUTH).await,
+            ServingStatus::Serving as i32,
+            "{url}"
+        );
+    }
+    // The second stack's stop leaves the first's socket alone.
+    two.cancel();
+    ithaca::up::join_all(second.tasks).await;
+    assert!(socket.exists(), "the first stack's socket was removed");
+    one.cancel();
+    ithaca::up::join_all(first.tasks).await;
+    assert!(!socket.exists(), "the socket outlived its stack");
+}

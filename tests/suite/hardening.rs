@@ -930,6 +930,17 @@ async fn ithaca_up_keeps_its_data_directory_private_and_applies_the_listener_fla
     let mut files = 0;
     for entry in std::fs::read_dir(&data).expect("read dir") {
         let path = entry.expect("entry").path();
+        if path.is_dir() {
+            // The services' unix sockets: a private folder of sockets only.
+            assert_eq!(path.file_name(), Some("sockets".as_ref()));
+            assert_eq!(mode(&path), 0o700, "{}", path.display());
+            for socket in std::fs::read_dir(&path).expect("read sockets") {
+                use std::os::unix::fs::FileTypeExt;
+                let socket = socket.expect("entry");
+                assert!(socket.file_type().expect("type").is_socket(), "{socket:?}");
+            }
+            continue;
+        }
         assert_eq!(mode(&path), 0o600, "{}", path.display());
         files += 1;
     }
