@@ -16,11 +16,12 @@
 
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
 use sqlx::{PgPool, SqlitePool};
 use std::path::Path;
 use std::str::FromStr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::sync::{Mutex, MutexGuard};
 
@@ -50,8 +51,15 @@ pub struct Db {
     /// instead of spinning on SQLITE_BUSY. `None` on PostgreSQL, whose row
     /// locks order concurrent writers.
     write_gate: Option<Arc<Mutex<()>>>,
+    /// Set (SQLite) when a checkpoint found every frame of the write-ahead
+    /// log copied: the next write transaction starts the log over, and
+    /// that syncs the log's header ([`Db::take_log_restart`]).
+    log_restart: Option<Arc<AtomicBool>>,
     /// The PostgreSQL schema (empty on SQLite), for LISTEN channel names.
     schema: String,
+    /// The SQLite file (none in memory and on PostgreSQL), for a writer
+    /// that opens a connection of its own ([`Db::sqlite_file`]).
+    sqlite_file: Option<std::path::PathBuf>,
     /// The migrations this binary knows, to compare with those the
     /// database has applied ([`Db::schema_state`]).
     migrator: &'static Migrator,
@@ -150,7 +158,9 @@ impl Db {
         Ok(Db {
             pool: Pool::Postgres(pool),
             write_gate: None,
+            log_restart: None,
             schema: schema.to_owned(),
+            sqlite_file: None,
             migrator,
         })
     }
@@ -179,17 +189,14 @@ impl Db {
                 source,
             })?;
         }
-        let options = SqliteConnectOptions::new()
+        let mut options = SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Normal)
-            .busy_timeout(Duration::from_secs(30))
-            .foreign_keys(true)
-            // No connection checkpoints as it commits: the checkpointer
-            // below does, off the writers' path (see `checkpoint_wal`).
-            .pragma("wal_autocheckpoint", "0")
-            .pragma("journal_size_limit", LOG_KEPT_BYTES);
+            .busy_timeout(Duration::from_secs(30));
+        for (name, value) in SQLITE_WRITER_PRAGMAS {
+            options = options.pragma(name, value);
+        }
         let pool = SqlitePoolOptions::new()
             .max_connections(8)
             // sqlx pings a pooled connection before handing it out; a SQLite
@@ -201,17 +208,45 @@ impl Db {
             .await?;
         migrator.run(&pool).await?;
         let write_gate = Arc::new(Mutex::new(()));
-        tokio::spawn(checkpoint_wal(pool.clone(), write_gate.clone()));
+        let log_restart = Arc::new(AtomicBool::new(false));
+        tokio::spawn(checkpoint_wal(
+            pool.clone(),
+            write_gate.clone(),
+            log_restart.clone(),
+        ));
         Ok(Db {
             pool: Pool::Sqlite(pool),
             write_gate: Some(write_gate),
+            log_restart: Some(log_restart),
             schema: String::new(),
+            sqlite_file: (!path.starts_with(':')).then(|| Path::new(path).to_owned()),
             migrator,
         })
     }
 
     pub fn pool(&self) -> &Pool {
         &self.pool
+    }
+
+    /// The SQLite database's file, for a writer that opens a connection of
+    /// its own beside the pool. It must set [`SQLITE_WRITER_PRAGMAS`] and
+    /// hold [`Db::write_gate`] while it writes. `None` on PostgreSQL and for
+    /// an in-memory database (which no second connection can open).
+    pub fn sqlite_file(&self) -> Option<&Path> {
+        self.sqlite_file.as_deref()
+    }
+
+    /// Whether the next write transaction on SQLite starts the write-ahead
+    /// log over (a checkpoint copied all of it since this was last asked),
+    /// and so syncs the log's header to disk (`synchronous=NORMAL` syncs
+    /// nothing else on a commit). A writer that runs its statements on the
+    /// async runtime ([`Db::sqlite_file`]) hands that transaction to the
+    /// pool's thread instead, so the sync blocks no task. Always false on
+    /// PostgreSQL.
+    pub fn take_log_restart(&self) -> bool {
+        self.log_restart
+            .as_ref()
+            .is_some_and(|due| due.swap(false, Ordering::Relaxed))
     }
 
     /// The PostgreSQL schema, empty on SQLite.
@@ -266,6 +301,18 @@ impl Db {
     }
 }
 
+/// What every connection to a service's SQLite file sets, the pool's and a
+/// writer's own ([`Db::sqlite_file`]): commits append to the write-ahead
+/// log without `fsync`, foreign keys hold, and no connection checkpoints
+/// as it commits (the checkpointer below does, off the writers' path; see
+/// `checkpoint_wal`).
+pub const SQLITE_WRITER_PRAGMAS: [(&str, &str); 4] = [
+    ("synchronous", "NORMAL"),
+    ("foreign_keys", "ON"),
+    ("wal_autocheckpoint", "0"),
+    ("journal_size_limit", LOG_KEPT_BYTES),
+];
+
 /// How soon the next checkpoint runs while commits arrive. Each flushes
 /// what was committed since the last, beside the writer; the less that
 /// is, the less the commits beside it slow down.
@@ -310,7 +357,7 @@ const LOG_KEPT_BYTES: &str = "67108864";
 /// it copies the few frames committed during the first, after which the
 /// next write starts the log over (unless a read that began before still
 /// holds an older snapshot; the next gated round tries again).
-async fn checkpoint_wal(pool: SqlitePool, gate: Arc<Mutex<()>>) {
+async fn checkpoint_wal(pool: SqlitePool, gate: Arc<Mutex<()>>, log_restart: Arc<AtomicBool>) {
     let mut wait = CHECKPOINT_BUSY;
     let mut left = Log::default();
     let mut rounds_ungated: u32 = 0;
@@ -323,6 +370,9 @@ async fn checkpoint_wal(pool: SqlitePool, gate: Arc<Mutex<()>>) {
         let gated = (rounds_ungated >= GATED_EVERY).then_some(&*gate);
         match checkpoint_round(&pool, gated, left).await {
             Ok(Some(log)) => {
+                if log.copied == log.frames {
+                    log_restart.store(true, Ordering::Relaxed);
+                }
                 left = log;
                 wait = CHECKPOINT_BUSY;
                 if gated.is_some() {

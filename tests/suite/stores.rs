@@ -95,6 +95,114 @@ async fn the_sqlite_log_is_checkpointed_beside_the_writers() {
     db.close().await;
 }
 
+/// When a checkpoint has copied the whole write-ahead log, the next write
+/// starts the log over, and that write syncs the log's header. The
+/// database says so once (`Db::take_log_restart`), so the committer, which
+/// runs its statements on the runtime, hands that one write to the pool's
+/// thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_that_copied_the_whole_log_is_reported_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = common::sqlite_path(&dir, "session");
+    let (db, svc, alice) = sqlite_session_service(&path).await;
+    let s = svc
+        .session_context(&alice, "log restart", None, None)
+        .await
+        .expect("open a session");
+    svc.append(&alice, &s.session_id, EventType::ToolCall, json!({"n": 1}))
+        .await
+        .expect("append");
+    // The checkpointer runs every 25 ms while there are writes, and
+    // doubles its wait up to a second when there are none.
+    let mut reported = false;
+    for _ in 0..100 {
+        if db.take_log_restart() {
+            reported = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(reported, "no checkpoint reported the whole log copied");
+    assert!(!db.take_log_restart(), "reported twice for one checkpoint");
+    // Appends go on, numbered without a gap.
+    let next = svc
+        .append(&alice, &s.session_id, EventType::ToolCall, json!({"n": 2}))
+        .await
+        .expect("append after the restart");
+    let (events, last) = svc
+        .read(&alice, &s.session_id, 0, 1000)
+        .await
+        .expect("read");
+    assert_eq!(next.seq, last);
+    assert_eq!(events.len() as i64, last, "seqs 1..{last} without a gap");
+    db.close().await;
+}
+
+/// The committer writes on a SQLite connection of its own, behind the
+/// write gate every writer of the process holds. A writer of another
+/// process that holds the database makes an append wait a bounded time
+/// (`inline::BUSY_TIMEOUT`, not the pool's 30 s) and then fail as
+/// retryable; nothing of it is written, no seq is spent, and the next append
+/// after the other writer lets go takes the next seq.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_append_blocked_by_another_process_fails_clearly_and_spends_no_seq() {
+    use sqlx::Connection;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = common::sqlite_path(&dir, "session");
+    let (db, svc, alice) = sqlite_session_service(&path).await;
+    let s = svc
+        .session_context(&alice, "a foreign writer", None, None)
+        .await
+        .expect("open a session");
+    let before = svc
+        .append(&alice, &s.session_id, EventType::ToolCall, json!({"n": 1}))
+        .await
+        .expect("append")
+        .seq;
+
+    // Another process's writer: a connection outside this service's pool,
+    // holding the write lock.
+    let mut foreign = sqlx::SqliteConnection::connect(&format!("sqlite://{path}"))
+        .await
+        .expect("connect");
+    sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut foreign)
+        .await
+        .expect("take the write lock");
+    let blocked = svc
+        .append(&alice, &s.session_id, EventType::ToolCall, json!({"n": 2}))
+        .await
+        .expect_err("the database is held");
+    // Retryable, as a database that is away is; the lock itself is in the
+    // service's log, not in the answer.
+    assert_eq!(blocked.code, Code::Unavailable, "{blocked:?}");
+    assert!(
+        blocked.message.contains("retry later"),
+        "{}",
+        blocked.message
+    );
+    sqlx::query("ROLLBACK")
+        .execute(&mut foreign)
+        .await
+        .expect("let go");
+    foreign.close().await.expect("close");
+
+    let after = svc
+        .append(&alice, &s.session_id, EventType::ToolCall, json!({"n": 3}))
+        .await
+        .expect("append after");
+    assert_eq!(after.seq, before + 1, "the failed append spent no seq");
+    let (events, _) = svc
+        .read(&alice, &s.session_id, 0, 1000)
+        .await
+        .expect("read");
+    assert!(
+        events.iter().all(|e| !e.payload.contains("\"n\":2")),
+        "the failed append was written: {events:?}"
+    );
+    db.close().await;
+}
+
 /// The write-ahead log starts over while writes never stop. A checkpoint
 /// that runs only beside the writer can copy every frame but never end
 /// the log (a new frame is always written before it finishes), so the

@@ -17,6 +17,8 @@ use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
+mod inline;
+
 static SQLITE: Migrator = sqlx::migrate!("./migrations/sqlite");
 static POSTGRES: Migrator = sqlx::migrate!("./migrations/postgres");
 
@@ -697,12 +699,27 @@ const HOLD_IDLE: Duration = Duration::from_secs(1);
 /// commit re-read the pages it touched) and whose statement cache had not
 /// seen this batch size yet.
 enum Held {
+    /// SQLite in memory (no second connection could open it), and a file's
+    /// batch that starts the write-ahead log over: a pool connection.
     Sqlite(PoolConnection<sqlx::Sqlite>),
     Postgres(PoolConnection<sqlx::Postgres>),
+    /// A SQLite file: the committer's own connection, driven on its task
+    /// ([`inline`]).
+    Inline(inline::Inline),
 }
 
 impl Held {
     async fn take(db: &Db) -> Result<Held, sqlx::Error> {
+        if let Some(file) = db.sqlite_file() {
+            return inline::Inline::open(file)
+                .map(Held::Inline)
+                .map_err(sqlite_error);
+        }
+        Self::pooled(db).await
+    }
+
+    /// A connection of the pool, whatever the database.
+    async fn pooled(db: &Db) -> Result<Held, sqlx::Error> {
         Ok(match db.pool() {
             Pool::Sqlite(pool) => Held::Sqlite(pool.acquire().await?),
             Pool::Postgres(pool) => Held::Postgres(pool.acquire().await?),
@@ -715,6 +732,7 @@ impl Held {
         match self {
             Held::Sqlite(mut conn) => conn.close_on_drop(),
             Held::Postgres(mut conn) => conn.close_on_drop(),
+            Held::Inline(conn) => drop(conn),
         }
     }
 }
@@ -786,6 +804,18 @@ async fn commit_held(
     held: &mut Option<Held>,
     jobs: &[AppendJob],
 ) -> Result<Vec<Option<i64>>, sqlx::Error> {
+    if db.sqlite_file().is_some() && db.take_log_restart() {
+        // This batch starts the write-ahead log over, which syncs its
+        // header to disk: on the pool's own thread, not on the runtime.
+        let mut pooled = Held::pooled(db).await?;
+        return match commit_batch(db, &mut pooled, jobs).await {
+            Ok(seqs) => Ok(seqs),
+            Err(Failed::AtBegin(err) | Failed::Later(err)) => {
+                pooled.discard();
+                Err(err)
+            }
+        };
+    }
     let (mut conn, kept) = match held.take() {
         Some(conn) => (conn, true),
         None => (Held::take(db).await?, false),
@@ -857,6 +887,11 @@ async fn commit_batch(
                     let $dialect = Dialect::Postgres;
                     $body
                 }
+                Held::Inline(conn) => {
+                    return conn
+                        .commit(jobs)
+                        .map_err(|e| Failed::Later(sqlite_error(e)));
+                }
             }
         };
     }
@@ -885,6 +920,12 @@ async fn commit_batch(
         tx.commit().await?;
         Ok(seqs)
     })
+}
+
+/// A failure of the committer's own SQLite connection, as the pool's
+/// failures are reported.
+fn sqlite_error(err: rusqlite::Error) -> sqlx::Error {
+    sqlx::Error::Io(std::io::Error::other(err))
 }
 
 /// The seqs of a run of `len` appends that ends at `last`.
