@@ -34,18 +34,46 @@ async fn migrations_are_idempotent_on_reopen() {
     }
 }
 
-/// The session service on a fresh SQLite file at `path`, and an agent to
-/// call it as (the SQLite log tests below watch the file itself).
-async fn sqlite_session_service(
-    path: &str,
-) -> (Db, ithaca_session::service::SessionService, Principal) {
-    let db = ithaca_session::open_db(path, "unused").await.expect("open");
-    let svc = ithaca_session::service(
-        db.clone(),
-        ithaca_session::Config::default(),
-        CancellationToken::new(),
-    );
-    (db, svc, common::agent("tenant-a", "agent-a"))
+/// The session service on a fresh SQLite file, an agent to call it as, and
+/// a session that agent opened (the SQLite log tests below watch the file
+/// itself).
+struct SqliteSession {
+    _dir: tempfile::TempDir,
+    path: String,
+    db: Db,
+    svc: ithaca_session::service::SessionService,
+    alice: Principal,
+    session_id: String,
+}
+
+impl SqliteSession {
+    async fn open(title: &str) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = common::sqlite_path(&dir, "session");
+        let db = ithaca_session::open_db(&path, "unused")
+            .await
+            .expect("open");
+        let svc = ithaca_session::service(
+            db.clone(),
+            ithaca_session::Config::default(),
+            CancellationToken::new(),
+        );
+        let alice = common::agent("tenant-a", "agent-a");
+        let session_id = svc
+            .session_context(&alice, title, None, None)
+            .await
+            .expect("open a session")
+            .session_id
+            .to_string();
+        SqliteSession {
+            _dir: dir,
+            path,
+            db,
+            svc,
+            alice,
+            session_id,
+        }
+    }
 }
 
 /// A SQLite service's write-ahead log is copied back into its database by
@@ -54,21 +82,17 @@ async fn sqlite_session_service(
 /// pages after which SQLite's default would make a committing writer do it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sqlite_log_is_checkpointed_beside_the_writers() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = common::sqlite_path(&dir, "session");
-    let size = || std::fs::metadata(&path).expect("database file").len();
-    let (db, svc, alice) = sqlite_session_service(&path).await;
-    // The migrations' pages are far fewer than the appends' below.
+    let f = SqliteSession::open("checkpoints").await;
+    let (db, svc, alice) = (&f.db, &f.svc, &f.alice);
+    let size = || std::fs::metadata(&f.path).expect("database file").len();
+    // The migrations' and the session's pages are far fewer than the
+    // appends' below.
     let settled = size();
-    let s = svc
-        .session_context(&alice, "checkpoints", None, None)
-        .await
-        .expect("open a session");
     let filler = "x".repeat(2_000);
     for n in 0..200 {
         svc.append(
-            &alice,
-            &s.session_id,
+            alice,
+            &f.session_id,
             EventType::ToolCall,
             json!({"n": n, "filler": filler}),
         )
@@ -87,10 +111,7 @@ async fn the_sqlite_log_is_checkpointed_beside_the_writers() {
          nothing checkpointed the log",
         size()
     );
-    let (events, last) = svc
-        .read(&alice, &s.session_id, 0, 1000)
-        .await
-        .expect("read");
+    let (events, last) = svc.read(alice, &f.session_id, 0, 1000).await.expect("read");
     assert_eq!(events.len() as i64, last, "every event readable");
     db.close().await;
 }
@@ -102,14 +123,9 @@ async fn the_sqlite_log_is_checkpointed_beside_the_writers() {
 /// thread.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_checkpoint_that_copied_the_whole_log_is_reported_once() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = common::sqlite_path(&dir, "session");
-    let (db, svc, alice) = sqlite_session_service(&path).await;
-    let s = svc
-        .session_context(&alice, "log restart", None, None)
-        .await
-        .expect("open a session");
-    svc.append(&alice, &s.session_id, EventType::ToolCall, json!({"n": 1}))
+    let f = SqliteSession::open("log restart").await;
+    let (db, svc, alice) = (&f.db, &f.svc, &f.alice);
+    svc.append(alice, &f.session_id, EventType::ToolCall, json!({"n": 1}))
         .await
         .expect("append");
     // The checkpointer runs every 25 ms while there are writes, and
@@ -126,13 +142,10 @@ async fn a_checkpoint_that_copied_the_whole_log_is_reported_once() {
     assert!(!db.take_log_restart(), "reported twice for one checkpoint");
     // Appends go on, numbered without a gap.
     let next = svc
-        .append(&alice, &s.session_id, EventType::ToolCall, json!({"n": 2}))
+        .append(alice, &f.session_id, EventType::ToolCall, json!({"n": 2}))
         .await
         .expect("append after the restart");
-    let (events, last) = svc
-        .read(&alice, &s.session_id, 0, 1000)
-        .await
-        .expect("read");
+    let (events, last) = svc.read(alice, &f.session_id, 0, 1000).await.expect("read");
     assert_eq!(next.seq, last);
     assert_eq!(events.len() as i64, last, "seqs 1..{last} without a gap");
     db.close().await;
@@ -147,15 +160,10 @@ async fn a_checkpoint_that_copied_the_whole_log_is_reported_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_append_blocked_by_another_process_fails_clearly_and_spends_no_seq() {
     use sqlx::Connection;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = common::sqlite_path(&dir, "session");
-    let (db, svc, alice) = sqlite_session_service(&path).await;
-    let s = svc
-        .session_context(&alice, "a foreign writer", None, None)
-        .await
-        .expect("open a session");
+    let f = SqliteSession::open("a foreign writer").await;
+    let (db, svc, alice, path) = (&f.db, &f.svc, &f.alice, &f.path);
     let before = svc
-        .append(&alice, &s.session_id, EventType::ToolCall, json!({"n": 1}))
+        .append(alice, &f.session_id, EventType::ToolCall, json!({"n": 1}))
         .await
         .expect("append")
         .seq;
@@ -170,7 +178,7 @@ async fn an_append_blocked_by_another_process_fails_clearly_and_spends_no_seq() 
         .await
         .expect("take the write lock");
     let blocked = svc
-        .append(&alice, &s.session_id, EventType::ToolCall, json!({"n": 2}))
+        .append(alice, &f.session_id, EventType::ToolCall, json!({"n": 2}))
         .await
         .expect_err("the database is held");
     // Retryable, as a database that is away is; the lock itself is in the
@@ -188,14 +196,11 @@ async fn an_append_blocked_by_another_process_fails_clearly_and_spends_no_seq() 
     foreign.close().await.expect("close");
 
     let after = svc
-        .append(&alice, &s.session_id, EventType::ToolCall, json!({"n": 3}))
+        .append(alice, &f.session_id, EventType::ToolCall, json!({"n": 3}))
         .await
         .expect("append after");
     assert_eq!(after.seq, before + 1, "the failed append spent no seq");
-    let (events, _) = svc
-        .read(&alice, &s.session_id, 0, 1000)
-        .await
-        .expect("read");
+    let (events, _) = svc.read(alice, &f.session_id, 0, 1000).await.expect("read");
     assert!(
         events.iter().all(|e| !e.payload.contains("\"n\":2")),
         "the failed append was written: {events:?}"
@@ -214,13 +219,8 @@ async fn an_append_blocked_by_another_process_fails_clearly_and_spends_no_seq() 
 /// half a minute.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sqlite_log_starts_over_while_writes_never_stop() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = common::sqlite_path(&dir, "session");
-    let (db, svc, alice) = sqlite_session_service(&path).await;
-    let s = svc
-        .session_context(&alice, "log restarts", None, None)
-        .await
-        .expect("open a session");
+    let f = SqliteSession::open("log restarts").await;
+    let (db, svc, alice, path) = (&f.db, &f.svc, &f.alice, &f.path);
     let wal = format!("{path}-wal");
     let starts = || -> u32 {
         use std::io::Read;
@@ -237,7 +237,7 @@ async fn the_sqlite_log_starts_over_while_writes_never_stop() {
         let (svc, alice, id, stop) = (
             svc.clone(),
             alice.clone(),
-            s.session_id.clone(),
+            f.session_id.clone(),
             stop.clone(),
         );
         writers.push(tokio::spawn(async move {
@@ -275,7 +275,7 @@ async fn the_sqlite_log_starts_over_while_writes_never_stop() {
     let mut next = 1;
     loop {
         let (events, last) = svc
-            .read(&alice, &s.session_id, next - 1, 1000)
+            .read(alice, &f.session_id, next - 1, 1000)
             .await
             .expect("read");
         for e in &events {
