@@ -104,11 +104,17 @@ impl Listener {
         });
         let unix = self.unix.map(|l| {
             futures::stream::unfold(l, |l| async move {
-                let accepted = l
-                    .listener
-                    .accept()
-                    .await
-                    .map(|(stream, _)| Conn::Unix(stream));
+                let accepted = match l.listener.accept().await {
+                    Ok((stream, _)) => Ok(Conn::Unix(stream)),
+                    Err(error) => {
+                        // tonic asks for the next connection at once: a
+                        // lack of file descriptors is waited out here
+                        // instead of spun on.
+                        tracing::warn!(%error, path = %l.path.display(), "accepting a connection on the unix socket failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        Err(error)
+                    }
+                };
                 Some((accepted, l))
             })
         });
