@@ -302,8 +302,9 @@ pub async fn follow<N, H>(
 }
 
 /// A 2026-07-28 `subscriptions/listen`: one watch per accepted URI the
-/// caller may read, each update sent on the listen's stream, until the
-/// client goes or the caller's key stops verifying.
+/// caller may read, each update sent on the listen's stream (and one as
+/// each watch opens, for a change made since the acknowledgement), until
+/// the client goes or the caller's key stops verifying.
 pub async fn listen(
     core: &Arc<Core>,
     principal: &Principal,
@@ -343,6 +344,13 @@ pub async fn listen(
                 Box::pin(async move { sink.notify_resource_updated(uri).await.is_ok() })
                     as futures::future::BoxFuture<'static, bool>
             };
+            // rmcp acknowledges the listen before it calls this, so a change
+            // between the acknowledgement and this watch's opening reaches
+            // no watch: one update now, as after a watch is opened again,
+            // has the client read the resource as it is from here on.
+            if !notify(uri.clone()).await {
+                return;
+            }
             crate::subscribe::follow(&core, &principal, &uri, stream, notify, || true).await;
         });
     }

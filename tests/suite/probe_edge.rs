@@ -311,6 +311,13 @@ async fn every_long_lived_stream_of_a_revoked_key_ends() {
         "the listen is acknowledged: {}",
         listen.text
     );
+    // The update sent as the listen's watch opens; after it, a change
+    // reaches the watch.
+    assert!(
+        listen.until(|t| updates_in(t) >= 1).await,
+        "{}",
+        listen.text
+    );
 
     // All of them are live: the agent's next event reaches each.
     let recorded = call(
@@ -324,7 +331,7 @@ async fn every_long_lived_stream_of_a_revoked_key_ends() {
     assert!(trace.until(|t| t.contains("live")).await, "{}", trace.text);
     assert!(get.until(|t| updates_in(t) >= 1).await, "{}", get.text);
     assert!(
-        listen.until(|t| updates_in(t) >= 1).await,
+        listen.until(|t| updates_in(t) >= 2).await,
         "{}",
         listen.text
     );

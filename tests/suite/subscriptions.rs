@@ -490,6 +490,16 @@ async fn a_listen_stream_carries_updates_under_its_subscription_id() {
         "{ack}"
     );
 
+    // Each watched URI is announced once as its watch opens: rmcp sends
+    // the acknowledgement first, and a change between the two would
+    // otherwise go unheard. After these, every change is a watch's.
+    for uri in [&session, &run] {
+        let opened = listen
+            .next("the update as a watch opens", updated(uri))
+            .await;
+        assert_eq!(meta_id(&opened), "listen-1", "{opened}");
+    }
+
     call(
         one,
         "record_reasoning",
