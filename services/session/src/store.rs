@@ -804,21 +804,17 @@ async fn commit_held(
     held: &mut Option<Held>,
     jobs: &[AppendJob],
 ) -> Result<Vec<Option<i64>>, sqlx::Error> {
-    if db.sqlite_file().is_some() && db.take_log_restart() {
-        // This batch starts the write-ahead log over, which syncs its
-        // header to disk: on the pool's own thread, not on the runtime.
-        let mut pooled = Held::pooled(db).await?;
-        return match commit_batch(db, &mut pooled, jobs).await {
-            Ok(seqs) => Ok(seqs),
-            Err(Failed::AtBegin(err) | Failed::Later(err)) => {
-                pooled.discard();
-                Err(err)
-            }
-        };
-    }
-    let (mut conn, kept) = match held.take() {
-        Some(conn) => (conn, true),
-        None => (Held::take(db).await?, false),
+    // A batch that starts the write-ahead log over syncs its header to
+    // disk: it goes to a pool connection (the pool's own thread, not the
+    // runtime), and the held connection stays for the next batch.
+    let restart = db.sqlite_file().is_some() && db.take_log_restart();
+    let (mut conn, kept) = match (restart, held.take()) {
+        (true, keep) => {
+            *held = keep;
+            (Held::pooled(db).await?, false)
+        }
+        (false, Some(conn)) => (conn, true),
+        (false, None) => (Held::take(db).await?, false),
     };
     let mut outcome = commit_batch(db, &mut conn, jobs).await;
     if kept && matches!(outcome, Err(Failed::AtBegin(_))) {
@@ -828,7 +824,9 @@ async fn commit_held(
     }
     match outcome {
         Ok(seqs) => {
-            *held = Some(conn);
+            if !restart {
+                *held = Some(conn);
+            }
             Ok(seqs)
         }
         Err(Failed::AtBegin(err) | Failed::Later(err)) => {

@@ -25,6 +25,7 @@ use super::{AppendJob, AppendScope, RESERVE, numbered, runs, strictest};
 use crate::model::Status;
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 use std::path::Path;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 /// How long a batch waits for a writer of another process.
@@ -87,7 +88,7 @@ fn append_run(
     run: &[AppendJob],
 ) -> rusqlite::Result<Option<i64>> {
     let n = run.len() as i64;
-    let mut reserve = tx.prepare_cached(&indexed(RESERVE))?;
+    let mut reserve = tx.prepare_cached(&RESERVE_INDEXED)?;
     reserve.raw_bind_parameter(1, scope.session_id.as_str())?;
     reserve.raw_bind_parameter(2, scope.tenant_id.as_str())?;
     reserve.raw_bind_parameter(3, scope.now_ms)?;
@@ -117,8 +118,12 @@ fn append_run(
     Ok(Some(last))
 }
 
-/// `sql` with its `$N` parameters as `?N`, which SQLite binds by that
-/// number (a `$N` is a name, numbered by where it first appears).
+/// [`RESERVE`] with its `$N` parameters as `?N`, which SQLite binds by
+/// that number (a `$N` is a name, numbered by where it first appears);
+/// made once, since every batch looks its statement up by this text.
+static RESERVE_INDEXED: LazyLock<String> = LazyLock::new(|| indexed(RESERVE));
+
+/// `sql` with its `$N` parameters as `?N`.
 fn indexed(sql: &str) -> String {
     sql.replace('$', "?")
 }
