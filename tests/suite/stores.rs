@@ -1479,8 +1479,9 @@ mod session {
     /// The append committer keeps its connection between batches. When the
     /// server ends that connection while it is kept (a restart, an idle
     /// timeout, an operator's `pg_terminate_backend`), the next append still
-    /// lands, once and without a gap: a batch that fails at `BEGIN` has
-    /// written nothing and is retried on a fresh connection.
+    /// lands, once and without a gap: the batch's one statement failed, the
+    /// session's `last_seq` shows it wrote nothing (no other writer moved
+    /// it), and it is committed again on a fresh connection.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn appends_land_after_the_committers_connection_is_ended_postgres() {
         let Some(url) = common::postgres(module_path!()) else {
@@ -1541,6 +1542,70 @@ mod session {
         assert_eq!(seqs, (1..=last).collect::<Vec<_>>(), "every seq once");
         admin.close().await;
         db.close().await;
+        common::drop_schema(&url, &schema).await;
+    }
+
+    /// On PostgreSQL the committer sends a batch of one session's appends
+    /// as one statement, its own transaction. When that statement fails
+    /// (here: the server ended the committer's connection) after another
+    /// replica appended to the session, the committer cannot tell whether
+    /// its statement landed: the append is reported as failed and not
+    /// retried, so nothing is ever written twice. It wrote nothing, and the
+    /// next append lands right after the other replica's.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_append_that_may_have_landed_is_reported_not_retried_postgres() {
+        let Some(url) = common::postgres(module_path!()) else {
+            return;
+        };
+        let schema = common::unique_schema("store");
+        let sep = if url.contains('?') { '&' } else { '?' };
+        let tagged = format!("{url}{sep}application_name={schema}");
+        let db = ithaca_session::open_db(&tagged, &schema)
+            .await
+            .expect("open");
+        let other_db = ithaca_session::open_db(&url, &schema)
+            .await
+            .expect("open the other replica");
+        let (svc, other) = (service(db.clone()), service(other_db.clone()));
+        let alice = alice();
+        let s = open(&svc).await;
+        let append = |svc: &SessionService, n: i64| {
+            let (alice, session_id, svc) = (alice.clone(), s.session_id.clone(), svc.clone());
+            async move {
+                svc.append(&alice, &session_id, EventType::ToolCall, json!({ "n": n }))
+                    .await
+            }
+        };
+        let first = append(&svc, 1).await.expect("the first append");
+        let by_other = append(&other, 2).await.expect("the other replica's append");
+        assert_eq!(by_other.seq, first.seq + 1);
+        let admin = sqlx::PgPool::connect(&url).await.expect("admin connection");
+        let ended: Vec<bool> = sqlx::query_scalar(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+        )
+        .bind(&schema)
+        .fetch_all(&admin)
+        .await
+        .expect("end the service's connections");
+        assert!(ended.contains(&true), "no connection of the service was ended");
+        let failed = append(&svc, 3).await;
+        assert!(
+            failed.is_err(),
+            "an append whose outcome the committer could not know was reported as landed: {failed:?}"
+        );
+        let next = append(&svc, 4).await.expect("the next append");
+        assert_eq!(next.seq, by_other.seq + 1, "the failed append wrote nothing");
+        let (events, last) = svc.read(&alice, &s.session_id, 0, 100).await.expect("read");
+        let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, (1..=last).collect::<Vec<_>>(), "every seq once");
+        let ns: Vec<i64> = events
+            .iter()
+            .filter_map(|e| serde_json::from_str::<serde_json::Value>(&e.payload).ok()?["n"].as_i64())
+            .collect();
+        assert_eq!(ns, vec![1, 2, 4], "each append that was acknowledged, once");
+        admin.close().await;
+        db.close().await;
+        other_db.close().await;
         common::drop_schema(&url, &schema).await;
     }
 

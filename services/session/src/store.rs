@@ -13,6 +13,7 @@ use ithaca_kit::with_pool;
 use sqlx::Connection;
 use sqlx::migrate::Migrator;
 use sqlx::pool::PoolConnection;
+use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
@@ -742,6 +743,7 @@ impl Held {
 /// fails, nothing of the batch was written and every caller hears so.
 async fn commit_appends(db: Db, mut queue: mpsc::Receiver<AppendJob>) {
     let mut held: Option<Held> = None;
+    let mut known = Known::default();
     loop {
         let mut jobs = {
             let first = match queue.try_recv() {
@@ -778,7 +780,13 @@ async fn commit_appends(db: Db, mut queue: mpsc::Receiver<AppendJob>) {
                 &b.current_for,
             ))
         });
-        let outcome = commit_held(&db, &mut held, &jobs).await;
+        let outcome = match commit_alone(&db, &mut held, &mut known, &jobs).await {
+            Some(outcome) => outcome,
+            None => commit_held(&db, &mut held, &jobs).await,
+        };
+        if let Ok(seqs) = &outcome {
+            known.record(&jobs, seqs);
+        }
         match outcome {
             Ok(seqs) => {
                 for (job, seq) in jobs.into_iter().zip(seqs) {
@@ -791,6 +799,86 @@ async fn commit_appends(db: Db, mut queue: mpsc::Receiver<AppendJob>) {
                     let _ = job.reply.send(Err(format!("database: {err}")));
                 }
             }
+        }
+    }
+}
+
+/// The last seq of each session as this committer's own commits left it.
+/// It lets a one-statement commit that failed find out whether it landed:
+/// a session still at the seq recorded here took nothing from it. Seqs only
+/// grow, so a session another replica appended to reads higher, and such a
+/// failure is reported, never retried.
+#[derive(Default)]
+struct Known(HashMap<SessionId, i64>);
+
+impl Known {
+    /// Sessions remembered at most; past it the map starts over (a session
+    /// not in it is committed the longer way once).
+    const MAX: usize = 4096;
+
+    fn record(&mut self, jobs: &[AppendJob], seqs: &[Option<i64>]) {
+        if self.0.len() >= Self::MAX {
+            self.0.clear();
+        }
+        for (job, seq) in jobs.iter().zip(seqs) {
+            if let Some(seq) = *seq {
+                let last = self.0.entry(job.session_id.clone()).or_insert(seq);
+                *last = (*last).max(seq);
+            }
+        }
+    }
+}
+
+/// On PostgreSQL, a batch of one run to a session this committer knows is
+/// committed as one statement, its own transaction: one trip to the server
+/// instead of three (`BEGIN`, the run, `COMMIT`), the flush of the commit
+/// unchanged. `None` leaves the batch to [`commit_held`]: another case, a
+/// run the session refused (nothing written), or a statement that failed
+/// without landing. A failure that may have landed is the batch's, so no
+/// append is ever written twice.
+async fn commit_alone(
+    db: &Db,
+    held: &mut Option<Held>,
+    known: &mut Known,
+    jobs: &[AppendJob],
+) -> Option<Result<Vec<Option<i64>>, sqlx::Error>> {
+    let Some(Held::Postgres(conn)) = held else {
+        return None;
+    };
+    if runs(jobs).nth(1).is_some() {
+        return None;
+    }
+    let session_id = &jobs[0].session_id;
+    let before = *known.0.get(session_id)?;
+    let sql = run_sql(Dialect::Postgres, jobs.len());
+    let channel = notify_channel(db.schema());
+    let outcome = run_in!(&mut **conn, &sql, jobs, &channel);
+    let err = match outcome {
+        Ok(Some(last)) => return Some(Ok(numbered(last, jobs.len()))),
+        Ok(None) => return None,
+        Err(err) => err,
+    };
+    // The connection may be broken (the server ended it while it was
+    // kept): a fresh one reads whether the session moved.
+    if let Some(conn) = held.take() {
+        conn.discard();
+    }
+    let Pool::Postgres(pool) = db.pool() else {
+        return Some(Err(err));
+    };
+    let now: Result<Option<i64>, sqlx::Error> =
+        sqlx::query_scalar("SELECT last_seq FROM sessions WHERE session_id = $1")
+            .bind(session_id.as_str())
+            .fetch_optional(pool)
+            .await;
+    match now {
+        Ok(Some(now)) if now == before => {
+            tracing::warn!(error = %err, "a one-statement append commit failed without landing; retried");
+            None
+        }
+        _ => {
+            known.0.remove(session_id);
+            Some(Err(err))
         }
     }
 }
