@@ -1587,20 +1587,29 @@ mod session {
         .fetch_all(&admin)
         .await
         .expect("end the service's connections");
-        assert!(ended.contains(&true), "no connection of the service was ended");
+        assert!(
+            ended.contains(&true),
+            "no connection of the service was ended"
+        );
         let failed = append(&svc, 3).await;
         assert!(
             failed.is_err(),
             "an append whose outcome the committer could not know was reported as landed: {failed:?}"
         );
         let next = append(&svc, 4).await.expect("the next append");
-        assert_eq!(next.seq, by_other.seq + 1, "the failed append wrote nothing");
+        assert_eq!(
+            next.seq,
+            by_other.seq + 1,
+            "the failed append wrote nothing"
+        );
         let (events, last) = svc.read(&alice, &s.session_id, 0, 100).await.expect("read");
         let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
         assert_eq!(seqs, (1..=last).collect::<Vec<_>>(), "every seq once");
         let ns: Vec<i64> = events
             .iter()
-            .filter_map(|e| serde_json::from_str::<serde_json::Value>(&e.payload).ok()?["n"].as_i64())
+            .filter_map(|e| {
+                serde_json::from_str::<serde_json::Value>(&e.payload).ok()?["n"].as_i64()
+            })
             .collect();
         assert_eq!(ns, vec![1, 2, 4], "each append that was acknowledged, once");
         admin.close().await;
