@@ -1,0 +1,11 @@
+-- Every row of trace_events is written by a statement that has just taken
+-- its session's row in the same transaction (the seq reservation's UPDATE,
+-- or the INSERT that creates the session), and sessions are never deleted.
+-- The foreign key only checked again, row by row, what that statement had
+-- proved: one trigger per inserted event, each taking a second lock on the
+-- session's row beside the reservation's own (which PostgreSQL records as
+-- a multixact). On the hot session of a busy agent that was about a
+-- quarter of the append statement's time (README, issue 23, stop 47).
+-- SQLite keeps the key: its check is an in-process index lookup, and
+-- dropping it there would rebuild the table. The archive keeps its key.
+ALTER TABLE trace_events DROP CONSTRAINT IF EXISTS trace_events_session_id_fkey;
