@@ -1479,9 +1479,9 @@ mod session {
     /// The append committer keeps its connection between batches. When the
     /// server ends that connection while it is kept (a restart, an idle
     /// timeout, an operator's `pg_terminate_backend`), the next append still
-    /// lands, once and without a gap: the batch's one statement failed, the
-    /// session's `last_seq` shows it wrote nothing (no other writer moved
-    /// it), and it is committed again on a fresh connection.
+    /// lands, once and without a gap: the batch's one statement failed, and
+    /// sent again on a fresh connection it lands once (it can land only on
+    /// top of the `last_seq` the committer last saw).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn appends_land_after_the_committers_connection_is_ended_postgres() {
         let Some(url) = common::postgres(module_path!()) else {
@@ -1548,10 +1548,11 @@ mod session {
     /// On PostgreSQL the committer sends a batch of one session's appends
     /// as one statement, its own transaction. When that statement fails
     /// (here: the server ended the committer's connection) after another
-    /// replica appended to the session, the committer cannot tell whether
-    /// its statement landed: the append is reported as failed and not
-    /// retried, so nothing is ever written twice. It wrote nothing, and the
-    /// next append lands right after the other replica's.
+    /// replica appended to the session, the second attempt finds the
+    /// session moved and cannot tell whether the first one moved it: the
+    /// append is reported as failed and not sent a third time, so nothing
+    /// is ever written twice. It wrote nothing, and the next append lands
+    /// right after the other replica's.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_append_that_may_have_landed_is_reported_not_retried_postgres() {
         let Some(url) = common::postgres(module_path!()) else {

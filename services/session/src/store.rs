@@ -202,6 +202,26 @@ macro_rules! run_in {
     }};
 }
 
+/// [`run_in!`] for [`Dialect::PostgresAt`]: the run lands only on top of
+/// `$at`, the session's `last_seq` as the committer last saw it.
+macro_rules! run_at {
+    ($conn:expr, $sql:expr, $run:expr, $channel:expr, $at:expr) => {{
+        let run: &[AppendJob] = $run;
+        let query = sqlx::query_scalar::<_, i64>($sql);
+        let mut query = bind_reservation!(query, &strictest(run), run.len() as i64);
+        for job in run {
+            query = query
+                .bind(job.event.event_type)
+                .bind(job.event.payload.as_str())
+                .bind(job.now_ms)
+                .bind(job.event.trace_id.as_str());
+        }
+        let channel: &str = $channel;
+        let at: i64 = $at;
+        query.bind(channel).bind(at).fetch_optional($conn).await
+    }};
+}
+
 /// Upsert the (tenant, agent) → session mapping inside `$tx`.
 macro_rules! set_current_in_tx {
     ($tx:expr, $tenant:expr, $agent:expr, $session:expr, $now:expr) => {
@@ -804,10 +824,7 @@ async fn commit_appends(db: Db, mut queue: mpsc::Receiver<AppendJob>) {
 }
 
 /// The last seq of each session as this committer's own commits left it.
-/// It lets a one-statement commit that failed find out whether it landed:
-/// a session still at the seq recorded here took nothing from it. Seqs only
-/// grow, so a session another replica appended to reads higher, and such a
-/// failure is reported, never retried.
+/// A one-statement commit ([`commit_alone`]) applies only on top of it.
 #[derive(Default)]
 struct Known(HashMap<SessionId, i64>);
 
@@ -832,10 +849,20 @@ impl Known {
 /// On PostgreSQL, a batch of one run to a session this committer knows is
 /// committed as one statement, its own transaction: one trip to the server
 /// instead of three (`BEGIN`, the run, `COMMIT`), the flush of the commit
-/// unchanged. `None` leaves the batch to [`commit_held`]: another case, a
-/// run the session refused (nothing written), or a statement that failed
-/// without landing. A failure that may have landed is the batch's, so no
-/// append is ever written twice.
+/// unchanged.
+///
+/// The statement reserves its seqs only while the session's `last_seq` is
+/// the one [`Known`] holds, so it can land at that one place or nowhere.
+/// That makes a failure (the server ended the kept connection, say) safe to
+/// send again once, on a fresh connection: if the first one landed after
+/// all, the second finds the session moved and writes nothing, and if the
+/// second lands, the first, should it still run, finds it moved. A second
+/// attempt that finds the session moved cannot tell whose doing that was,
+/// so the batch is reported as failed, never committed a third time.
+///
+/// `None` leaves the batch to [`commit_held`]: another case, or a first
+/// attempt that wrote nothing because the session refused it or had moved
+/// (another replica appended), where each append is then judged again.
 async fn commit_alone(
     db: &Db,
     held: &mut Option<Held>,
@@ -850,37 +877,39 @@ async fn commit_alone(
     }
     let session_id = &jobs[0].session_id;
     let before = *known.0.get(session_id)?;
-    let sql = run_sql(Dialect::Postgres, jobs.len());
+    let sql = run_sql(Dialect::PostgresAt, jobs.len());
     let channel = notify_channel(db.schema());
-    let outcome = run_in!(&mut **conn, &sql, jobs, &channel);
-    let err = match outcome {
+    let first = run_at!(&mut **conn, &sql, jobs, &channel, before);
+    let err = match first {
         Ok(Some(last)) => return Some(Ok(numbered(last, jobs.len()))),
         Ok(None) => return None,
         Err(err) => err,
     };
-    // The connection may be broken (the server ended it while it was
-    // kept): a fresh one reads whether the session moved.
+    // The connection may be broken: the second attempt takes a fresh one.
     if let Some(conn) = held.take() {
         conn.discard();
     }
-    let Pool::Postgres(pool) = db.pool() else {
-        return Some(Err(err));
+    known.0.remove(session_id);
+    let second = match Held::pooled(db).await {
+        Ok(Held::Postgres(mut conn)) => {
+            let second = run_at!(&mut *conn, &sql, jobs, &channel, before);
+            if second.is_ok() {
+                *held = Some(Held::Postgres(conn));
+            }
+            second
+        }
+        Ok(_) => return Some(Err(err)),
+        Err(again) => Err(again),
     };
-    let now: Result<Option<i64>, sqlx::Error> =
-        sqlx::query_scalar("SELECT last_seq FROM sessions WHERE session_id = $1")
-            .bind(session_id.as_str())
-            .fetch_optional(pool)
-            .await;
-    match now {
-        Ok(Some(now)) if now == before => {
-            tracing::warn!(error = %err, "a one-statement append commit failed without landing; retried");
-            None
+    Some(match second {
+        Ok(Some(last)) => {
+            tracing::warn!(error = %err, "a trace append commit failed; sent again, it landed once");
+            Ok(numbered(last, jobs.len()))
         }
-        _ => {
-            known.0.remove(session_id);
-            Some(Err(err))
-        }
-    }
+        // Moved: perhaps by the first attempt. Unknown, so not retried.
+        Ok(None) => Err(err),
+        Err(again) => Err(again),
+    })
 }
 
 /// Commit a batch on the held connection (or a fresh one). A kept
@@ -1052,6 +1081,9 @@ enum Dialect {
     SqliteAlone,
     SqliteInTransaction,
     Postgres,
+    /// PostgreSQL's, taking the seqs only while the session's `last_seq`
+    /// is the value bound after the channel ([`commit_alone`]).
+    PostgresAt,
 }
 
 /// What commits one run of `rows` appends to one session in one trip to
@@ -1063,7 +1095,8 @@ enum Dialect {
 ///
 /// Parameters: [`RESERVE`]'s eight (`$7` the run's length), four
 /// an append from `$9` (type, payload, time, trace id), and last on
-/// PostgreSQL the notify channel. SQLite runs the statements as a script
+/// PostgreSQL the notify channel, then for [`Dialect::PostgresAt`] the
+/// `last_seq` the run must find. SQLite runs the statements as a script
 /// in one call, where the insert sees the update's `changes()`; PostgreSQL
 /// runs one statement whose parts share the update's `RETURNING`.
 fn run_sql(dialect: Dialect, rows: usize) -> String {
@@ -1095,13 +1128,23 @@ fn run_sql(dialect: Dialect, rows: usize) -> String {
                  WHERE s.session_id = $1 AND changes() = 1{commit}"
             )
         }
-        Dialect::Postgres => format!(
-            "WITH s AS ({RESERVE}), \
-             i AS ({insert} FROM s, (VALUES {values}) AS v), \
-             n AS (SELECT pg_notify(${channel}, $1 || ' ' || s.last_seq) FROM s) \
-             SELECT s.last_seq FROM s, n",
-            channel = 9 + rows * 4
-        ),
+        Dialect::Postgres | Dialect::PostgresAt => {
+            let channel = 9 + rows * 4;
+            let reserve = if dialect == Dialect::PostgresAt {
+                RESERVE.replace(
+                    " RETURNING last_seq",
+                    &format!(" AND last_seq = ${} RETURNING last_seq", channel + 1),
+                )
+            } else {
+                RESERVE.to_owned()
+            };
+            format!(
+                "WITH s AS ({reserve}), \
+                 i AS ({insert} FROM s, (VALUES {values}) AS v), \
+                 n AS (SELECT pg_notify(${channel}, $1 || ' ' || s.last_seq) FROM s) \
+                 SELECT s.last_seq FROM s, n"
+            )
+        }
     }
 }
 
