@@ -1476,6 +1476,33 @@ mod session {
         }
     }
 
+    /// A service's database on `url` whose connections, and only those,
+    /// carry `schema`'s name, so [`end_connections`] ends them and no other
+    /// test's.
+    async fn tagged_db(url: &str, schema: &str) -> Db {
+        let sep = if url.contains('?') { '&' } else { '?' };
+        let tagged = format!("{url}{sep}application_name={schema}");
+        ithaca_session::open_db(&tagged, schema)
+            .await
+            .expect("open")
+    }
+
+    /// End every connection [`tagged_db`] opened for `schema`, as a server
+    /// restart or an operator would.
+    async fn end_connections(admin: &sqlx::PgPool, schema: &str) {
+        let ended: Vec<bool> = sqlx::query_scalar(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+        )
+        .bind(schema)
+        .fetch_all(admin)
+        .await
+        .expect("end the service's connections");
+        assert!(
+            ended.contains(&true),
+            "no connection of the service was ended"
+        );
+    }
+
     /// The append committer keeps its connection between batches. When the
     /// server ends that connection while it is kept (a restart, an idle
     /// timeout, an operator's `pg_terminate_backend`), the next append still
@@ -1488,13 +1515,7 @@ mod session {
             return;
         };
         let schema = common::unique_schema("store");
-        // Every connection of this service, and only those, carries the
-        // schema's name, so the test ends them and no other test's.
-        let sep = if url.contains('?') { '&' } else { '?' };
-        let tagged = format!("{url}{sep}application_name={schema}");
-        let db = ithaca_session::open_db(&tagged, &schema)
-            .await
-            .expect("open");
+        let db = tagged_db(&url, &schema).await;
         let svc = service(db.clone());
         let alice = alice();
         let s = open(&svc).await;
@@ -1511,17 +1532,7 @@ mod session {
                 .expect("append before the connection ends");
             // At once, well inside the second the committer keeps its
             // connection after a batch.
-            let ended: Vec<bool> = sqlx::query_scalar(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
-            )
-            .bind(&schema)
-            .fetch_all(&admin)
-            .await
-            .expect("end the service's connections");
-            assert!(
-                ended.contains(&true),
-                "round {round}: no connection of the service was ended"
-            );
+            end_connections(&admin, &schema).await;
             let after = svc
                 .append(
                     &alice,
@@ -1559,11 +1570,7 @@ mod session {
             return;
         };
         let schema = common::unique_schema("store");
-        let sep = if url.contains('?') { '&' } else { '?' };
-        let tagged = format!("{url}{sep}application_name={schema}");
-        let db = ithaca_session::open_db(&tagged, &schema)
-            .await
-            .expect("open");
+        let db = tagged_db(&url, &schema).await;
         let other_db = ithaca_session::open_db(&url, &schema)
             .await
             .expect("open the other replica");
@@ -1581,17 +1588,7 @@ mod session {
         let by_other = append(&other, 2).await.expect("the other replica's append");
         assert_eq!(by_other.seq, first.seq + 1);
         let admin = sqlx::PgPool::connect(&url).await.expect("admin connection");
-        let ended: Vec<bool> = sqlx::query_scalar(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
-        )
-        .bind(&schema)
-        .fetch_all(&admin)
-        .await
-        .expect("end the service's connections");
-        assert!(
-            ended.contains(&true),
-            "no connection of the service was ended"
-        );
+        end_connections(&admin, &schema).await;
         let failed = append(&svc, 3).await;
         assert!(
             failed.is_err(),

@@ -175,11 +175,10 @@ macro_rules! append_in_tx {
     }};
 }
 
-/// Commit one run of appends with [`run_sql`]'s text `$sql` on `$conn`
-/// (a connection, or an open transaction): evaluates to the run's last seq,
-/// or `None` when the session refused the run.
-macro_rules! run_in {
-    ($conn:expr, $sql:expr, $run:expr, $channel:expr) => {{
+/// [`run_sql`]'s text `$sql` with a run's parameters bound: the
+/// reservation's, each append's four, and last the notify channel.
+macro_rules! run_query {
+    ($sql:expr, $run:expr, $channel:expr) => {{
         let run: &[AppendJob] = $run;
         let query = sqlx::query_scalar::<_, i64>($sql);
         let mut query = bind_reservation!(query, &strictest(run), run.len() as i64);
@@ -192,10 +191,18 @@ macro_rules! run_in {
         }
         let channel: &str = $channel;
         // Bound last; SQLite's texts do not name it and ignore it.
-        query = query.bind(channel);
+        query.bind(channel)
+    }};
+}
+
+/// Commit one run of appends with [`run_sql`]'s text `$sql` on `$conn`
+/// (a connection, or an open transaction): evaluates to the run's last seq,
+/// or `None` when the session refused the run.
+macro_rules! run_in {
+    ($conn:expr, $sql:expr, $run:expr, $channel:expr) => {{
         // All rows: SQLite's script stops at the first row when told to
         // fetch one, and the insert and commit follow the update's row.
-        query
+        run_query!($sql, $run, $channel)
             .fetch_all($conn)
             .await
             .map(|rows| rows.last().copied())
@@ -206,19 +213,11 @@ macro_rules! run_in {
 /// `$at`, the session's `last_seq` as the committer last saw it.
 macro_rules! run_at {
     ($conn:expr, $sql:expr, $run:expr, $channel:expr, $at:expr) => {{
-        let run: &[AppendJob] = $run;
-        let query = sqlx::query_scalar::<_, i64>($sql);
-        let mut query = bind_reservation!(query, &strictest(run), run.len() as i64);
-        for job in run {
-            query = query
-                .bind(job.event.event_type)
-                .bind(job.event.payload.as_str())
-                .bind(job.now_ms)
-                .bind(job.event.trace_id.as_str());
-        }
-        let channel: &str = $channel;
         let at: i64 = $at;
-        query.bind(channel).bind(at).fetch_optional($conn).await
+        run_query!($sql, $run, $channel)
+            .bind(at)
+            .fetch_optional($conn)
+            .await
     }};
 }
 
