@@ -1476,6 +1476,18 @@ mod session {
         }
     }
 
+    /// The session's whole trace, checked to hold every seq once from 1.
+    async fn gap_free_trace(
+        svc: &SessionService,
+        caller: &Principal,
+        session_id: &str,
+    ) -> Vec<ithaca_session::store::EventRow> {
+        let (events, last) = svc.read(caller, session_id, 0, 100).await.expect("read");
+        let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, (1..=last).collect::<Vec<_>>(), "every seq once");
+        events
+    }
+
     /// A service's database on `url` whose connections, and only those,
     /// carry `schema`'s name, so [`end_connections`] ends them and no other
     /// test's.
@@ -1548,9 +1560,7 @@ mod session {
                 "round {round}: the next seq, no gap"
             );
         }
-        let (events, last) = svc.read(&alice, &s.session_id, 0, 100).await.expect("read");
-        let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
-        assert_eq!(seqs, (1..=last).collect::<Vec<_>>(), "every seq once");
+        gap_free_trace(&svc, &alice, &s.session_id).await;
         admin.close().await;
         db.close().await;
         common::drop_schema(&url, &schema).await;
@@ -1600,9 +1610,7 @@ mod session {
             by_other.seq + 1,
             "the failed append wrote nothing"
         );
-        let (events, last) = svc.read(&alice, &s.session_id, 0, 100).await.expect("read");
-        let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
-        assert_eq!(seqs, (1..=last).collect::<Vec<_>>(), "every seq once");
+        let events = gap_free_trace(&svc, &alice, &s.session_id).await;
         let ns: Vec<i64> = events
             .iter()
             .filter_map(|e| {

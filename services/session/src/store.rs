@@ -13,6 +13,7 @@ use ithaca_kit::with_pool;
 use sqlx::Connection;
 use sqlx::migrate::Migrator;
 use sqlx::pool::PoolConnection;
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::Duration;
@@ -1098,7 +1099,38 @@ enum Dialect {
 /// `last_seq` the run must find. SQLite runs the statements as a script
 /// in one call, where the insert sees the update's `changes()`; PostgreSQL
 /// runs one statement whose parts share the update's `RETURNING`.
-fn run_sql(dialect: Dialect, rows: usize) -> String {
+fn run_sql(dialect: Dialect, rows: usize) -> Cow<'static, str> {
+    static TEXTS: [SizedTexts; 4] = [const { sized_texts() }; 4];
+    match TEXTS.get(dialect as usize) {
+        Some(texts) => made_once(texts, rows, |rows| run_text(dialect, rows)),
+        None => Cow::Owned(run_text(dialect, rows)),
+    }
+}
+
+/// One SQL text per run length, each made on first use: a run is one of
+/// at most [`MAX_BATCH`] lengths, so the texts of a hot path are made
+/// once per process, not once per batch.
+type SizedTexts = [OnceLock<String>; MAX_BATCH];
+
+const fn sized_texts() -> SizedTexts {
+    [const { OnceLock::new() }; MAX_BATCH]
+}
+
+/// The text for `rows` rows from `texts`, made by `make` the first time
+/// (and each time, for a length past [`MAX_BATCH`]).
+fn made_once(
+    texts: &'static SizedTexts,
+    rows: usize,
+    make: impl FnOnce(usize) -> String,
+) -> Cow<'static, str> {
+    match texts.get(rows.wrapping_sub(1)) {
+        Some(text) => Cow::Borrowed(text.get_or_init(|| make(rows))),
+        None => Cow::Owned(make(rows)),
+    }
+}
+
+/// [`run_sql`]'s text, made.
+fn run_text(dialect: Dialect, rows: usize) -> String {
     use std::fmt::Write;
     let mut values = String::with_capacity(rows * 28);
     for row in 0..rows {

@@ -21,7 +21,9 @@
 //! process (none in a normal deployment) makes it wait at most
 //! [`BUSY_TIMEOUT`], after which the batch fails and its callers hear so.
 
-use super::{AppendJob, AppendScope, RESERVE, numbered, runs, strictest};
+use super::{
+    AppendJob, AppendScope, RESERVE, SizedTexts, made_once, numbered, runs, sized_texts, strictest,
+};
 use crate::model::Status;
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 use std::path::Path;
@@ -104,7 +106,8 @@ fn append_run(
             None => return Ok(None),
         }
     };
-    let mut insert = tx.prepare_cached(&insert_sql(run.len()))?;
+    static INSERTS: SizedTexts = sized_texts();
+    let mut insert = tx.prepare_cached(&made_once(&INSERTS, run.len(), insert_sql))?;
     insert.raw_bind_parameter(1, scope.session_id.as_str())?;
     insert.raw_bind_parameter(2, last - n)?;
     for (row, job) in run.iter().enumerate() {
