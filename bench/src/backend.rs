@@ -68,7 +68,10 @@ pub async fn serve(listen: SocketAddr, unix_socket: Option<PathBuf>) -> anyhow::
             Probe,
             Verifier::new(key),
         ))
-        .serve_with_incoming_shutdown(listener.incoming(), crate::procs::terminated())
+        .serve_with_incoming_shutdown(
+            listener.incoming(Default::default()),
+            crate::procs::terminated(),
+        )
         .await?;
     Ok(())
 }

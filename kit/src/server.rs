@@ -92,8 +92,12 @@ impl Listener {
     }
 
     /// Every connection either listener accepts, for
-    /// `serve_with_incoming` (TCP ones with `TCP_NODELAY`).
-    pub fn incoming(self) -> impl futures::Stream<Item = io::Result<Conn>> {
+    /// `serve_with_incoming` (TCP ones with `TCP_NODELAY`), each closed
+    /// with a [`Lingering`] close whose task `lingering` tracks.
+    pub fn incoming(
+        self,
+        lingering: TaskTracker,
+    ) -> impl futures::Stream<Item = io::Result<Lingering>> {
         // TCP_NODELAY: a response's trailers are a separate small write;
         // with Nagle on they wait for the peer's delayed ACK (40 ms on
         // Linux).
@@ -122,6 +126,12 @@ impl Listener {
             futures::stream::iter(tcp).flatten(),
             futures::stream::iter(unix).flatten(),
         )
+        .map(move |accepted| {
+            accepted.map(|conn| Lingering {
+                conn: Some(conn),
+                tracker: lingering.clone(),
+            })
+        })
     }
 }
 
@@ -268,6 +278,111 @@ impl AsyncWrite for Conn {
     }
 }
 
+/// How long a closed connection keeps reading what its peer still sends
+/// before the socket is let go (see [`Lingering`]).
+pub const LINGER: Duration = Duration::from_secs(2);
+
+/// An accepted connection that is closed gently. When the server is done
+/// with a connection (a graceful shutdown's last answer written), the peer
+/// may still be sending: messages on a stream the server has stopped
+/// reading. Closing a socket with unread bytes makes the kernel reset the
+/// connection (TCP sends RST; a unix socket's peer reads ECONNRESET), and
+/// a peer that sees the reset before it has read the answers already sent
+/// may fail them all: an append stream then reports appends as in doubt
+/// that were in fact answered. So the write side is shut (the peer reads
+/// every answer, then the end), and what the peer still sends is read and
+/// dropped until it closes too, for at most [`LINGER`].
+#[derive(Debug)]
+pub struct Lingering {
+    conn: Option<Conn>,
+    tracker: TaskTracker,
+}
+
+impl Lingering {
+    fn conn(&mut self) -> Pin<&mut Conn> {
+        Pin::new(self.conn.as_mut().expect("a connection until dropped"))
+    }
+}
+
+impl Drop for Lingering {
+    fn drop(&mut self) {
+        let Some(mut conn) = self.conn.take() else {
+            return;
+        };
+        // Outside a runtime (it is shutting down) there is nothing to
+        // linger with: the socket closes as it would have.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        self.tracker.spawn_on(
+            async move {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let _ = conn.shutdown().await;
+                let mut sink = [0u8; 4096];
+                let _ = tokio::time::timeout(LINGER, async {
+                    while let Ok(1..) = conn.read(&mut sink).await {}
+                })
+                .await;
+            },
+            &runtime,
+        );
+    }
+}
+
+impl Connected for Lingering {
+    type ConnectInfo = TcpConnectInfo;
+
+    fn connect_info(&self) -> TcpConnectInfo {
+        match &self.conn {
+            Some(conn) => conn.connect_info(),
+            None => TcpConnectInfo {
+                local_addr: None,
+                remote_addr: None,
+            },
+        }
+    }
+}
+
+impl AsyncRead for Lingering {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        self.get_mut().conn().poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Lingering {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.get_mut().conn().poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        self.get_mut().conn().poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.conn.as_ref().is_some_and(|c| c.is_write_vectored())
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.get_mut().conn().poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.get_mut().conn().poll_shutdown(cx)
+    }
+}
+
 /// Serve until `shutdown` is cancelled, then let in-flight calls finish for
 /// at most [`DRAIN_TIMEOUT`].
 pub async fn serve(
@@ -310,7 +425,8 @@ pub async fn serve(
                 .await;
         }
     };
-    let incoming = listener.into().incoming();
+    let lingering = TaskTracker::new();
+    let incoming = listener.into().incoming(lingering.clone());
     let server = Server::builder()
         .trace_fn(crate::propagation::server_span)
         // Around every route, so a panic anywhere below it (the principal
@@ -324,8 +440,11 @@ pub async fn serve(
     let drained = async {
         let result = (&mut server).await;
         // The server stopped on the shutdown signal, which the background
-        // tasks heard too: wait until they finished.
+        // tasks heard too: wait until they finished, and until the last
+        // connections' peers have read their answers (bounded by LINGER).
         background.wait().await;
+        lingering.close();
+        lingering.wait().await;
         result
     };
     tokio::select! {
