@@ -13,6 +13,9 @@
 # TCP instead of their unix sockets (as `ithaca-bench --tcp-hops`).
 # PROFILE_RATE=N sends N calls a second (open loop, as the bench's
 # half-of-peak phase does) instead of as many as 16 connections can.
+# PROFILE_COUNT=1 runs no profiler: it reads each server's CPU time and
+# context switches from /proc over the load's middle and prints both per
+# call (a profiler's own sampling inflates the first).
 # PROFILE_SCHED=1 records the scheduler instead of samples and prints each
 # thread's wake-up delays (`perf sched latency`): how long a woken thread
 # waited for a CPU, the cause of tail latency a sample profile cannot show.
@@ -106,6 +109,37 @@ if [ "${PROFILE_SCHED:-0}" = 1 ]; then
     for entry in "ithaca-up:${pids[0]}" "edge:${pids[2]}" "probe:${pids[1]}"; do
         for tid in $(ls "/proc/${entry##*:}/task"); do echo "$tid ${entry%%:*}"; done
     done | tee -a "$out/sched.txt"
+    exit 0
+fi
+if [ "${PROFILE_COUNT:-0}" = 1 ]; then
+    # CPU time (user + system, clock ticks) and context switches of every
+    # thread of a process, as "ticks switches".
+    counters() {
+        local switches
+        switches="$(cat /proc/"$1"/task/*/status 2>/dev/null \
+            | awk '/^(non)?voluntary_ctxt_switches/ { s += $2 } END { print s }')"
+        echo "$(awk '{ print $14 + $15 }' /proc/"$1"/stat) $switches"
+    }
+    window=$((seconds - 2))
+    declare -A before
+    for entry in "ithaca-up:${pids[0]}" "edge:${pids[2]}" "probe:${pids[1]}"; do
+        before[${entry%%:*}]="$(counters "${entry##*:}")"
+    done
+    sleep "$window"
+    declare -A after
+    for entry in "ithaca-up:${pids[0]}" "edge:${pids[2]}" "probe:${pids[1]}"; do
+        after[${entry%%:*}]="$(counters "${entry##*:}")"
+    done
+    wait "$load"
+    cat "$out/load.txt"
+    rps="$(grep -m1 '"rps"' "$out/load.txt" | tr -dc '0-9.')"
+    echo "=== per call over ${window} s at ${rps} calls/s: server CPU (user + system) and context switches"
+    for name in ithaca-up edge probe; do
+        set -- ${before[$name]} ${after[$name]}
+        awk -v name="$name" -v t0="$1" -v s0="$2" -v t1="$3" -v s1="$4" \
+            -v hz="$(getconf CLK_TCK)" -v calls="$(awk -v r="$rps" -v w="$window" 'BEGIN { print r * w }')" \
+            'BEGIN { printf "%-10s %6.0f µs  %5.2f switches\n", name, (t1 - t0) / hz * 1e6 / calls, (s1 - s0) / calls }'
+    done | tee "$out/count.txt"
     exit 0
 fi
 perf record -a -F 997 -o "$out/perf.data" -- sleep "$((seconds - 2))" 2>"$out/perf-record.log"

@@ -62,7 +62,7 @@ fn unix_channel(url: &str, path: &str) -> Result<Channel, BadUrl> {
         endpoint.connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
             let path = Arc::clone(&path);
             async move {
-                let stream = tokio::net::UnixStream::connect(path.as_path()).await?;
+                let stream = crate::quiet_unix::QuietUnix::connect(path.as_path()).await?;
                 Ok::<_, std::io::Error>(TokioIo::new(stream))
             }
         })),

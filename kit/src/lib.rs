@@ -34,6 +34,7 @@ pub mod json;
 pub mod panic;
 pub mod principal;
 pub mod propagation;
+pub mod quiet_unix;
 pub mod server;
 pub mod shutdown;
 pub mod telemetry;

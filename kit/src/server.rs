@@ -3,6 +3,7 @@
 //! 0), until the shutdown token is cancelled. A handler that panics answers
 //! INTERNAL ([`crate::panic`]) and the server goes on serving.
 
+use crate::quiet_unix::QuietUnix;
 use futures::StreamExt;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -108,8 +109,8 @@ impl Listener {
         });
         let unix = self.unix.map(|l| {
             futures::stream::unfold(l, |l| async move {
-                let accepted = match l.listener.accept().await {
-                    Ok((stream, _)) => Ok(Conn::Unix(stream)),
+                let accepted = match l.listener.accept().await.and_then(|(stream, _)| QuietUnix::new(stream)) {
+                    Ok(stream) => Ok(Conn::Unix(stream)),
                     Err(error) => {
                         // tonic asks for the next connection at once: a
                         // lack of file descriptors is waited out here
@@ -202,7 +203,8 @@ impl Drop for UnixSocket {
 #[derive(Debug)]
 pub enum Conn {
     Tcp(TcpStream),
-    Unix(UnixStream),
+    /// Registered for readability only ([`QuietUnix`]).
+    Unix(QuietUnix),
 }
 
 impl Connected for Conn {
