@@ -11,7 +11,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+use tokio::net::{TcpListener, UnixListener, UnixStream};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tonic::service::Routes;
@@ -94,23 +94,34 @@ impl Listener {
 
     /// Every connection either listener accepts, for
     /// `serve_with_incoming` (TCP ones with `TCP_NODELAY`), each closed
-    /// with a [`Lingering`] close whose task `lingering` tracks.
-    pub fn incoming(
-        self,
-        lingering: TaskTracker,
-    ) -> impl futures::Stream<Item = io::Result<Lingering>> {
+    /// gently ([`Conn`]) by a task that `lingering` tracks.
+    pub fn incoming(self, lingering: TaskTracker) -> impl futures::Stream<Item = io::Result<Conn>> {
         // TCP_NODELAY: a response's trailers are a separate small write;
         // with Nagle on they wait for the peer's delayed ACK (40 ms on
         // Linux).
+        let tcp_lingering = lingering.clone();
         let tcp = self.tcp.map(|l| {
             TcpIncoming::from(l)
                 .with_nodelay(Some(true))
-                .map(|r| r.map(Conn::Tcp))
+                .map(move |accepted| {
+                    accepted.map(|stream| {
+                        let peer = stream.connect_info();
+                        Conn::new(Box::new(stream), peer, tcp_lingering.clone())
+                    })
+                })
         });
         let unix = self.unix.map(|l| {
-            futures::stream::unfold(l, |l| async move {
-                let accepted = match l.listener.accept().await.and_then(|(stream, _)| QuietUnix::new(stream)) {
-                    Ok(stream) => Ok(Conn::Unix(stream)),
+            futures::stream::unfold((l, lingering), |(l, lingering)| async move {
+                let accepted = l.listener.accept().await;
+                let accepted = match accepted.and_then(|(stream, _)| QuietUnix::new(stream)) {
+                    Ok(stream) => Ok(Conn::new(
+                        Box::new(stream),
+                        TcpConnectInfo {
+                            local_addr: None,
+                            remote_addr: None,
+                        },
+                        lingering.clone(),
+                    )),
                     Err(error) => {
                         // tonic asks for the next connection at once: a
                         // lack of file descriptors is waited out here
@@ -120,19 +131,13 @@ impl Listener {
                         Err(error)
                     }
                 };
-                Some((accepted, l))
+                Some((accepted, (l, lingering)))
             })
         });
         futures::stream::select(
             futures::stream::iter(tcp).flatten(),
             futures::stream::iter(unix).flatten(),
         )
-        .map(move |accepted| {
-            accepted.map(|conn| Lingering {
-                conn: Some(conn),
-                tracker: lingering.clone(),
-            })
-        })
     }
 }
 
@@ -199,12 +204,73 @@ impl Drop for UnixSocket {
     }
 }
 
-/// One accepted connection, over TCP or a unix socket.
+/// How long a finished connection keeps reading what its peer still sends
+/// before the socket is let go (see [`Conn`]).
+pub const LINGER: Duration = Duration::from_secs(2);
+
+/// What a connection reads and writes through: a TCP stream or a
+/// [`QuietUnix`] socket.
+trait Io: AsyncRead + AsyncWrite + Send + Unpin + std::fmt::Debug {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin + std::fmt::Debug> Io for T {}
+
+/// One accepted connection, over TCP or a unix socket, closed gently.
+///
+/// When the server is done with a connection (a graceful shutdown's last
+/// answer written), the peer may still be sending: messages on a stream
+/// the server has stopped reading. Closing a socket with unread bytes makes
+/// the kernel reset the connection (TCP sends RST; a unix socket's peer
+/// reads ECONNRESET), and a peer that sees the reset before it has read the
+/// answers already sent may fail them all: an append stream then reported
+/// appends as in doubt that had been answered. So on drop the write side
+/// is shut (the peer reads every answer, then the end), and what the peer
+/// still sends is read and dropped until it closes too, for at most
+/// [`LINGER`], in a task the listener's tracker holds.
 #[derive(Debug)]
-pub enum Conn {
-    Tcp(TcpStream),
-    /// Registered for readability only ([`QuietUnix`]).
-    Unix(QuietUnix),
+pub struct Conn {
+    /// `None` only once dropped.
+    io: Option<Box<dyn Io>>,
+    peer: TcpConnectInfo,
+    lingering: TaskTracker,
+}
+
+impl Conn {
+    fn new(io: Box<dyn Io>, peer: TcpConnectInfo, lingering: TaskTracker) -> Self {
+        Conn {
+            io: Some(io),
+            peer,
+            lingering,
+        }
+    }
+
+    fn io(self: Pin<&mut Self>) -> Pin<&mut dyn Io> {
+        let io = self.get_mut().io.as_deref_mut();
+        Pin::new(io.expect("a connection is open until dropped"))
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        let Some(mut io) = self.io.take() else {
+            return;
+        };
+        // Outside a runtime (it is shutting down) there is nothing to
+        // linger with: the socket closes as it would have.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        self.lingering.spawn_on(
+            async move {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let _ = io.shutdown().await;
+                let mut sink = [0u8; 4096];
+                let _ = tokio::time::timeout(LINGER, async {
+                    while let Ok(1..) = io.read(&mut sink).await {}
+                })
+                .await;
+            },
+            &runtime,
+        );
+    }
 }
 
 impl Connected for Conn {
@@ -212,13 +278,7 @@ impl Connected for Conn {
     type ConnectInfo = TcpConnectInfo;
 
     fn connect_info(&self) -> TcpConnectInfo {
-        match self {
-            Conn::Tcp(stream) => stream.connect_info(),
-            Conn::Unix(_) => TcpConnectInfo {
-                local_addr: None,
-                remote_addr: None,
-            },
-        }
+        self.peer.clone()
     }
 }
 
@@ -228,10 +288,7 @@ impl AsyncRead for Conn {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Conn::Tcp(s) => Pin::new(s).poll_read(cx, buf),
-            Conn::Unix(s) => Pin::new(s).poll_read(cx, buf),
-        }
+        self.io().poll_read(cx, buf)
     }
 }
 
@@ -241,10 +298,7 @@ impl AsyncWrite for Conn {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Conn::Tcp(s) => Pin::new(s).poll_write(cx, buf),
-            Conn::Unix(s) => Pin::new(s).poll_write(cx, buf),
-        }
+        self.io().poll_write(cx, buf)
     }
 
     fn poll_write_vectored(
@@ -252,136 +306,19 @@ impl AsyncWrite for Conn {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Conn::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            Conn::Unix(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-        }
+        self.io().poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
-        match self {
-            Conn::Tcp(s) => s.is_write_vectored(),
-            Conn::Unix(s) => s.is_write_vectored(),
-        }
+        self.io.as_ref().is_some_and(|io| io.is_write_vectored())
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Conn::Tcp(s) => Pin::new(s).poll_flush(cx),
-            Conn::Unix(s) => Pin::new(s).poll_flush(cx),
-        }
+        self.io().poll_flush(cx)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Conn::Tcp(s) => Pin::new(s).poll_shutdown(cx),
-            Conn::Unix(s) => Pin::new(s).poll_shutdown(cx),
-        }
-    }
-}
-
-/// How long a closed connection keeps reading what its peer still sends
-/// before the socket is let go (see [`Lingering`]).
-pub const LINGER: Duration = Duration::from_secs(2);
-
-/// An accepted connection that is closed gently. When the server is done
-/// with a connection (a graceful shutdown's last answer written), the peer
-/// may still be sending: messages on a stream the server has stopped
-/// reading. Closing a socket with unread bytes makes the kernel reset the
-/// connection (TCP sends RST; a unix socket's peer reads ECONNRESET), and
-/// a peer that sees the reset before it has read the answers already sent
-/// may fail them all: an append stream then reports appends as in doubt
-/// that were in fact answered. So the write side is shut (the peer reads
-/// every answer, then the end), and what the peer still sends is read and
-/// dropped until it closes too, for at most [`LINGER`].
-#[derive(Debug)]
-pub struct Lingering {
-    conn: Option<Conn>,
-    tracker: TaskTracker,
-}
-
-impl Lingering {
-    fn conn(&mut self) -> Pin<&mut Conn> {
-        Pin::new(self.conn.as_mut().expect("a connection until dropped"))
-    }
-}
-
-impl Drop for Lingering {
-    fn drop(&mut self) {
-        let Some(mut conn) = self.conn.take() else {
-            return;
-        };
-        // Outside a runtime (it is shutting down) there is nothing to
-        // linger with: the socket closes as it would have.
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        self.tracker.spawn_on(
-            async move {
-                use tokio::io::{AsyncReadExt, AsyncWriteExt};
-                let _ = conn.shutdown().await;
-                let mut sink = [0u8; 4096];
-                let _ = tokio::time::timeout(LINGER, async {
-                    while let Ok(1..) = conn.read(&mut sink).await {}
-                })
-                .await;
-            },
-            &runtime,
-        );
-    }
-}
-
-impl Connected for Lingering {
-    type ConnectInfo = TcpConnectInfo;
-
-    fn connect_info(&self) -> TcpConnectInfo {
-        match &self.conn {
-            Some(conn) => conn.connect_info(),
-            None => TcpConnectInfo {
-                local_addr: None,
-                remote_addr: None,
-            },
-        }
-    }
-}
-
-impl AsyncRead for Lingering {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        self.get_mut().conn().poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for Lingering {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        self.get_mut().conn().poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        self.get_mut().conn().poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.conn.as_ref().is_some_and(|c| c.is_write_vectored())
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.get_mut().conn().poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.get_mut().conn().poll_shutdown(cx)
+        self.io().poll_shutdown(cx)
     }
 }
 
