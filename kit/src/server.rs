@@ -99,29 +99,27 @@ impl Listener {
         // TCP_NODELAY: a response's trailers are a separate small write;
         // with Nagle on they wait for the peer's delayed ACK (40 ms on
         // Linux).
-        let tcp_lingering = lingering.clone();
         let tcp = self.tcp.map(|l| {
             TcpIncoming::from(l)
                 .with_nodelay(Some(true))
-                .map(move |accepted| {
+                .map(|accepted| {
                     accepted.map(|stream| {
                         let peer = stream.connect_info();
-                        Conn::new(Box::new(stream), peer, tcp_lingering.clone())
+                        (Box::new(stream) as Box<dyn Io>, peer)
                     })
                 })
         });
         let unix = self.unix.map(|l| {
-            futures::stream::unfold((l, lingering), |(l, lingering)| async move {
+            futures::stream::unfold(l, |l| async move {
                 let accepted = l.listener.accept().await;
                 let accepted = match accepted.and_then(|(stream, _)| QuietUnix::new(stream)) {
-                    Ok(stream) => Ok(Conn::new(
-                        Box::new(stream),
-                        TcpConnectInfo {
+                    Ok(stream) => {
+                        let peer = TcpConnectInfo {
                             local_addr: None,
                             remote_addr: None,
-                        },
-                        lingering.clone(),
-                    )),
+                        };
+                        Ok((Box::new(stream) as Box<dyn Io>, peer))
+                    }
                     Err(error) => {
                         // tonic asks for the next connection at once: a
                         // lack of file descriptors is waited out here
@@ -131,13 +129,14 @@ impl Listener {
                         Err(error)
                     }
                 };
-                Some((accepted, (l, lingering)))
+                Some((accepted, l))
             })
         });
         futures::stream::select(
             futures::stream::iter(tcp).flatten(),
             futures::stream::iter(unix).flatten(),
         )
+        .map(move |accepted| accepted.map(|(io, peer)| Conn::new(io, peer, lingering.clone())))
     }
 }
 

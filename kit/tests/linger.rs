@@ -7,7 +7,7 @@
 //! answered appends into appends in doubt.
 
 use futures::StreamExt;
-use ithaca_kit::server::{LINGER, Listener, UnixSocket};
+use ithaca_kit::server::{Conn, LINGER, Listener, UnixSocket};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_util::task::TaskTracker;
@@ -15,6 +15,28 @@ use tokio_util::task::TaskTracker;
 /// What the peer sends that the server never reads, before and after the
 /// server is done.
 const UNREAD: usize = 16 * 1024;
+
+/// The server's side of one connection `connect` makes to `listener`, the
+/// peer's side, and the tracker of the server side's lingering close.
+async fn accept_one<C, F>(listener: Listener, connect: F) -> (Conn, C, TaskTracker)
+where
+    F: std::future::Future<Output = std::io::Result<C>>,
+{
+    let lingering = TaskTracker::new();
+    let mut incoming = Box::pin(listener.incoming(lingering.clone()));
+    let (accepted, peer) = tokio::join!(incoming.next(), connect);
+    let conn = accepted.expect("a connection").expect("accepted");
+    (conn, peer.expect("connected"), lingering)
+}
+
+/// A listener on a loopback port, and its address.
+async fn loopback() -> (Listener, std::net::SocketAddr) {
+    let tcp = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a port");
+    let address = tcp.local_addr().expect("an address");
+    (Listener::from(tcp), address)
+}
 
 /// Accept one connection on `listener` while `connect` makes it, then play
 /// the story: the peer sends, the server answers without reading and is
@@ -24,11 +46,7 @@ where
     C: AsyncRead + AsyncWrite + Unpin,
     F: std::future::Future<Output = std::io::Result<C>>,
 {
-    let lingering = TaskTracker::new();
-    let mut incoming = Box::pin(listener.incoming(lingering.clone()));
-    let (accepted, peer) = tokio::join!(incoming.next(), connect);
-    let mut conn = accepted.expect("a connection").expect("accepted");
-    let mut peer = peer.expect("connected");
+    let (mut conn, mut peer, lingering) = accept_one(listener, connect).await;
 
     peer.write_all(&[7u8; UNREAD])
         .await
@@ -66,12 +84,9 @@ where
 
 #[tokio::test]
 async fn a_tcp_peer_reads_the_answer_after_the_server_is_done() {
-    let tcp = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("a port");
-    let address = tcp.local_addr().expect("an address");
+    let (listener, address) = loopback().await;
     the_peer_reads_the_answer_after_the_server_is_done(
-        Listener::from(tcp),
+        listener,
         tokio::net::TcpStream::connect(address),
     )
     .await;
@@ -93,15 +108,9 @@ async fn a_unix_socket_peer_reads_the_answer_after_the_server_is_done() {
 /// waits for its lingering closes, and must not wait forever.
 #[tokio::test]
 async fn a_peer_that_never_closes_is_let_go_after_the_linger() {
-    let tcp = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("a port");
-    let address = tcp.local_addr().expect("an address");
-    let lingering = TaskTracker::new();
-    let mut incoming = Box::pin(Listener::from(tcp).incoming(lingering.clone()));
-    let (accepted, peer) = tokio::join!(incoming.next(), tokio::net::TcpStream::connect(address));
-    let conn = accepted.expect("a connection").expect("accepted");
-    let mut peer = peer.expect("connected");
+    let (listener, address) = loopback().await;
+    let (conn, mut peer, lingering) =
+        accept_one(listener, tokio::net::TcpStream::connect(address)).await;
     drop(conn);
     lingering.close();
     lingering.wait().await;
