@@ -16,6 +16,12 @@
 # PROFILE_COUNT=1 runs no profiler: it reads each server's CPU time and
 # context switches from /proc over the load's middle and prints both per
 # call (a profiler's own sampling inflates the first).
+# PROFILE_SLOW=MS also prints the calls of MS milliseconds or more, counted
+# per 100 ms of the run they started in (`ithaca-bench load --slow-ms`): a
+# tail that comes in bursts shows as a few crowded lines, a tail of queueing
+# as many thin ones. PROFILE_SLOW_WINDOW=MS sets the window (default 100);
+# the load prints its start on the wall clock, to line the windows up with
+# another recorder's (`perf record -k CLOCK_REALTIME`).
 # PROFILE_SCHED=1 records the scheduler instead of samples and prints each
 # thread's wake-up delays (`perf sched latency`): how long a woken thread
 # waited for a CPU, the cause of tail latency a sample profile cannot show.
@@ -95,6 +101,7 @@ echo "profile: edge $edge, ithaca up pid ${pids[0]}, edge pid ${pids[2]}, probe 
 "$bin/ithaca-bench" load --addr "$edge" --token "$token" --seconds 2 >/dev/null
 rate=()
 if [ -n "${PROFILE_RATE:-}" ]; then rate=(--rate "$PROFILE_RATE"); fi
+if [ -n "${PROFILE_SLOW:-}" ]; then rate+=(--slow-ms "$PROFILE_SLOW" --slow-window-ms "${PROFILE_SLOW_WINDOW:-100}"); fi
 "$bin/ithaca-bench" load --addr "$edge" --token "$token" --seconds "$seconds" "${rate[@]}" >"$out/load.txt" &
 load=$!
 sleep 1

@@ -98,6 +98,10 @@ pub struct Outcome {
     /// ms from the phase's start, its latency in ms).
     #[serde(skip)]
     pub slow: Vec<(f64, f64)>,
+    /// When the phase started, in ms since the Unix epoch (the wall clock),
+    /// so its slow calls can be lined up with another recorder's times.
+    #[serde(skip)]
+    pub started_unix_ms: f64,
 }
 
 /// One window of a phase and the slow calls that started in it.
@@ -206,6 +210,9 @@ async fn phase(target: &Target, spec: Spec) -> anyhow::Result<Outcome> {
         senders.push(connect(&target.addr).await?);
     }
     let started = Instant::now();
+    let started_unix_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64() * 1000.0);
     let deadline = started + spec.duration;
     let mut workers = Vec::new();
     for mut sender in senders {
@@ -312,6 +319,7 @@ async fn phase(target: &Target, spec: Spec) -> anyhow::Result<Outcome> {
         max_ms: pct(1.0),
         first_error,
         slow,
+        started_unix_ms,
     })
 }
 

@@ -70,11 +70,14 @@ enum Command {
         /// Requests per second (open loop); as fast as possible without it.
         #[arg(long)]
         rate: Option<f64>,
-        /// Also print, per 100 ms of the run, how many calls took at least
-        /// this many milliseconds (and the slowest): a tail from stalls
-        /// shows as a few full windows.
+        /// Also print, per 100 ms of the run (see --slow-window-ms), how
+        /// many calls took at least this many milliseconds (and the
+        /// slowest): a tail from stalls shows as a few full windows.
         #[arg(long)]
         slow_ms: Option<f64>,
+        /// The window of --slow-ms, in milliseconds.
+        #[arg(long, default_value_t = 100.0)]
+        slow_window_ms: f64,
     },
     /// Only the trace-append phases: concurrent appends into one session on
     /// SQLite and PostgreSQL (on the AppendEvents stream, or unary
@@ -198,6 +201,7 @@ fn main() -> anyhow::Result<()> {
             requests,
             rate,
             slow_ms,
+            slow_window_ms,
         }) => runtime.block_on(async move {
             if let Some(ms) = slow_ms {
                 anyhow::ensure!(
@@ -205,6 +209,10 @@ fn main() -> anyhow::Result<()> {
                     "--slow-ms: a number of milliseconds, 0 or more, not {ms}"
                 );
             }
+            anyhow::ensure!(
+                slow_window_ms.is_finite() && slow_window_ms >= 1.0,
+                "--slow-window-ms: a number of milliseconds, 1 or more, not {slow_window_ms}"
+            );
             let target = if era == mcp::LEGACY {
                 mcp::initialize(&addr, &token).await?;
                 mcp::legacy_call(&addr, &token)?
@@ -222,10 +230,14 @@ fn main() -> anyhow::Result<()> {
             let outcome = driver::load(target, spec).await?;
             println!("{}", serde_json::to_string_pretty(&outcome)?);
             if let Some(ms) = slow_ms {
-                println!("calls of {ms} ms or more, by the 100 ms of the run they started in:");
-                for b in driver::bursts(&outcome.slow, 100.0) {
+                println!(
+                    "calls of {ms} ms or more, by the {slow_window_ms} ms of the run they started in \
+                     (the run started at {:.3} s after the Unix epoch):",
+                    outcome.started_unix_ms / 1000.0
+                );
+                for b in driver::bursts(&outcome.slow, slow_window_ms) {
                     println!(
-                        "  at {:>8.1} s: {:>5} calls, the slowest {:.2} ms",
+                        "  at {:>8.3} s: {:>5} calls, the slowest {:.2} ms",
                         b.from_ms / 1000.0,
                         b.calls,
                         b.slowest_ms
