@@ -748,6 +748,7 @@ mod session {
         idle_sessions_close_and_old_ones_are_archived_with_their_trace_readable,
         agents_close_only_their_own_sessions_and_people_close_any,
         a_call_follows_the_current_session_another_replica_changed,
+        no_index_of_sessions_holds_what_an_append_changes,
     );
 
     /// The `n` of each `tool_call` in `session`'s trace, in seq order.
@@ -1622,6 +1623,57 @@ mod session {
         db.close().await;
         other_db.close().await;
         common::drop_schema(&url, &schema).await;
+    }
+
+    /// An append sets its session's `last_seq` and `updated_at_ms`. No
+    /// index of `sessions` may hold either: on SQLite each commit would
+    /// rewrite a page of that index too (a quarter of an append's log
+    /// pages), and on PostgreSQL no such update could be heap-only.
+    async fn no_index_of_sessions_holds_what_an_append_changes(db: Db) {
+        let svc = service(db.clone());
+        let s = open(&svc).await;
+        let before = svc.get(&alice(), &s.session_id).await.expect("row");
+        svc.append(
+            &alice(),
+            &s.session_id,
+            EventType::Reasoning,
+            json!({"step": 1}),
+        )
+        .await
+        .expect("append");
+        let after = svc.get(&alice(), &s.session_id).await.expect("row");
+        assert!(after.last_seq > before.last_seq, "the append took a seq");
+        let columns: Vec<(String, String)> = match db.pool() {
+            ithaca_kit::db::Pool::Sqlite(pool) => {
+                sqlx::query_as(
+                    "SELECT l.name, i.name FROM pragma_index_list('sessions') AS l, \
+                 pragma_index_info(l.name) AS i",
+                )
+                .fetch_all(pool)
+                .await
+            }
+            ithaca_kit::db::Pool::Postgres(pool) => {
+                sqlx::query_as(
+                    "SELECT c.relname::text, a.attname::text FROM pg_index AS x \
+                 JOIN pg_class AS c ON c.oid = x.indexrelid \
+                 JOIN pg_attribute AS a ON a.attrelid = x.indrelid AND a.attnum = ANY (x.indkey) \
+                 WHERE x.indrelid = 'sessions'::regclass",
+                )
+                .fetch_all(pool)
+                .await
+            }
+        }
+        .expect("the indexes of sessions");
+        assert!(
+            columns.iter().any(|(_, column)| column == "status"),
+            "the sweeper's index is there: {columns:?}"
+        );
+        for (index, column) in &columns {
+            assert!(
+                column != "last_seq" && column != "updated_at_ms",
+                "index {index} holds {column}, which every append changes"
+            );
+        }
     }
 
     async fn archived_sessions_stay_readable(db: Db) {

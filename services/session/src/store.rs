@@ -636,7 +636,11 @@ impl Store {
     }
 
     /// Sessions in `status` whose last change (for open ones) or close (for
-    /// closed ones) is older than `before_ms`, at most `limit`.
+    /// closed ones) is older than `before_ms`, at most `limit`, oldest
+    /// first. Closed ones come from the index on `(status, closed_at_ms)`;
+    /// open ones from a scan of the open sessions, since no index holds
+    /// `updated_at_ms`, which every append changes (migration 0004 on
+    /// SQLite, 0005 on PostgreSQL).
     pub async fn stale(
         &self,
         status: Status,

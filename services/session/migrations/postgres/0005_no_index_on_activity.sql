@@ -1,0 +1,10 @@
+-- Every trace append moves its session's `last_seq` and `updated_at_ms`.
+-- With `updated_at_ms` in an index, no such update could be a heap-only
+-- (HOT) one: each wrote a new entry into every index of `sessions`. With
+-- no indexed column changed, PostgreSQL keeps the new row version on the
+-- same page and touches no index (README, issue 23, stop 49). The
+-- sweeper's two questions need no such index: closed sessions are found
+-- by when they closed, which appends never change, and idle open sessions
+-- by a scan of the open ones, once a sweep.
+DROP INDEX IF EXISTS sessions_by_status_updated;
+CREATE INDEX sessions_by_status_closed ON sessions (status, closed_at_ms);
