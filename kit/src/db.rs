@@ -14,6 +14,7 @@
 //! [`with_pool!`](crate::with_pool): both drivers accept `$1`-style
 //! parameters, and each arm is type-checked against its own driver.
 
+use crate::write_gate::{Turn, WriteGate};
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
@@ -21,9 +22,8 @@ use sqlx::{PgPool, SqlitePool};
 use std::path::Path;
 use std::str::FromStr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-use tokio::sync::{Mutex, MutexGuard};
+use tokio::sync::MutexGuard;
 
 /// Run `$body` with `$pool` bound to the concrete pool of `$db`.
 #[macro_export]
@@ -48,13 +48,10 @@ pub enum Pool {
 pub struct Db {
     pool: Pool,
     /// SQLite allows one writer at a time; writers in this process queue here
-    /// instead of spinning on SQLITE_BUSY. `None` on PostgreSQL, whose row
-    /// locks order concurrent writers.
-    write_gate: Option<Arc<Mutex<()>>>,
-    /// Set (SQLite) when a checkpoint found every frame of the write-ahead
-    /// log copied: the next write transaction starts the log over, and
-    /// that syncs the log's header ([`Db::take_log_restart`]).
-    log_restart: Option<Arc<AtomicBool>>,
+    /// instead of spinning on SQLITE_BUSY, and learn there when their write
+    /// starts the log over ([`Db::write_turn`]). `None` on PostgreSQL, whose
+    /// row locks order concurrent writers.
+    write_gate: Option<Arc<WriteGate>>,
     /// The PostgreSQL schema (empty on SQLite), for LISTEN channel names.
     schema: String,
     /// The SQLite file (none in memory and on PostgreSQL), for a writer
@@ -158,7 +155,6 @@ impl Db {
         Ok(Db {
             pool: Pool::Postgres(pool),
             write_gate: None,
-            log_restart: None,
             schema: schema.to_owned(),
             sqlite_file: None,
             migrator,
@@ -207,17 +203,11 @@ impl Db {
             .connect_with(options)
             .await?;
         migrator.run(&pool).await?;
-        let write_gate = Arc::new(Mutex::new(()));
-        let log_restart = Arc::new(AtomicBool::new(false));
-        tokio::spawn(checkpoint_wal(
-            pool.clone(),
-            write_gate.clone(),
-            log_restart.clone(),
-        ));
+        let write_gate = Arc::new(WriteGate::default());
+        tokio::spawn(checkpoint_wal(pool.clone(), write_gate.clone()));
         Ok(Db {
             pool: Pool::Sqlite(pool),
             write_gate: Some(write_gate),
-            log_restart: Some(log_restart),
             schema: String::new(),
             sqlite_file: (!path.starts_with(':')).then(|| Path::new(path).to_owned()),
             migrator,
@@ -236,17 +226,17 @@ impl Db {
         self.sqlite_file.as_deref()
     }
 
-    /// Whether the next write transaction on SQLite starts the write-ahead
-    /// log over (a checkpoint copied all of it since this was last asked),
-    /// and so syncs the log's header to disk (`synchronous=NORMAL` syncs
-    /// nothing else on a commit). A writer that runs its statements on the
-    /// async runtime ([`Db::sqlite_file`]) hands that transaction to the
-    /// pool's thread instead, so the sync blocks no task. Always false on
-    /// PostgreSQL.
-    pub fn take_log_restart(&self) -> bool {
-        self.log_restart
-            .as_ref()
-            .is_some_and(|due| due.swap(false, Ordering::Relaxed))
+    /// Hold the write gate, as [`Db::write_gate`] does, and learn whether
+    /// this turn's first write transaction starts SQLite's write-ahead log
+    /// over, which syncs the log's header to disk. A writer that runs its
+    /// statements on the async runtime ([`Db::sqlite_file`]) hands that
+    /// transaction to a pool connection instead, so the sync blocks no
+    /// task (see [`crate::write_gate`]). `None` on PostgreSQL.
+    pub async fn write_turn(&self) -> Option<Turn<'_>> {
+        match &self.write_gate {
+            Some(gate) => Some(gate.turn().await),
+            None => None,
+        }
     }
 
     /// The PostgreSQL schema, empty on SQLite.
@@ -262,7 +252,7 @@ impl Db {
     /// on PostgreSQL it is free.
     pub async fn write_gate(&self) -> Option<MutexGuard<'_, ()>> {
         match &self.write_gate {
-            Some(gate) => Some(gate.lock().await),
+            Some(gate) => Some(gate.hold().await),
             None => None,
         }
     }
@@ -359,7 +349,7 @@ const LOG_KEPT_BYTES: &str = "67108864";
 /// it copies the few frames committed during the first, after which the
 /// next write starts the log over (unless a read that began before still
 /// holds an older snapshot; the next gated round tries again).
-async fn checkpoint_wal(pool: SqlitePool, gate: Arc<Mutex<()>>, log_restart: Arc<AtomicBool>) {
+async fn checkpoint_wal(pool: SqlitePool, gate: Arc<WriteGate>) {
     let mut wait = CHECKPOINT_BUSY;
     let mut left = Log::default();
     let mut rounds_ungated: u32 = 0;
@@ -369,15 +359,12 @@ async fn checkpoint_wal(pool: SqlitePool, gate: Arc<Mutex<()>>, log_restart: Arc
             return;
         }
         rounds_ungated = rounds_ungated.saturating_add(1);
-        let gated = (rounds_ungated >= GATED_EVERY).then_some(&*gate);
-        match checkpoint_round(&pool, gated, left).await {
+        let gated = rounds_ungated >= GATED_EVERY;
+        match checkpoint_round(&pool, &gate, gated, left).await {
             Ok(Some(log)) => {
-                if log.copied == log.frames {
-                    log_restart.store(true, Ordering::Relaxed);
-                }
                 left = log;
                 wait = CHECKPOINT_BUSY;
-                if gated.is_some() {
+                if gated {
                     rounds_ungated = 0;
                 }
             }
@@ -401,23 +388,33 @@ struct Log {
     copied: i64,
 }
 
-/// One round of [`checkpoint_wal`], ending at `gate` when given: the log
-/// as the round left it, or `None` when nothing was written since `left`
-/// (so there was nothing to do).
+/// One round of [`checkpoint_wal`], ending at `gate` when `gated`: the
+/// log as the round left it, or `None` when nothing was written since
+/// `left` (so there was nothing to do). A round that leaves the whole log
+/// copied tells the gate, a gated one before it lets the writers go (see
+/// [`crate::write_gate`]).
 async fn checkpoint_round(
     pool: &SqlitePool,
-    gate: Option<&Mutex<()>>,
+    gate: &WriteGate,
+    gated: bool,
     left: Log,
 ) -> Result<Option<Log>, sqlx::Error> {
     let found = passive_checkpoint(pool).await?;
     if found.frames <= 0 || (found == left && found.copied == found.frames) {
         return Ok(None);
     }
-    let Some(gate) = gate else {
+    if !gated {
+        if found.copied == found.frames {
+            gate.log_copied();
+        }
         return Ok(Some(found));
-    };
-    let _writers_wait = gate.lock().await;
-    passive_checkpoint(pool).await.map(Some)
+    }
+    let _writers_wait = gate.hold().await;
+    let log = passive_checkpoint(pool).await?;
+    if log.copied == log.frames {
+        gate.log_copied();
+    }
+    Ok(Some(log))
 }
 
 /// `PRAGMA wal_checkpoint(PASSIVE)`.

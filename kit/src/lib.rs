@@ -39,3 +39,4 @@ pub mod server;
 pub mod shutdown;
 pub mod telemetry;
 pub mod trace_ids;
+pub mod write_gate;

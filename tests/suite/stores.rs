@@ -118,9 +118,9 @@ async fn the_sqlite_log_is_checkpointed_beside_the_writers() {
 
 /// When a checkpoint has copied the whole write-ahead log, the next write
 /// starts the log over, and that write syncs the log's header. The
-/// database says so once (`Db::take_log_restart`), so the committer, which
-/// runs its statements on the runtime, hands that one write to the pool's
-/// thread.
+/// database says so once, to the writer whose turn at the write gate comes
+/// next (`Db::write_turn`), so the committer, which runs its statements on
+/// the runtime, hands that one write to the pool's thread.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_checkpoint_that_copied_the_whole_log_is_reported_once() {
     let f = SqliteSession::open("log restart").await;
@@ -132,14 +132,17 @@ async fn a_checkpoint_that_copied_the_whole_log_is_reported_once() {
     // doubles its wait up to a second when there are none.
     let mut reported = false;
     for _ in 0..100 {
-        if db.take_log_restart() {
+        if db.write_turn().await.is_some_and(|turn| turn.restarts_log) {
             reported = true;
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     assert!(reported, "no checkpoint reported the whole log copied");
-    assert!(!db.take_log_restart(), "reported twice for one checkpoint");
+    assert!(
+        !db.write_turn().await.is_some_and(|turn| turn.restarts_log),
+        "reported twice for one checkpoint"
+    );
     // Appends go on, numbered without a gap.
     let next = svc
         .append(alice, &f.session_id, EventType::ToolCall, json!({"n": 2}))

@@ -925,10 +925,14 @@ async fn commit_held(
     held: &mut Option<Held>,
     jobs: &[AppendJob],
 ) -> Result<Vec<Option<i64>>, sqlx::Error> {
-    // A batch that starts the write-ahead log over syncs its header to
-    // disk: it goes to a pool connection (the pool's own thread, not the
-    // runtime), and the held connection stays for the next batch.
-    let restart = db.sqlite_file().is_some() && db.take_log_restart();
+    // Writers of SQLite queue at the gate (free on PostgreSQL). A batch that
+    // starts the write-ahead log over syncs its header to disk: it goes to
+    // a pool connection (the pool's own thread, not the runtime), and the
+    // held connection stays for the next batch. Whether it does is asked
+    // once the turn has come: the checkpoint that copies the whole log
+    // holds the gate while this batch waits.
+    let turn = db.write_turn().await;
+    let restart = db.sqlite_file().is_some() && turn.as_ref().is_some_and(|turn| turn.restarts_log);
     let (mut conn, kept) = match (restart, held.take()) {
         (true, keep) => {
             *held = keep;
@@ -974,7 +978,6 @@ async fn commit_batch(
     held: &mut Held,
     jobs: &[AppendJob],
 ) -> Result<Vec<Option<i64>>, Failed> {
-    let _gate = db.write_gate().await;
     let channel = notify_channel(db.schema());
     // A batch of one run on SQLite is one script, its transaction included:
     // one trip to the connection's thread instead of four.

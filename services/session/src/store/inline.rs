@@ -13,7 +13,8 @@
 //! it here, on its own task. The one commit that does sync, the first after
 //! a checkpoint copied the whole log (it starts the log over and syncs the
 //! new header), goes to a pool connection instead
-//! (`Db::take_log_restart`), so no `fsync` ever blocks the runtime.
+//! (`Db::write_turn`, asked once the batch's turn at the write gate has
+//! come), so no `fsync` blocks the runtime.
 //!
 //! The connection sets the pool's writer pragmas, and the committer holds
 //! the write gate while it writes, as every writer of this process does, so
