@@ -76,6 +76,16 @@ const STALE_RUN_MS: i64 = 10 * 60 * 1000;
 /// caller's: run by the worker, a caller's going away could not stop them.
 const ORPHANED_RUN_MS: i64 = 60 * 1000;
 
+/// Who computes a run just recorded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Follower {
+    /// The caller computes it within the call and follows its progress: a
+    /// batch run is recorded claimed (`running`), so no worker takes it.
+    Computes,
+    /// The caller only waits: a batch run is queued for the worker.
+    Waits,
+}
+
 /// What the caller and the run record learn of a computation that panicked.
 const PANICKED: &str = "internal error: the computation failed unexpectedly";
 
@@ -202,7 +212,13 @@ impl SkillsService {
         let (skill_id, version) = (skill_id.to_owned(), version.map(str::to_owned));
         let running = tokio::spawn(async move {
             let (run, profile) = service
-                .queue(&caller, &skill_id, version.as_deref(), inputs)
+                .queue(
+                    &caller,
+                    &skill_id,
+                    version.as_deref(),
+                    inputs,
+                    Follower::Waits,
+                )
                 .await?;
             if profile == Profile::Batch {
                 service.wake.notify_one();
@@ -225,8 +241,8 @@ impl SkillsService {
     /// MCP). An interactive run stops, recorded `cancelled`, when `stop`
     /// fires. A batch run computes on a task of its own, so it finishes even
     /// when the caller goes away (`stop` only ends the wait for it); after
-    /// [`BATCH_WAIT`] the run comes back as it stands (queued or running)
-    /// and goes on. A failed batch run is answered as the failed run, as
+    /// [`BATCH_WAIT`] the run comes back as it stands (running) and goes
+    /// on. A failed batch run is answered as the failed run, as
     /// get_run would show it.
     pub async fn run_following(
         &self,
@@ -237,21 +253,25 @@ impl SkillsService {
         progress: Progress,
         stop: &Stop,
     ) -> Result<RunView, ServiceError> {
-        let (run, profile) = self.queue(caller, skill_id, version, inputs).await?;
+        // A batch run is recorded already claimed: queued, the worker could
+        // take it before this call does, and its progress would go nowhere.
+        let (run, profile) = self
+            .queue(caller, skill_id, version, inputs, Follower::Computes)
+            .await?;
         if profile != Profile::Batch {
             return self.finish(caller, &run, Some(&progress), stop).await;
         }
         let until = tokio::time::Instant::now() + BATCH_WAIT;
         let service = self.clone();
         let requester = caller.clone();
-        let queued = run.clone();
+        let claimed = run.clone();
         let computing = tokio::spawn(async move {
             let never = Stop::never();
             if let Some(err) = service
-                .execute(&requester, &queued, Some(&progress), &never)
+                .execute_claimed(&requester, &claimed, Some(&progress), &never)
                 .await
             {
-                tracing::info!(run_id = %queued.run_id, error = %err.message, "batch run failed");
+                tracing::info!(run_id = %claimed.run_id, error = %err.message, "batch run failed");
             }
         });
         tokio::select! {
@@ -259,16 +279,8 @@ impl SkillsService {
             // Nobody waits any more; the run goes on.
             reason = stop.stopped() => return Err(skills::cancelled(reason)),
         }
-        // The worker may have claimed the run first: wait for it as well.
-        let mut view = self.get_run(caller, &run.run_id).await?;
-        while view.run.status.is_active()
-            && tokio::time::Instant::now() < until
-            && stop.reason().is_none()
-        {
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-            view = self.get_run(caller, &run.run_id).await?;
-        }
-        Ok(view)
+        // The computation ended, or BATCH_WAIT passed: the run as it stands.
+        self.get_run(caller, &run.run_id).await
     }
 
     /// Run a recorded interactive run within the call: the run, or why it
@@ -306,6 +318,7 @@ impl SkillsService {
         skill_id: &str,
         version: Option<&str>,
         inputs: Value,
+        follower: Follower,
     ) -> Result<(RunRow, Profile), ServiceError> {
         let tenant_id = TenantId::of(caller)?;
         let manifest = self.describe(skill_id, version)?;
@@ -325,9 +338,27 @@ impl SkillsService {
             updated_at_ms: now,
             requester: serde_json::to_string(caller).map_err(|e| ServiceError::internal(&e))?,
         };
-        self.store.insert_run(&run).await?;
+        let claimed = follower == Follower::Computes && manifest.profile == Profile::Batch;
+        if claimed {
+            let running = RunRow {
+                status: RunStatus::Running,
+                ..run.clone()
+            };
+            self.store.insert_run(&running).await?;
+        } else {
+            self.store.insert_run(&run).await?;
+        }
         self.trace(caller, &run, RunStatus::Draft, RunStatus::Queued, None)
             .await;
+        if !claimed {
+            return Ok((run, manifest.profile));
+        }
+        self.trace(caller, &run, RunStatus::Queued, RunStatus::Running, None)
+            .await;
+        let run = RunRow {
+            status: RunStatus::Running,
+            ..run
+        };
         Ok((run, manifest.profile))
     }
 
@@ -349,6 +380,18 @@ impl SkillsService {
             Ok(false) => return None,
             Err(err) => return Some(err),
         }
+        self.execute_claimed(caller, run, progress, stop).await
+    }
+
+    /// Compute a run this caller has claimed (`running`) until `stop`, with
+    /// its job recorded; the error, if it failed or was stopped.
+    async fn execute_claimed(
+        &self,
+        caller: &Principal,
+        run: &RunRow,
+        progress: Option<&Progress>,
+        stop: &Stop,
+    ) -> Option<ServiceError> {
         let _registered = Computing::register(self, &run.run_id, stop);
         let job = match self
             .store

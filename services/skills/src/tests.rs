@@ -122,6 +122,40 @@ impl Skill for Spins {
     }
 }
 
+/// A batch skill that reports three steps and succeeds.
+struct Steps;
+
+static STEPS: Steps = Steps;
+
+#[tonic::async_trait]
+impl Skill for Steps {
+    fn manifest(&self) -> Manifest {
+        Manifest {
+            skill_id: "test.steps",
+            version: "1.0",
+            name: "Steps",
+            description: "Reports three steps.",
+            input_schema: json!({"type": "object", "properties": {}}),
+            output_schema: json!({"type": "object"}),
+            profile: Profile::Batch,
+            asset_class: "test",
+            source_classes: &[],
+            trigger_compatible: false,
+            intents: &[],
+        }
+    }
+
+    async fn run(&self, ctx: &Context<'_>, _: &Inputs) -> Result<Output, ServiceError> {
+        for done in 1..=3 {
+            ctx.progress(done, 3, format!("step {done}"));
+        }
+        Ok(Output {
+            outputs: json!({"steps": 3}),
+            artifacts: Vec::new(),
+        })
+    }
+}
+
 async fn service(dir: &tempfile::TempDir) -> SkillsService {
     let path = dir.path().join("skills.db").display().to_string();
     let db = crate::open_db(&path, "unused").await.expect("db");
@@ -136,6 +170,7 @@ async fn service(dir: &tempfile::TempDir) -> SkillsService {
             &SPINS_DROPPED,
             &SPINS_DEADLINE,
             &SPINS_BATCH,
+            &STEPS,
         ],
     )
     .expect("service")
@@ -393,4 +428,78 @@ async fn the_worker_leaves_a_fresh_interactive_run_to_its_caller() {
     tokio::time::sleep(Duration::from_millis(2500)).await;
     assert_eq!(status(fresh.run_id.clone()).await, RunStatus::Queued);
     shutdown.cancel();
+}
+
+/// run_skill computes a batch run within the call and forwards its
+/// progress. The run is recorded claimed (`running`), so a worker reading
+/// the queue at that moment cannot take it; when it was recorded `queued`,
+/// a worker could, and the caller heard no progress at all (a CI run of
+/// the Python SDK's client once saw none). Here a claimer as eager as a
+/// worker can be (the worker's own query and claim, in a loop) watches the
+/// queue through twenty followed runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_followed_batch_run_is_never_the_workers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let svc = service(&dir).await;
+    let done = tokio_util::sync::CancellationToken::new();
+    let claimer = tokio::spawn({
+        let (svc, done) = (svc.clone(), done.clone());
+        async move {
+            let mut taken = 0;
+            while !done.is_cancelled() {
+                let now = ithaca_kit::clock::now_ms();
+                if let Ok(Some(run)) = svc.store.next_queued(&["test.steps"], 0).await
+                    && svc
+                        .store
+                        .transition(
+                            &run.run_id,
+                            RunStatus::Queued,
+                            RunStatus::Running,
+                            None,
+                            "",
+                            now,
+                        )
+                        .await
+                        .unwrap_or(false)
+                {
+                    taken += 1;
+                }
+                tokio::task::yield_now().await;
+            }
+            taken
+        }
+    });
+    for n in 0..20 {
+        let (progress, mut steps) = tokio::sync::mpsc::channel(64);
+        let view = tokio::time::timeout(
+            Duration::from_secs(10),
+            svc.run_following(
+                &agent(),
+                "test.steps",
+                None,
+                json!({}),
+                progress,
+                &Stop::never(),
+            ),
+        )
+        .await
+        .expect("the run came back within 10 s")
+        .expect("run");
+        let mut heard = Vec::new();
+        while let Ok(step) = steps.try_recv() {
+            heard.push(step.done);
+        }
+        assert_eq!(
+            heard,
+            vec![1, 2, 3],
+            "run {n}: every step reached the caller"
+        );
+        assert_eq!(view.run.status, RunStatus::Succeeded, "run {n}");
+    }
+    done.cancel();
+    assert_eq!(
+        claimer.await.expect("claimer"),
+        0,
+        "no followed run was queued"
+    );
 }
