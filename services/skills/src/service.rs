@@ -311,7 +311,8 @@ impl SkillsService {
         }
     }
 
-    /// Validate inputs and record the run, queued; with its skill's profile.
+    /// Validate inputs and record the run (queued, or claimed for `follower`); with
+    /// its skill's profile.
     async fn queue(
         &self,
         caller: &Principal,
@@ -324,6 +325,10 @@ impl SkillsService {
         let manifest = self.describe(skill_id, version)?;
         let inputs = validate::inputs(&manifest.input_schema, inputs)?;
         let now = clock::now_ms();
+        // A batch run the caller computes now is recorded claimed
+        // (`running`), out of the worker's reach; its trace still shows
+        // `queued`, then `running`.
+        let claimed = follower == Follower::Computes && manifest.profile == Profile::Batch;
         let run = RunRow {
             run_id: RunId::new_v4(),
             tenant_id,
@@ -331,34 +336,24 @@ impl SkillsService {
             skill_id: manifest.skill_id.to_owned(),
             version: manifest.version.to_owned(),
             inputs: Value::Object(inputs).to_string(),
-            status: RunStatus::Queued,
+            status: if claimed {
+                RunStatus::Running
+            } else {
+                RunStatus::Queued
+            },
             outputs: None,
             error: String::new(),
             created_at_ms: now,
             updated_at_ms: now,
             requester: serde_json::to_string(caller).map_err(|e| ServiceError::internal(&e))?,
         };
-        let claimed = follower == Follower::Computes && manifest.profile == Profile::Batch;
-        if claimed {
-            let running = RunRow {
-                status: RunStatus::Running,
-                ..run.clone()
-            };
-            self.store.insert_run(&running).await?;
-        } else {
-            self.store.insert_run(&run).await?;
-        }
+        self.store.insert_run(&run).await?;
         self.trace(caller, &run, RunStatus::Draft, RunStatus::Queued, None)
             .await;
-        if !claimed {
-            return Ok((run, manifest.profile));
+        if claimed {
+            self.trace(caller, &run, RunStatus::Queued, RunStatus::Running, None)
+                .await;
         }
-        self.trace(caller, &run, RunStatus::Queued, RunStatus::Running, None)
-            .await;
-        let run = RunRow {
-            status: RunStatus::Running,
-            ..run
-        };
         Ok((run, manifest.profile))
     }
 
