@@ -242,8 +242,10 @@ impl Core {
         });
         request.set_timeout(session.timeout());
         self.key.sign(&mut request, principal);
+        // Boxed: a rare path, kept out of the size of every append's future
+        // (see `call::invoke::run`).
         let appended: Appended =
-            slim_unary(session, "AppendEvent", APPEND_EVENT_PATH, request).await?;
+            Box::pin(slim_unary(session, "AppendEvent", APPEND_EVENT_PATH, request)).await?;
         Ok(appended.seq)
     }
 

@@ -146,7 +146,10 @@ impl Core {
             arguments_json: Vec::new(),
             subject_kind: tool.options.subject_kind.clone(),
         });
-        let begun = self.begin_call(session, caller, request).await?;
+        // Boxed, as every path a call rarely takes: inline, its gRPC future
+        // (about 6 KB) would size every future that awaits this one, and
+        // each of those is moved whole when it starts (`call::invoke::run`).
+        let begun = Box::pin(self.begin_call(session, caller, request)).await?;
         let s = begun.session.unwrap_or_default();
         let gate = Gate::new(s.session_id, s.subject_kind, s.subject_id, s.notice);
         Ok((gate, begun.seq))

@@ -8,6 +8,7 @@ use super::failure::ToolFailure;
 use super::gate::Admitted;
 use crate::catalog::Tool;
 use crate::core::Core;
+use crate::orphans::Orphan;
 use ithaca_kit::error::DomainCode;
 use ithaca_proto::session::v1 as spb;
 use serde_json::{Value, json};
@@ -116,6 +117,12 @@ impl Core {
         let Some(mine) = self.orphans.take(session_id) else {
             return;
         };
+        // Boxed: every call asks, almost none has any to report (see
+        // `call::invoke::run`).
+        Box::pin(self.record_orphans(session_id, mine)).await;
+    }
+
+    async fn record_orphans(&self, session_id: &str, mine: Vec<Orphan>) {
         for orphan in mine {
             let payload = json!({
                 "tool": orphan.tool,

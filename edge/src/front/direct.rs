@@ -259,10 +259,14 @@ pub async fn serve(core: Arc<Core>, gateway: &Gateway, plan: Plan, request: Requ
     match plan {
         Plan::Call { era, client } => call(core, caller, id, params, pin, era, client).await,
         Plan::ListTools { version } => {
-            let listed = gateway
-                .tools_printed(&caller.principal, pin.as_deref(), &version)
-                .instrument(caller.span.clone())
-                .await;
+            // Boxed, so that a call's future is not as large as the list's
+            // (see `call::invoke::run`).
+            let listed = Box::pin(
+                gateway
+                    .tools_printed(&caller.principal, pin.as_deref(), &version)
+                    .instrument(caller.span.clone()),
+            )
+            .await;
             match listed {
                 Ok(printed) => reply_printed(&id, &printed),
                 Err(error) => error_reply(Era::Modern, id, error),

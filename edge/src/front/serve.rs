@@ -63,7 +63,9 @@ impl Serve {
                 tokio::time::timeout(timeout, call).await
             }
             None => {
-                let call = self.mcp.oneshot(request);
+                // Boxed, so that the direct path's future is not as large
+                // as rmcp's (see `call::invoke::run`).
+                let call = Box::pin(self.mcp.oneshot(request));
                 tokio::time::timeout(timeout, call)
                     .await
                     .map(|served| match served {
