@@ -244,8 +244,13 @@ impl Core {
         self.key.sign(&mut request, principal);
         // Boxed: a rare path, kept out of the size of every append's future
         // (see `call::invoke::run`).
-        let appended: Appended =
-            Box::pin(slim_unary(session, "AppendEvent", APPEND_EVENT_PATH, request)).await?;
+        let appended: Appended = Box::pin(slim_unary(
+            session,
+            "AppendEvent",
+            APPEND_EVENT_PATH,
+            request,
+        ))
+        .await?;
         Ok(appended.seq)
     }
 

@@ -99,8 +99,7 @@ impl Core {
     ) -> Ran {
         let run = async {
             if tool.options.approval_required {
-                Box::pin(self.through_approval(tool, principal, arguments, traced, io, round))
-                    .await
+                Box::pin(self.through_approval(tool, principal, arguments, traced, io, round)).await
             } else {
                 self.invoke(tool, principal, arguments, io, round).await
             }
