@@ -26,6 +26,16 @@
 # thread's wake-up delays (`perf sched latency`): how long a woken thread
 # waited for a CPU, the cause of tail latency a sample profile cannot show.
 #
+# PROFILE_SYSCALLS=1 counts each server's system calls per call over 4 s
+# (`perf stat` of the `sys_enter_*` tracepoints): the hops' writes and
+# reads, the log's `pwrite`s and SQLite's `fcntl` locks.
+# PROFILE_DWARF=edge|up|probe records that one process for 3 s with call
+# graphs unwound from DWARF (`perf report -G` on the result shows who
+# calls, say, `memmove`), since release binaries carry no frame pointers.
+# PROFILE_CALLGRIND=1 runs the edge under `valgrind --tool=callgrind` and
+# counts its instructions per call over 1,000 calls at 50 a second after
+# the warm-up (valgrind counts instructions, so the figure repeats).
+#
 # Needs `perf` (Debian's linux-perf) and `curl`; perf needs
 # kernel.perf_event_paranoid <= 1 or root. Release binaries carry no frame
 # pointers, so the report is by self time (where the cycles are spent), not
@@ -84,7 +94,12 @@ hop() {
 start backend "listening on" "$bin/ithaca-bench" backend --listen 127.0.0.1:0 --unix-socket "$work/probe.sock"
 backend="http://$(grep -m1 'listening on' "$work/backend.out" | awk '{print $NF}')"
 if [ "${PROFILE_TCP:-0}" != 1 ]; then backend="unix:$work/probe.sock"; fi
-start edge "edge listening on" "$bin/ithaca" serve edge --listen 127.0.0.1:0 \
+callgrind=()
+if [ "${PROFILE_CALLGRIND:-0}" = 1 ]; then
+    command -v valgrind >/dev/null || { echo "profile: valgrind is missing" >&2; exit 1; }
+    callgrind=(valgrind --tool=callgrind --callgrind-out-file="$out/callgrind.out.%p")
+fi
+start edge "edge listening on" "${callgrind[@]}" "$bin/ithaca" serve edge --listen 127.0.0.1:0 \
     --auth-url "$(hop "auth ")" --session-url "$(hop "session ")" \
     --backend "$backend"
 edge="$(grep -m1 'edge listening on' "$work/edge.out" | awk '{print $NF}')"
@@ -104,7 +119,62 @@ if [ -n "${PROFILE_RATE:-}" ]; then rate=(--rate "$PROFILE_RATE"); fi
 if [ -n "${PROFILE_SLOW:-}" ]; then rate+=(--slow-ms "$PROFILE_SLOW" --slow-window-ms "${PROFILE_SLOW_WINDOW:-100}"); fi
 "$bin/ithaca-bench" load --addr "$edge" --token "$token" --seconds "$seconds" "${rate[@]}" >"$out/load.txt" &
 load=$!
+# Wait for the load, print its figures, and set $rps to its calls a second.
+finish_load() {
+    wait "$load"
+    cat "$out/load.txt"
+    rps="$(grep -m1 '"rps"' "$out/load.txt" | tr -dc '0-9.')"
+}
 sleep 1
+if [ "${PROFILE_CALLGRIND:-0}" = 1 ]; then
+    # The warm-up and this load's first second under valgrind are not
+    # counted: zero the counts, send 1,000 calls, dump.
+    wait "$load"
+    callgrind_control -z "${pids[2]}" >/dev/null 2>&1
+    "$bin/ithaca-bench" load --addr "$edge" --token "$token" --seconds 20 --rate 50 >"$out/callgrind-load.txt"
+    callgrind_control -d "${pids[2]}" >/dev/null 2>&1
+    sleep 1
+    calls="$(grep -m1 '"requests"' "$out/callgrind-load.txt" | tr -dc '0-9')"
+    dump="$(ls -t "$out"/callgrind.out.*.1 | head -n 1)"
+    callgrind_annotate --threshold=100 "$dump" 2>/dev/null >"$out/callgrind.txt"
+    total="$(grep -m1 'PROGRAM TOTALS' "$out/callgrind.txt" | awk '{ gsub(",", "", $1); print $1 }')"
+    echo "=== the edge under callgrind: $calls calls, $((total / calls)) instructions per call ($dump)"
+    echo "=== of them in libc's copies and allocator, per call"
+    grep -E ':(__memcpy|__memmove|malloc|_int_malloc|free|_int_free)[a-z_]* ' "$out/callgrind.txt" \
+        | awk -v calls="$calls" '{ n = $1; gsub(",", "", n); f = $0; sub(/ \[.*/, "", f); sub(/.*:/, "", f); printf "%9.0f  %s\n", n / calls, f }' \
+        | tee "$out/callgrind-memory.txt"
+    exit 0
+fi
+if [ "${PROFILE_SYSCALLS:-0}" = 1 ]; then
+    events=""
+    for call in writev write read readv recvfrom sendto sendmsg recvmsg epoll_wait futex pwrite64 fcntl fsync fdatasync; do
+        events="$events,syscalls:sys_enter_$call"
+    done
+    for entry in "ithaca-up:${pids[0]}" "edge:${pids[2]}" "probe:${pids[1]}"; do
+        perf stat -x, -e "${events#,}" -p "${entry##*:}" -o "$out/syscalls-${entry%%:*}.txt" -- sleep 4 &
+    done
+    finish_load
+    echo "=== system calls per call over 4 s at ${rps} calls/s"
+    for name in ithaca-up edge probe; do
+        awk -F, -v name="$name" -v calls="$(awk -v r="$rps" 'BEGIN { print r * 4 }')" \
+            '/syscalls:/ && $1 > 0 { sub("syscalls:sys_enter_", "", $3); printf "%-10s %-12s %6.2f\n", name, $3, $1 / calls }' \
+            "$out/syscalls-$name.txt"
+    done | tee "$out/syscalls.txt"
+    exit 0
+fi
+if [ -n "${PROFILE_DWARF:-}" ]; then
+    case "$PROFILE_DWARF" in
+        up) target="${pids[0]}" ;;
+        probe) target="${pids[1]}" ;;
+        edge) target="${pids[2]}" ;;
+        *) echo "profile: PROFILE_DWARF is edge, up or probe" >&2; exit 1 ;;
+    esac
+    perf record -F 499 --call-graph dwarf,16384 -p "$target" -o "$out/perf.data" -- sleep 3 2>"$out/perf-record.log"
+    wait "$load"
+    cat "$out/load.txt"
+    echo "profile: $out/perf.data (perf report -i $out/perf.data --no-children -G)"
+    exit 0
+fi
 if [ "${PROFILE_SCHED:-0}" = 1 ]; then
     perf sched record -a -o "$out/sched.data" -- sleep "$((seconds - 2))" 2>"$out/perf-record.log"
     wait "$load"
@@ -137,9 +207,7 @@ if [ "${PROFILE_COUNT:-0}" = 1 ]; then
     for entry in "ithaca-up:${pids[0]}" "edge:${pids[2]}" "probe:${pids[1]}"; do
         after[${entry%%:*}]="$(counters "${entry##*:}")"
     done
-    wait "$load"
-    cat "$out/load.txt"
-    rps="$(grep -m1 '"rps"' "$out/load.txt" | tr -dc '0-9.')"
+    finish_load
     echo "=== per call over ${window} s at ${rps} calls/s: server CPU (user + system) and context switches"
     for name in ithaca-up edge probe; do
         set -- ${before[$name]} ${after[$name]}

@@ -37,7 +37,12 @@ stamp="$target/.installed-$PHOENIX_VERSION"
 if [ "$FORCE" = 1 ] || [ ! -f "$stamp" ] || [ ! -x "$venv/bin/phoenix" ]; then
     echo "==> arize-phoenix $PHOENIX_VERSION into $venv (large; a few minutes the first time)"
     rm -f "$target"/.installed-*
-    [ -x "$venv/bin/python" ] || "$PYTHON" -m venv "$venv"
+    # A venv whose creation was cut short (a CI run stopped while this ran
+    # in the background) has no pip: made again, not used half-made.
+    if ! "$venv/bin/python" -m pip --version >/dev/null 2>&1; then
+        rm -rf "$venv"
+        "$PYTHON" -m venv "$venv"
+    fi
     timeout 1200 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
         "arize-phoenix==$PHOENIX_VERSION"
     touch "$stamp"
