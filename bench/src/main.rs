@@ -18,6 +18,7 @@ mod disk;
 mod driver;
 mod fastmcp;
 mod filters;
+mod lateness;
 mod live;
 mod mcp;
 mod procs;
@@ -227,8 +228,18 @@ fn main() -> anyhow::Result<()> {
                 rate,
                 slow: slow_ms.map(|ms| std::time::Duration::from_secs_f64(ms / 1000.0)),
             };
+            let wakes = lateness::Sampler::start();
             let outcome = driver::load(target, spec).await?;
+            let late = wakes.finish();
             println!("{}", serde_json::to_string_pretty(&outcome)?);
+            println!(
+                "a 1 ms sleep beside the load woke late by p50 {:.3} ms, p99 {:.2} ms, at worst {:.1} ms; \
+                 {:.1} % of the run in sleeps 1 ms late or more",
+                late.p50_ms,
+                late.p99_ms,
+                late.max_ms,
+                late.stalled_share * 100.0
+            );
             if let Some(ms) = slow_ms {
                 println!(
                     "calls of {ms} ms or more, by the {slow_window_ms} ms of the run they started in \

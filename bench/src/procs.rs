@@ -234,6 +234,13 @@ pub fn machine_busy_ticks() -> Option<u64> {
     Some(v.first()? + v.get(1)? + v.get(2)? + v.get(5)? + v.get(6)? + v.get(7).unwrap_or(&0))
 }
 
+/// Time the machine's host took from all its CPUs (`steal`), in clock ticks.
+pub fn machine_steal_ticks() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().next()?.strip_prefix("cpu ")?;
+    line.split_whitespace().nth(7)?.parse().ok()
+}
+
 /// Wait until the machine has been quiet for one second (busy CPU under
 /// `max_cores`), for at most `limit`. Returns the busy cores of the last
 /// second measured.

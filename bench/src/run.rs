@@ -117,11 +117,17 @@ impl Bench {
         let me = std::process::id();
         let machine_before = procs::machine_busy_ticks().unwrap_or(0);
         let me_before = procs::cpu_ticks(me).unwrap_or(0);
+        let steal_before = procs::machine_steal_ticks().unwrap_or(0);
         let sampler = RssSampler::start(procs.iter().map(|m| m.proc.pid()).collect());
+        let wakes = crate::lateness::Sampler::start();
         let outcome = driver::load(target.clone(), spec).await?;
+        let lateness = wakes.finish();
         let machine_ticks = procs::machine_busy_ticks()
             .unwrap_or(0)
             .saturating_sub(machine_before);
+        let steal_ticks = procs::machine_steal_ticks()
+            .unwrap_or(0)
+            .saturating_sub(steal_before);
         let driver_ticks = procs::cpu_ticks(me).unwrap_or(0).saturating_sub(me_before);
         let peaks = sampler.finish().await;
         let after: Vec<u64> = procs
@@ -143,6 +149,7 @@ impl Bench {
         let wall = outcome.seconds.max(1e-9) * self.ticks as f64;
         let driver_cores = driver_ticks as f64 / wall;
         let other_cores = machine_ticks.saturating_sub(ticks + driver_ticks) as f64 / wall;
+        let steal_cores = steal_ticks as f64 / wall;
         let per_request = |t: u64| t as f64 * 1e6 / self.ticks as f64 / total.max(1) as f64;
         let cpu_us = (total > 0).then(|| per_request(ticks));
         let cpu_by_process: Vec<(String, f64)> = procs
@@ -155,7 +162,14 @@ impl Bench {
             outcome.rps, outcome.p50_ms, outcome.p99_ms, outcome.errors
         );
         eprintln!(
-            "ithaca-bench: {name}: driver {driver_cores:.2} cores, everything else on the machine {other_cores:.2} cores"
+            "ithaca-bench: {name}: driver {driver_cores:.2} cores, everything else on the machine {other_cores:.2} cores (of it stolen by the host {steal_cores:.3})"
+        );
+        eprintln!(
+            "ithaca-bench: {name}: a 1 ms sleep woke late by p50 {:.3} ms, p99 {:.2} ms, at worst {:.1} ms; {:.1} % of the time in sleeps 1 ms late or more",
+            lateness.p50_ms,
+            lateness.p99_ms,
+            lateness.max_ms,
+            lateness.stalled_share * 100.0
         );
         if cpu_by_process.len() > 1 {
             let parts: Vec<String> = cpu_by_process
@@ -179,6 +193,8 @@ impl Bench {
             server_cpu_us_per_request_by_process: cpu_by_process.into_iter().collect(),
             driver_cores,
             other_cores,
+            steal_cores,
+            lateness,
             servers: procs.iter().map(|m| m.proc.name.clone()).collect(),
         });
         Ok(outcome)
