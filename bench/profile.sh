@@ -15,7 +15,8 @@
 # half-of-peak phase does) instead of as many as 16 connections can.
 # PROFILE_COUNT=1 runs no profiler: it reads each server's CPU time and
 # context switches from /proc over the load's middle and prints both per
-# call (a profiler's own sampling inflates the first).
+# call (a profiler's own sampling inflates the first), and the KiB per call
+# `ithaca up` wrote to its files (the log's pages, the checkpoints' copies).
 # PROFILE_SLOW=MS also prints the calls of MS milliseconds or more, counted
 # per 100 ms of the run they started in (`ithaca-bench load --slow-ms`): a
 # tail that comes in bursts shows as a few crowded lines, a tail of queueing
@@ -198,11 +199,18 @@ if [ "${PROFILE_COUNT:-0}" = 1 ]; then
         echo "$(awk '{ print $14 + $15 }' /proc/"$1"/stat) $switches"
     }
     window=$((seconds - 2))
+    # What `ithaca up` wrote to its files, by `write_bytes` of
+    # /proc/PID/io: counted as pages of the page cache are dirtied (a page
+    # written again before the kernel writes it back counts once), so the
+    # log's pages and the checkpoints' copies into the database.
+    disk() { awk '/^write_bytes/ { print $2 }' /proc/"$1"/io; }
     declare -A before
     for entry in "ithaca-up:${pids[0]}" "edge:${pids[2]}" "probe:${pids[1]}"; do
         before[${entry%%:*}]="$(counters "${entry##*:}")"
     done
+    disk0="$(disk "${pids[0]}")"
     sleep "$window"
+    disk1="$(disk "${pids[0]}")"
     declare -A after
     for entry in "ithaca-up:${pids[0]}" "edge:${pids[2]}" "probe:${pids[1]}"; do
         after[${entry%%:*}]="$(counters "${entry##*:}")"
@@ -215,6 +223,8 @@ if [ "${PROFILE_COUNT:-0}" = 1 ]; then
             -v hz="$(getconf CLK_TCK)" -v calls="$(awk -v r="$rps" -v w="$window" 'BEGIN { print r * w }')" \
             'BEGIN { printf "%-10s %6.0f µs  %5.2f switches\n", name, (t1 - t0) / hz * 1e6 / calls, (s1 - s0) / calls }'
     done | tee "$out/count.txt"
+    awk -v d="$((disk1 - disk0))" -v calls="$(awk -v r="$rps" -v w="$window" 'BEGIN { print r * w }')" \
+        'BEGIN { printf "ithaca-up  %6.1f KiB written to disk per call\n", d / 1024 / calls }' | tee -a "$out/count.txt"
     exit 0
 fi
 perf record -a -F 997 -o "$out/perf.data" -- sleep "$((seconds - 2))" 2>"$out/perf-record.log"

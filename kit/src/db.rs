@@ -74,11 +74,16 @@ pub enum SchemaState {
     Ahead { unknown: Vec<i64> },
 }
 
-/// The migrations of one service, one set per dialect.
+/// The migrations of one service, one set per dialect, and how a new
+/// SQLite file of it is laid out.
 #[derive(Clone, Copy)]
 pub struct Migrations {
     pub sqlite: &'static Migrator,
     pub postgres: &'static Migrator,
+    /// The page size, in bytes, a new SQLite file is created with (a power
+    /// of two from 512 to 65,536); `None` keeps SQLite's (4,096). It is
+    /// fixed when the file is made: a file that exists keeps its own.
+    pub sqlite_page_size: Option<u32>,
 }
 
 /// Opening or migrating the database failed.
@@ -109,7 +114,7 @@ impl Db {
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             Self::open_postgres(url, schema, migrations.postgres).await
         } else {
-            Self::open_sqlite(url, migrations.sqlite).await
+            Self::open_sqlite(url, migrations.sqlite, migrations.sqlite_page_size).await
         }
     }
 
@@ -161,7 +166,11 @@ impl Db {
         })
     }
 
-    async fn open_sqlite(url: &str, migrator: &'static Migrator) -> Result<Db, DbError> {
+    async fn open_sqlite(
+        url: &str,
+        migrator: &'static Migrator,
+        page_size: Option<u32>,
+    ) -> Result<Db, DbError> {
         let path = url
             .strip_prefix("sqlite://")
             .or_else(|| url.strip_prefix("sqlite:"))
@@ -190,6 +199,11 @@ impl Db {
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .busy_timeout(Duration::from_secs(30));
+        if let Some(bytes) = page_size {
+            // sqlx sets the page size before the journal mode, as it must be
+            // for a new file; on a file that exists it changes nothing.
+            options = options.page_size(bytes);
+        }
         for (name, value) in SQLITE_WRITER_PRAGMAS {
             options = options.pragma(name, value);
         }

@@ -304,6 +304,95 @@ async fn the_sqlite_log_starts_over_while_writes_never_stop() {
     db.close().await;
 }
 
+/// `PRAGMA page_size` of an open SQLite database.
+async fn page_size(db: &Db) -> i64 {
+    match db.pool() {
+        ithaca_kit::db::Pool::Sqlite(pool) => sqlx::query_scalar("PRAGMA page_size")
+            .fetch_one(pool)
+            .await
+            .expect("page_size"),
+        ithaca_kit::db::Pool::Postgres(_) => panic!("a file path opened PostgreSQL"),
+    }
+}
+
+/// A new session database is made with 1 KiB pages, so that each append
+/// writes a third of the log bytes it wrote with SQLite's 4 KiB (README,
+/// issue 23, stop 51); the other services keep SQLite's pages. A session
+/// database made before, with 4 KiB pages, keeps them: it opens, takes
+/// appends without a gap and reads back.
+#[tokio::test]
+async fn a_new_session_database_has_small_pages_and_an_old_one_keeps_its_own() {
+    let fresh = SqliteSession::open("small pages").await;
+    assert_eq!(
+        page_size(&fresh.db).await,
+        i64::from(ithaca_session::store::SESSION_PAGE_SIZE)
+    );
+    assert_eq!(ithaca_session::store::SESSION_PAGE_SIZE, 1024);
+    fresh.db.close().await;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let auth = ithaca_auth::open_db(&common::sqlite_path(&dir, "auth"), "unused")
+        .await
+        .expect("open auth");
+    assert_eq!(page_size(&auth).await, 4096, "auth keeps SQLite's pages");
+    auth.close().await;
+
+    // A session file as a release before this one made it: 4 KiB pages.
+    let path = common::sqlite_path(&dir, "old-session");
+    {
+        use sqlx::Connection;
+        let made = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(&path)
+            .create_if_missing(true)
+            .page_size(4096)
+            .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal);
+        let mut conn = sqlx::SqliteConnection::connect_with(&made)
+            .await
+            .expect("make the old file");
+        sqlx::query("CREATE TABLE made_before (x INTEGER)")
+            .execute(&mut conn)
+            .await
+            .expect("a first table fixes the page size");
+        conn.close().await.expect("close");
+    }
+    let db = ithaca_session::open_db(&path, "unused")
+        .await
+        .expect("open the old file");
+    assert_eq!(
+        page_size(&db).await,
+        4096,
+        "a file keeps the pages it was made with"
+    );
+    let svc = ithaca_session::service(
+        db.clone(),
+        ithaca_session::Config::default(),
+        CancellationToken::new(),
+    );
+    let alice = common::agent("tenant-a", "agent-a");
+    let session = svc
+        .session_context(&alice, "old pages", None, None)
+        .await
+        .expect("open a session");
+    for n in 0..50 {
+        svc.append(
+            &alice,
+            &session.session_id,
+            EventType::ToolCall,
+            json!({ "n": n }),
+        )
+        .await
+        .expect("append");
+    }
+    let (events, last) = svc
+        .read(&alice, &session.session_id, 0, 1000)
+        .await
+        .expect("read");
+    let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (1..=last).collect::<Vec<_>>(), "gap-free");
+    assert!(last >= 50, "{last} events for 50 appends");
+    db.close().await;
+}
+
 /// A SQLite pool hands out connections without pinging them first: the
 /// ping is a round trip to the connection's thread, and a file handle
 /// cannot have hung up. A PostgreSQL pool still pings (a server can).

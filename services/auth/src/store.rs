@@ -14,6 +14,7 @@ static POSTGRES: Migrator = sqlx::migrate!("./migrations/postgres");
 pub const MIGRATIONS: Migrations = Migrations {
     sqlite: &SQLITE,
     postgres: &POSTGRES,
+    sqlite_page_size: None,
 };
 
 /// A tenant row.

@@ -12,4 +12,5 @@ static POSTGRES: Migrator = sqlx::migrate!("./migrations/postgres");
 pub const MIGRATIONS: Migrations = Migrations {
     sqlite: &SQLITE,
     postgres: &POSTGRES,
+    sqlite_page_size: None,
 };
