@@ -87,7 +87,7 @@ impl Core {
     /// created and moved into its caller's, so before they were boxed a
     /// unary call's futures were 6–10 KB at every level of this pipeline
     /// and `memmove` was 7 % of the edge's CPU at peak (`perf record
-    /// --call-graph dwarf`, README issue 23, stop 50).
+    /// --call-graph dwarf`, docs/perf/edge-rebuild.md, stop 50).
     pub(super) async fn run(
         &self,
         tool: &Tool,

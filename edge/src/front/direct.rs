@@ -302,7 +302,7 @@ async fn call(
     // task moves its future (and the stage that later holds the output)
     // whole several times: into the task, on the first poll, at the end.
     // In a box each move is a pointer; unboxed, those copies were most of
-    // the edge's memcpy per call (callgrind, README issue 23).
+    // the edge's memcpy per call (callgrind, docs/perf/edge-rebuild.md, stop 45).
     let call = tokio::spawn(Box::pin(
         async move {
             let io = CallIo {

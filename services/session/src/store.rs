@@ -33,7 +33,7 @@ static POSTGRES: Migrator = sqlx::migrate!("./migrations/postgres");
 /// writes 4.8 KiB (900-byte events: 15.1 → 5.9 KiB; 3,000-byte: 21.3 →
 /// 8.0), and the checkpoints copy and flush that much less. Reads of a
 /// trace cost a little more (a tenth to a quarter, more pages to walk).
-/// Measured in the README (issue 23, stop 51).
+/// Measured in docs/perf/edge-rebuild.md (stop 51).
 pub const MIGRATIONS: Migrations = Migrations {
     sqlite: &SQLITE,
     postgres: &POSTGRES,
