@@ -8,8 +8,12 @@
 //! whatever the code does. This sampler sleeps 1 ms at a time on its own
 //! thread and records how much longer than that each sleep took, so a
 //! phase's p99 can be read against the machine's own wake-up delays in
-//! the same seconds. It wakes 1,000 times a second and does nothing else:
-//! a few thousandths of a CPU.
+//! the same seconds. After each sleep it hands a token to a second thread
+//! and waits for it back, the way a call hands work to another thread and
+//! waits for the answer, and records that round trip too (two wake-ups,
+//! each of a thread that was asleep, often on the other CPU). It wakes
+//! about 2,000 times a second and does nothing else: a few thousandths of
+//! a CPU.
 
 use serde::Serialize;
 use std::sync::Arc;
@@ -35,13 +39,18 @@ pub struct Lateness {
     /// 1 ms late, past their 1 ms: how much of the time a hand-off would
     /// have waited a millisecond or more.
     pub stalled_share: f64,
+    /// A token handed to a sleeping thread and back: median, p99 and the
+    /// worst round trip, in ms.
+    pub handoff_p50_ms: f64,
+    pub handoff_p99_ms: f64,
+    pub handoff_max_ms: f64,
 }
 
 /// The running sampler; [`Sampler::finish`] stops it.
 pub struct Sampler {
     stop: Arc<AtomicBool>,
     started: Instant,
-    thread: Option<JoinHandle<Vec<Duration>>>,
+    thread: Option<JoinHandle<(Vec<Duration>, Vec<Duration>)>>,
 }
 
 impl Sampler {
@@ -51,13 +60,37 @@ impl Sampler {
         let thread = std::thread::Builder::new()
             .name("bench-lateness".into())
             .spawn(move || {
+                let (to_echo, echo_in) = std::sync::mpsc::sync_channel::<()>(1);
+                let (echo_out, back) = std::sync::mpsc::sync_channel::<()>(1);
+                let echo = std::thread::Builder::new()
+                    .name("bench-echo".into())
+                    .spawn(move || {
+                        while echo_in.recv().is_ok() {
+                            if echo_out.send(()).is_err() {
+                                break;
+                            }
+                        }
+                    })
+                    .ok();
                 let mut late = Vec::with_capacity(16_384);
+                let mut trips = Vec::with_capacity(16_384);
                 while !flag.load(Ordering::Relaxed) {
                     let asleep = Instant::now();
                     std::thread::sleep(PERIOD);
                     late.push(asleep.elapsed().saturating_sub(PERIOD));
+                    if echo.is_some() {
+                        let sent = Instant::now();
+                        if to_echo.send(()).is_err() || back.recv().is_err() {
+                            break;
+                        }
+                        trips.push(sent.elapsed());
+                    }
                 }
-                late
+                drop(to_echo);
+                if let Some(echo) = echo {
+                    let _ = echo.join();
+                }
+                (late, trips)
             })
             .ok();
         Sampler {
@@ -71,12 +104,17 @@ impl Sampler {
     pub fn finish(mut self) -> Lateness {
         self.stop.store(true, Ordering::Relaxed);
         let wall = self.started.elapsed();
-        let late = self
+        let (late, trips) = self
             .thread
             .take()
             .and_then(|t| t.join().ok())
             .unwrap_or_default();
-        summarize(late, wall)
+        let mut summary = summarize(late, wall);
+        let trips = Tail::of(trips);
+        summary.handoff_p50_ms = trips.p50_ms;
+        summary.handoff_p99_ms = trips.p99_ms;
+        summary.handoff_max_ms = trips.max_ms;
+        summary
     }
 }
 
@@ -86,26 +124,50 @@ impl Drop for Sampler {
     }
 }
 
-fn summarize(mut late: Vec<Duration>, wall: Duration) -> Lateness {
+/// The median, p99 and largest of some durations, in ms (zeros for none).
+#[derive(Default)]
+struct Tail {
+    p50_ms: f64,
+    p99_ms: f64,
+    max_ms: f64,
+}
+
+impl Tail {
+    fn of(mut d: Vec<Duration>) -> Tail {
+        if d.is_empty() {
+            return Tail::default();
+        }
+        d.sort_unstable();
+        let at = |q: f64| {
+            let i = ((d.len() as f64 * q).ceil() as usize).clamp(1, d.len()) - 1;
+            d[i].as_secs_f64() * 1e3
+        };
+        Tail {
+            p50_ms: at(0.50),
+            p99_ms: at(0.99),
+            max_ms: at(1.0),
+        }
+    }
+}
+
+fn summarize(late: Vec<Duration>, wall: Duration) -> Lateness {
     if late.is_empty() {
         return Lateness::default();
     }
     let stalled: Duration = late.iter().filter(|d| **d >= STALL).sum();
-    late.sort_unstable();
-    let at = |q: f64| {
-        let i = ((late.len() as f64 * q).ceil() as usize).clamp(1, late.len()) - 1;
-        late[i].as_secs_f64() * 1e3
-    };
+    let samples = late.len();
+    let tail = Tail::of(late);
     Lateness {
-        samples: late.len(),
-        p50_ms: at(0.50),
-        p99_ms: at(0.99),
-        max_ms: at(1.0),
+        samples,
+        p50_ms: tail.p50_ms,
+        p99_ms: tail.p99_ms,
+        max_ms: tail.max_ms,
         stalled_share: if wall.is_zero() {
             0.0
         } else {
             (stalled.as_secs_f64() / wall.as_secs_f64()).min(1.0)
         },
+        ..Lateness::default()
     }
 }
 
@@ -147,5 +209,11 @@ mod tests {
         let s = sampler.finish();
         assert!(s.samples >= 5, "{s:?}");
         assert!(s.max_ms >= s.p99_ms && s.p99_ms >= s.p50_ms, "{s:?}");
+        // The token went to the echo thread and back after every sleep.
+        assert!(s.handoff_p50_ms > 0.0, "{s:?}");
+        assert!(
+            s.handoff_max_ms >= s.handoff_p99_ms && s.handoff_p99_ms >= s.handoff_p50_ms,
+            "{s:?}"
+        );
     }
 }

@@ -234,11 +234,15 @@ fn main() -> anyhow::Result<()> {
             println!("{}", serde_json::to_string_pretty(&outcome)?);
             println!(
                 "a 1 ms sleep beside the load woke late by p50 {:.3} ms, p99 {:.2} ms, at worst {:.1} ms; \
-                 {:.1} % of the run in sleeps 1 ms late or more",
+                 {:.1} % of the run in sleeps 1 ms late or more; a hand-off to another thread and back \
+                 took p50 {:.3} ms, p99 {:.2} ms, at worst {:.1} ms",
                 late.p50_ms,
                 late.p99_ms,
                 late.max_ms,
-                late.stalled_share * 100.0
+                late.stalled_share * 100.0,
+                late.handoff_p50_ms,
+                late.handoff_p99_ms,
+                late.handoff_max_ms
             );
             if let Some(ms) = slow_ms {
                 println!(

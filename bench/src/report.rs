@@ -194,8 +194,8 @@ impl Report {
         let _ = writeln!(
             s,
             "### MCP requests (`tools/call` of `bench_ping` unless the phase names another)\n\n\
-             | phase | requests | errors | req/s | p50 ms | p90 ms | p99 ms | server CPU µs/req | other load (cores) | a 1 ms sleep woke late, p99 / worst ms (time in stalls) |\n\
-             |---|--:|--:|--:|--:|--:|--:|--:|--:|--:|"
+             | phase | requests | errors | req/s | p50 ms | p90 ms | p99 ms | server CPU µs/req | other load (cores) | a 1 ms sleep woke late, p99 / worst ms (time in stalls) | a hand-off and back, p99 / worst ms |\n\
+             |---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"
         );
         for p in &self.phases {
             let name = match p.rate {
@@ -205,7 +205,7 @@ impl Report {
             let o = &p.outcome;
             let _ = writeln!(
                 s,
-                "| {name} | {} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {} | {:.2} | {:.2} / {:.1} ({:.1} %) |",
+                "| {name} | {} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {} | {:.2} | {:.2} / {:.1} ({:.1} %) | {:.2} / {:.1} |",
                 o.requests,
                 o.errors,
                 o.rps,
@@ -218,6 +218,8 @@ impl Report {
                 p.lateness.p99_ms,
                 p.lateness.max_ms,
                 p.lateness.stalled_share * 100.0,
+                p.lateness.handoff_p99_ms,
+                p.lateness.handoff_max_ms,
             );
         }
         let r = self.ratios();

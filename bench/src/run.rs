@@ -165,11 +165,14 @@ impl Bench {
             "ithaca-bench: {name}: driver {driver_cores:.2} cores, everything else on the machine {other_cores:.2} cores (of it stolen by the host {steal_cores:.3})"
         );
         eprintln!(
-            "ithaca-bench: {name}: a 1 ms sleep woke late by p50 {:.3} ms, p99 {:.2} ms, at worst {:.1} ms; {:.1} % of the time in sleeps 1 ms late or more",
+            "ithaca-bench: {name}: a 1 ms sleep woke late by p50 {:.3} ms, p99 {:.2} ms, at worst {:.1} ms; {:.1} % of the time in sleeps 1 ms late or more; a hand-off to another thread and back took p50 {:.3} ms, p99 {:.2} ms, at worst {:.1} ms",
             lateness.p50_ms,
             lateness.p99_ms,
             lateness.max_ms,
-            lateness.stalled_share * 100.0
+            lateness.stalled_share * 100.0,
+            lateness.handoff_p50_ms,
+            lateness.handoff_p99_ms,
+            lateness.handoff_max_ms
         );
         if cpu_by_process.len() > 1 {
             let parts: Vec<String> = cpu_by_process
