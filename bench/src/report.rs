@@ -27,7 +27,8 @@ pub struct Phase {
     /// Of the machine's time, the part its host took from it (the `steal`
     /// of `/proc/stat`), in cores.
     pub steal_cores: f64,
-    /// How late a thread that sleeps 1 ms at a time woke meanwhile.
+    /// How late a thread that sleeps 1 ms at a time woke meanwhile, and
+    /// how long it took to hand a token to another thread and get it back.
     pub lateness: crate::lateness::Lateness,
     pub servers: Vec<String>,
 }
