@@ -50,6 +50,12 @@ impl SqliteSession {
     async fn open(title: &str) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = common::sqlite_path(&dir, "session");
+        Self::open_at(dir, path, title).await
+    }
+
+    /// The session service on the SQLite file at `path` (in `dir`), and a
+    /// session opened in it.
+    async fn open_at(dir: tempfile::TempDir, path: String, title: &str) -> Self {
         let db = ithaca_session::open_db(&path, "unused")
             .await
             .expect("open");
@@ -316,8 +322,9 @@ async fn page_size(db: &Db) -> i64 {
 }
 
 /// A new session database is made with 1 KiB pages, so that each append
-/// writes a third of the log bytes it wrote with SQLite's 4 KiB (README,
-/// issue 23, stop 51); the other services keep SQLite's pages. A session
+/// writes a third of the log bytes it wrote with SQLite's 4 KiB
+/// (docs/perf/edge-rebuild.md, stop 51); the other services keep SQLite's
+/// pages. A session
 /// database made before, with 4 KiB pages, keeps them: it opens, takes
 /// appends without a gap and reads back.
 #[tokio::test]
@@ -355,42 +362,32 @@ async fn a_new_session_database_has_small_pages_and_an_old_one_keeps_its_own() {
             .expect("a first table fixes the page size");
         conn.close().await.expect("close");
     }
-    let db = ithaca_session::open_db(&path, "unused")
-        .await
-        .expect("open the old file");
+    let old = SqliteSession::open_at(dir, path, "old pages").await;
     assert_eq!(
-        page_size(&db).await,
+        page_size(&old.db).await,
         4096,
         "a file keeps the pages it was made with"
     );
-    let svc = ithaca_session::service(
-        db.clone(),
-        ithaca_session::Config::default(),
-        CancellationToken::new(),
-    );
-    let alice = common::agent("tenant-a", "agent-a");
-    let session = svc
-        .session_context(&alice, "old pages", None, None)
-        .await
-        .expect("open a session");
     for n in 0..50 {
-        svc.append(
-            &alice,
-            &session.session_id,
-            EventType::ToolCall,
-            json!({ "n": n }),
-        )
-        .await
-        .expect("append");
+        old.svc
+            .append(
+                &old.alice,
+                &old.session_id,
+                EventType::ToolCall,
+                json!({ "n": n }),
+            )
+            .await
+            .expect("append");
     }
-    let (events, last) = svc
-        .read(&alice, &session.session_id, 0, 1000)
+    let (events, last) = old
+        .svc
+        .read(&old.alice, &old.session_id, 0, 1000)
         .await
         .expect("read");
     let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
     assert_eq!(seqs, (1..=last).collect::<Vec<_>>(), "gap-free");
     assert!(last >= 50, "{last} events for 50 appends");
-    db.close().await;
+    old.db.close().await;
 }
 
 /// A SQLite pool hands out connections without pinging them first: the
