@@ -222,23 +222,27 @@ impl RssSampler {
     }
 }
 
-/// Busy CPU time of the whole machine (all CPUs), in clock ticks.
-pub fn machine_busy_ticks() -> Option<u64> {
+/// The machine's CPU time by kind (the `cpu` line of `/proc/stat`, all
+/// CPUs): user nice system idle iowait irq softirq steal …, in clock ticks.
+fn machine_cpu_ticks() -> Option<Vec<u64>> {
     let stat = std::fs::read_to_string("/proc/stat").ok()?;
     let line = stat.lines().next()?.strip_prefix("cpu ")?;
-    let v: Vec<u64> = line
-        .split_whitespace()
-        .filter_map(|f| f.parse().ok())
-        .collect();
-    // user nice system idle iowait irq softirq steal …
+    Some(
+        line.split_whitespace()
+            .filter_map(|f| f.parse().ok())
+            .collect(),
+    )
+}
+
+/// Busy CPU time of the whole machine (all CPUs), in clock ticks.
+pub fn machine_busy_ticks() -> Option<u64> {
+    let v = machine_cpu_ticks()?;
     Some(v.first()? + v.get(1)? + v.get(2)? + v.get(5)? + v.get(6)? + v.get(7).unwrap_or(&0))
 }
 
 /// Time the machine's host took from all its CPUs (`steal`), in clock ticks.
 pub fn machine_steal_ticks() -> Option<u64> {
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    let line = stat.lines().next()?.strip_prefix("cpu ")?;
-    line.split_whitespace().nth(7)?.parse().ok()
+    machine_cpu_ticks()?.get(7).copied()
 }
 
 /// Wait until the machine has been quiet for one second (busy CPU under
