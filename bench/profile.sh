@@ -26,6 +26,9 @@
 # PROFILE_SCHED=1 records the scheduler instead of samples and prints each
 # thread's wake-up delays (`perf sched latency`): how long a woken thread
 # waited for a CPU, the cause of tail latency a sample profile cannot show.
+# With PROFILE_SLOW as well, it prints who ran on the CPUs in the most
+# crowded windows of slow calls (`bench/sched_windows.py`): another
+# program starting, say, or the stack's threads waiting for a CPU.
 #
 # PROFILE_SYSCALLS=1 counts each server's system calls per call over 4 s
 # (`perf stat` of the `sys_enter_*` tracepoints): the hops' writes and
@@ -177,9 +180,16 @@ if [ -n "${PROFILE_DWARF:-}" ]; then
     exit 0
 fi
 if [ "${PROFILE_SCHED:-0}" = 1 ]; then
-    perf sched record -a -o "$out/sched.data" -- sleep "$((seconds - 2))" 2>"$out/perf-record.log"
+    perf sched record -k CLOCK_MONOTONIC -a -o "$out/sched.data" -- sleep "$((seconds - 2))" 2>"$out/perf-record.log"
+    offset="$(python3 -c 'import time; print(time.time() - time.monotonic())')"
     wait "$load"
     cat "$out/load.txt"
+    if [ -n "${PROFILE_SLOW:-}" ]; then
+        echo "=== who had the CPUs in the most crowded windows of slow calls"
+        perf sched timehist -w -i "$out/sched.data" >"$out/timehist.txt" 2>/dev/null
+        python3 bench/sched_windows.py "$out/timehist.txt" "$out/load.txt" "$offset" 5 \
+            | tee "$out/windows.txt"
+    fi
     echo "=== wake-up delays by thread (perf sched latency, worst first)"
     perf sched latency -i "$out/sched.data" --sort max 2>/dev/null \
         | grep -E 'tokio|ithaca|sqlx|Task|Average|---' | head -n 30 | tee "$out/sched.txt"

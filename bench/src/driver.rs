@@ -79,6 +79,38 @@ pub struct Spec {
     /// Keep each call at least this slow, with when it started, to show
     /// whether a tail comes in bursts (see [`bursts`]).
     pub slow: Option<Duration>,
+    /// With a rate: send in bursts, each after a quiet spell (see
+    /// [`Quiet`]), instead of evenly.
+    pub quiet: Option<Quiet>,
+}
+
+/// An open-loop load that pauses, as agents do: `quiet`, then `burst` at
+/// the phase's rate, then quiet again, until the phase's time or requests
+/// run out. What it measures is what a service's idle-time habits (timers
+/// that back off, caches that cool) cost the first calls of each burst.
+#[derive(Clone, Copy, Debug)]
+pub struct Quiet {
+    pub quiet: Duration,
+    pub burst: Duration,
+}
+
+impl Quiet {
+    /// When request `n` is due, from the phase's start, at `rate` a second.
+    fn due(&self, n: u64, rate: f64) -> Duration {
+        let per_burst = ((rate * self.burst.as_secs_f64()).floor() as u64).max(1);
+        let (cycle, within) = (n / per_burst, n % per_burst);
+        (self.quiet + self.burst) * u32::try_from(cycle).unwrap_or(u32::MAX)
+            + self.quiet
+            + Duration::from_secs_f64(within as f64 / rate)
+    }
+
+    /// The time spent quiet in `elapsed` of a phase.
+    fn quiet_in(&self, elapsed: Duration) -> Duration {
+        let cycle = self.quiet + self.burst;
+        let whole = (elapsed.as_secs_f64() / cycle.as_secs_f64()).floor();
+        let into = elapsed.saturating_sub(cycle.mul_f64(whole));
+        self.quiet.mul_f64(whole) + into.min(self.quiet)
+    }
 }
 
 /// What a phase measured. Latencies in milliseconds.
@@ -177,6 +209,7 @@ pub fn load_blocking(target: Target, spec: Spec) -> anyhow::Result<Outcome> {
                 requests: spec.warmup,
                 duration: Duration::from_secs(10),
                 rate: None,
+                quiet: None,
                 ..spec
             };
             phase(&target, warm).await?;
@@ -230,9 +263,10 @@ async fn phase(target: &Target, spec: Spec) -> anyhow::Result<Outcome> {
                 if n >= spec.requests || Instant::now() >= deadline {
                     break;
                 }
-                let scheduled = spec
-                    .rate
-                    .map(|rate| started + Duration::from_secs_f64(n as f64 / rate));
+                let scheduled = spec.rate.map(|rate| match spec.quiet {
+                    Some(quiet) => started + quiet.due(n, rate),
+                    None => started + Duration::from_secs_f64(n as f64 / rate),
+                });
                 if let Some(at) = scheduled {
                     if at >= deadline {
                         break;
@@ -298,7 +332,13 @@ async fn phase(target: &Target, spec: Spec) -> anyhow::Result<Outcome> {
             first_error = w.first_error;
         }
     }
-    let seconds = started.elapsed().as_secs_f64();
+    // In bursts, the rate is over the bursts' time, not the quiet spells'.
+    let elapsed = started.elapsed();
+    let seconds = match spec.quiet {
+        Some(quiet) if spec.rate.is_some() => elapsed.saturating_sub(quiet.quiet_in(elapsed)),
+        _ => elapsed,
+    }
+    .as_secs_f64();
     latencies.sort_unstable();
     let pct = |q: f64| -> f64 {
         if latencies.is_empty() {
@@ -368,5 +408,26 @@ mod tests {
             ]
         );
         assert!(bursts(&[], 100.0).is_empty());
+    }
+
+    #[test]
+    fn a_load_in_bursts_sends_after_each_quiet_spell_at_its_rate() {
+        let q = Quiet {
+            quiet: Duration::from_secs(3),
+            burst: Duration::from_secs(1),
+        };
+        let ms = |n| q.due(n, 1000.0).as_secs_f64() * 1000.0;
+        // 1,000 a burst, the first 3 s in, one every millisecond.
+        assert!((ms(0) - 3000.0).abs() < 1e-6);
+        assert!((ms(999) - 3999.0).abs() < 1e-6);
+        // The next burst after the next quiet spell.
+        assert!((ms(1000) - 7000.0).abs() < 1e-6);
+        assert!((ms(2500) - 11_500.0).abs() < 1e-6);
+        // Time spent quiet: all of a spell, then none during its burst.
+        let quiet_in = |s: f64| q.quiet_in(Duration::from_secs_f64(s)).as_secs_f64();
+        assert!((quiet_in(2.0) - 2.0).abs() < 1e-9);
+        assert!((quiet_in(3.5) - 3.0).abs() < 1e-9);
+        assert!((quiet_in(4.0) - 3.0).abs() < 1e-9);
+        assert!((quiet_in(9.0) - 7.0).abs() < 1e-9);
     }
 }

@@ -79,6 +79,13 @@ enum Command {
         /// The window of --slow-ms, in milliseconds.
         #[arg(long, default_value_t = 100.0)]
         slow_window_ms: f64,
+        /// With --rate: send in bursts of --burst-s seconds, each after
+        /// this many seconds of quiet (as agents pause between tasks).
+        #[arg(long, requires = "burst_s", requires = "rate")]
+        quiet_s: Option<f64>,
+        /// The length of each burst of --quiet-s, in seconds.
+        #[arg(long, requires = "quiet_s")]
+        burst_s: Option<f64>,
     },
     /// Only the trace-append phases: concurrent appends into one session on
     /// SQLite and PostgreSQL (on the AppendEvents stream, or unary
@@ -203,6 +210,8 @@ fn main() -> anyhow::Result<()> {
             rate,
             slow_ms,
             slow_window_ms,
+            quiet_s,
+            burst_s,
         }) => runtime.block_on(async move {
             if let Some(ms) = slow_ms {
                 anyhow::ensure!(
@@ -214,6 +223,26 @@ fn main() -> anyhow::Result<()> {
                 slow_window_ms.is_finite() && slow_window_ms >= 1.0,
                 "--slow-window-ms: a number of milliseconds, 1 or more, not {slow_window_ms}"
             );
+            if let Some(rate) = rate {
+                anyhow::ensure!(
+                    rate.is_finite() && rate > 0.0,
+                    "--rate: calls a second, more than 0, not {rate}"
+                );
+            }
+            let quiet = match (quiet_s, burst_s) {
+                (Some(quiet), Some(burst)) => {
+                    anyhow::ensure!(
+                        quiet.is_finite() && quiet >= 0.0 && burst.is_finite() && burst >= 0.001,
+                        "--quiet-s and --burst-s: seconds, --quiet-s 0 or more and --burst-s \
+                         0.001 or more, not {quiet} and {burst}"
+                    );
+                    Some(driver::Quiet {
+                        quiet: std::time::Duration::from_secs_f64(quiet),
+                        burst: std::time::Duration::from_secs_f64(burst),
+                    })
+                }
+                _ => None,
+            };
             let target = if era == mcp::LEGACY {
                 mcp::initialize(&addr, &token).await?;
                 mcp::legacy_call(&addr, &token)?
@@ -227,6 +256,7 @@ fn main() -> anyhow::Result<()> {
                 warmup: 100,
                 rate,
                 slow: slow_ms.map(|ms| std::time::Duration::from_secs_f64(ms / 1000.0)),
+                quiet,
             };
             let wakes = lateness::Sampler::start();
             let outcome = driver::load(target, spec).await?;

@@ -3,7 +3,7 @@
 
 use crate::RunArgs;
 use crate::appends::{self, AppendOutcome};
-use crate::driver::{self, Outcome, Spec, Target};
+use crate::driver::{self, Outcome, Quiet, Spec, Target};
 use crate::fastmcp;
 use crate::mcp;
 use crate::procs::{self, Proc, RssSampler};
@@ -81,20 +81,46 @@ impl Bench {
         rate: Option<f64>,
         procs: &[Measured<'_>],
     ) -> anyhow::Result<Outcome> {
+        self.phase_in_bursts(name, target, rate, None, procs).await
+    }
+
+    /// [`Bench::phase`], in bursts after quiet spells with `quiet`: as many
+    /// bursts as fill half the phase's seconds, each after its pause.
+    async fn phase_in_bursts(
+        &mut self,
+        name: &str,
+        target: &Target,
+        rate: Option<f64>,
+        quiet: Option<Quiet>,
+        procs: &[Measured<'_>],
+    ) -> anyhow::Result<Outcome> {
+        let (duration, busy_s) = match quiet {
+            Some(q) => {
+                let bursts = (self.args.seconds / 2.0 / q.burst.as_secs_f64())
+                    .ceil()
+                    .max(1.0);
+                (
+                    (q.quiet + q.burst).mul_f64(bursts),
+                    q.burst.as_secs_f64() * bursts,
+                )
+            }
+            None => (
+                Duration::from_secs_f64(self.args.seconds),
+                self.args.seconds,
+            ),
+        };
         let requests = match rate {
-            Some(r) => self
-                .args
-                .requests
-                .min((r * self.args.seconds).ceil() as u64),
+            Some(r) => self.args.requests.min((r * busy_s).ceil() as u64),
             None => self.args.requests,
         };
         let spec = Spec {
             concurrency: self.args.concurrency,
             requests,
-            duration: Duration::from_secs_f64(self.args.seconds),
+            duration,
             warmup: self.args.warmup,
             rate,
             slow: None,
+            quiet,
         };
         if self.args.idle_wait > 0.0 {
             let busy =
@@ -528,6 +554,21 @@ async fn measure(args: &RunArgs, ithaca: &Path, exe: &Path, work: &Path) -> anyh
             "full path, 2026-07-28, half of peak",
             &full_modern,
             Some(half),
+            &full,
+        )
+        .await?;
+    // The same rate as agents send it, with pauses: what the services'
+    // idle-time habits (timers that back off, a log not checkpointed while
+    // quiet) cost the first calls after each pause.
+    bench
+        .phase_in_bursts(
+            "full path, 2026-07-28, half of peak in 1 s bursts after 3 s quiet",
+            &full_modern,
+            Some(half),
+            Some(Quiet {
+                quiet: Duration::from_secs(3),
+                burst: Duration::from_secs(1),
+            }),
             &full,
         )
         .await?;

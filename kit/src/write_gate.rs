@@ -1,6 +1,7 @@
 //! The write gate of a SQLite database: the queue of this process's
-//! writers, and the word, passed through it, that the next write starts
-//! the write-ahead log over.
+//! writers, the word, passed through it, that the next write starts the
+//! write-ahead log over, and the first write after a quiet spell waking
+//! the checkpointer ([`WriteGate::idle`]).
 //!
 //! SQLite starts its log over at the first write transaction that begins
 //! while every frame of the log is copied back into the database, and that
@@ -16,7 +17,8 @@
 //! over, and asking before the wait would tell it no.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use tokio::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::sync::{Mutex, MutexGuard, Notify};
 
 /// SQLite allows one writer at a time; this process's writers queue here
 /// instead of spinning on `SQLITE_BUSY`.
@@ -24,6 +26,10 @@ use tokio::sync::{Mutex, MutexGuard};
 pub struct WriteGate {
     gate: Mutex<()>,
     log_copied: AtomicBool,
+    /// Set while the checkpointer sleeps through a quiet spell, so that the
+    /// first write after it wakes the checkpointer.
+    checkpointer_idle: AtomicBool,
+    written: Notify,
 }
 
 /// A writer's turn at the gate: the gate stays held while this lives.
@@ -42,6 +48,7 @@ impl WriteGate {
     /// order (see the module's comment).
     pub async fn turn(&self) -> Turn<'_> {
         let held = self.gate.lock().await;
+        self.wrote();
         let restarts_log = self.log_copied.swap(false, Ordering::Relaxed);
         Turn {
             _held: held,
@@ -51,7 +58,38 @@ impl WriteGate {
 
     /// Hold the gate, for a writer that does not ask.
     pub async fn hold(&self) -> MutexGuard<'_, ()> {
+        let held = self.gate.lock().await;
+        self.wrote();
+        held
+    }
+
+    /// Hold the gate for a checkpoint: the writers wait, and nothing is
+    /// written.
+    pub(crate) async fn hold_for_checkpoint(&self) -> MutexGuard<'_, ()> {
         self.gate.lock().await
+    }
+
+    /// A writer took its turn: wake the checkpointer if it sleeps through a
+    /// quiet spell (one relaxed load otherwise).
+    fn wrote(&self) {
+        if self.checkpointer_idle.load(Ordering::Relaxed)
+            && self.checkpointer_idle.swap(false, Ordering::Relaxed)
+        {
+            self.written.notify_one();
+        }
+    }
+
+    /// The checkpointer's wait while nothing is written: `longest`, or
+    /// until a writer takes its turn, whichever comes first.
+    pub(crate) async fn idle(&self, longest: Duration) {
+        // Set before waiting: a writer that clears it first leaves its
+        // wake-up stored in `written`, and the wait below takes it at once.
+        self.checkpointer_idle.store(true, Ordering::Relaxed);
+        tokio::select! {
+            () = tokio::time::sleep(longest) => {}
+            () = self.written.notified() => {}
+        }
+        self.checkpointer_idle.store(false, Ordering::Relaxed);
     }
 
     /// Said by a checkpoint that found every frame of the log copied. A
@@ -99,5 +137,51 @@ mod tests {
         gate.log_copied();
         assert!(gate.turn().await.restarts_log);
         assert!(!gate.turn().await.restarts_log, "already taken");
+    }
+
+    /// The first write after a quiet spell wakes the checkpointer, which
+    /// would otherwise sleep out its longest wait; a checkpoint's own hold
+    /// of the gate writes nothing and wakes nobody.
+    #[tokio::test]
+    async fn a_write_wakes_an_idle_checkpointer() {
+        for writer_holds in [false, true] {
+            let gate = Arc::new(WriteGate::default());
+            let idle = tokio::spawn({
+                let gate = gate.clone();
+                async move { gate.idle(Duration::from_secs(600)).await }
+            });
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            assert!(!idle.is_finished(), "nothing written yet");
+            drop(gate.hold_for_checkpoint().await);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            assert!(!idle.is_finished(), "a checkpoint is no write");
+            if writer_holds {
+                drop(gate.hold().await);
+            } else {
+                drop(gate.turn().await);
+            }
+            tokio::time::timeout(Duration::from_secs(10), idle)
+                .await
+                .expect("the write woke the checkpointer")
+                .expect("idle task");
+        }
+    }
+
+    /// Writes made while the checkpointer was busy leave no wake-up
+    /// behind: its next quiet spell lasts, instead of ending at once.
+    #[tokio::test]
+    async fn writes_between_quiet_spells_do_not_cut_the_next_short() {
+        let gate = WriteGate::default();
+        for _ in 0..3 {
+            drop(gate.turn().await);
+            drop(gate.hold().await);
+        }
+        let started = std::time::Instant::now();
+        gate.idle(Duration::from_millis(200)).await;
+        assert!(
+            started.elapsed() >= Duration::from_millis(200),
+            "woken after {:?} with nothing written during the wait",
+            started.elapsed()
+        );
     }
 }
