@@ -512,9 +512,21 @@ mod auth {
         assert_eq!(verified.key_id, key_id);
         assert_eq!(verified.scopes, vec!["data:read", "runs:write"]);
         let row = f.store.find_key(&key_id).await.expect("read").expect("row");
+        let first = row.last_used_at_ms.expect("verification records last use");
+        // A use recorded long ago is rewritten by the next check.
+        f.store
+            .touch_last_used(&key_id, 1_000, -1_000_000_000_000_000)
+            .await
+            .expect("set an old last use");
+        f.svc
+            .verify(&f.system, &f.created.token)
+            .await
+            .expect("verifies again");
+        let row = f.store.find_key(&key_id).await.expect("read").expect("row");
         assert!(
-            row.last_used_at_ms.is_some(),
-            "verification records last use"
+            row.last_used_at_ms.is_some_and(|at| at >= first),
+            "a stale last use is rewritten: {:?}",
+            row.last_used_at_ms
         );
     }
 

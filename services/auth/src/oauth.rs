@@ -13,7 +13,9 @@
 
 use crate::model::{KeyActor, KeyId, Scope};
 use crate::oauth_store::{ClientRow, CodeRow, GrantRow, TokenRow};
-use crate::service::{AuthService, INVALID_KEY, Verified, due, require_system};
+use crate::service::{
+    AuthService, INVALID_KEY, LAST_USED_INTERVAL_MS, Verified, due, last_use_due, require_system,
+};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use ithaca_kit::clock;
@@ -23,9 +25,6 @@ use ithaca_kit::principal::Principal;
 use sha2::{Digest, Sha256};
 
 pub use crate::oauth_config::{ACCESS_PREFIX, OAuthConfig, REFRESH_PREFIX};
-
-/// A grant's last use is rewritten at most this often.
-const LAST_USED_INTERVAL_MS: i64 = 10_000;
 
 /// What a person consents to (IssueCode).
 #[derive(Clone, Debug, Default)]
@@ -390,10 +389,12 @@ impl AuthService {
             .filter(|s| held.contains(s) && *s != Scope::ApprovalsDecide.as_str())
             .map(str::to_owned)
             .collect();
-        if let Err(error) = self
-            .store
-            .touch_grant(&grant.grant_id, now, LAST_USED_INTERVAL_MS)
-            .await
+        // A grant's last use is rewritten at most as often as a key's.
+        if last_use_due(grant.last_used_at_ms, now)
+            && let Err(error) = self
+                .store
+                .touch_grant(&grant.grant_id, now, LAST_USED_INTERVAL_MS)
+                .await
         {
             tracing::warn!(%error, grant_id = %grant.grant_id, "recording a grant's last use failed");
         }

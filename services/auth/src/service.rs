@@ -13,7 +13,16 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 /// How often a key's last-used time is rewritten at most.
-const LAST_USED_INTERVAL_MS: i64 = 10_000;
+pub(crate) const LAST_USED_INTERVAL_MS: i64 = 10_000;
+
+/// Whether a credential last used at `last_used_at_ms` (as read with it)
+/// should be recorded as used at `now_ms`: not when it was recorded within
+/// [`LAST_USED_INTERVAL_MS`], so a busy key's check stays a read and takes
+/// no turn at the database's write gate. The update's own condition still
+/// guards against another replica's write in between.
+pub(crate) fn last_use_due(last_used_at_ms: Option<i64>, now_ms: i64) -> bool {
+    last_used_at_ms.is_none_or(|at| at <= now_ms - LAST_USED_INTERVAL_MS)
+}
 
 /// The one answer for every token that does not verify, whatever the reason.
 pub const INVALID_KEY: &str = "invalid api key";
@@ -466,10 +475,12 @@ impl AuthService {
             return Err(unauthenticated());
         }
         let actor = row.actor;
-        if let Err(err) = self
-            .store
-            .touch_last_used(&row.key_id, clock::now_ms(), LAST_USED_INTERVAL_MS)
-            .await
+        let now = clock::now_ms();
+        if last_use_due(row.last_used_at_ms, now)
+            && let Err(err) = self
+                .store
+                .touch_last_used(&row.key_id, now, LAST_USED_INTERVAL_MS)
+                .await
         {
             // Losing a last-used update must not fail a valid request.
             tracing::warn!(error = %err, key_id = %row.key_id, "recording last use failed");
@@ -534,4 +545,20 @@ fn hash_secret(salt: &str, secret: &str) -> String {
     hasher.update(salt.as_bytes());
     hasher.update(secret.as_bytes());
     hex::encode(hasher.finalize())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{LAST_USED_INTERVAL_MS, last_use_due};
+
+    #[test]
+    fn a_last_use_is_rewritten_once_per_interval() {
+        let now = 1_000_000;
+        assert!(last_use_due(None, now), "never recorded");
+        assert!(!last_use_due(Some(now), now), "just recorded");
+        assert!(!last_use_due(Some(now - LAST_USED_INTERVAL_MS + 1), now));
+        assert!(last_use_due(Some(now - LAST_USED_INTERVAL_MS), now));
+        // A clock that stepped back: recorded "in the future", not rewritten.
+        assert!(!last_use_due(Some(now + 5_000), now));
+    }
 }
