@@ -222,6 +222,60 @@ impl RssSampler {
     }
 }
 
+/// The busiest stretch of the rest of the machine while a phase runs: CPU
+/// that neither `ours` (the processes measured and the bench itself) nor
+/// idle took, per window of [`OtherLoadSampler::WINDOW`], and the largest.
+/// A phase's mean dilutes a short burst (another program starting for
+/// 200 ms is 0.02 cores over 8 s); the peak shows it. The counters move in
+/// clock ticks (10 ms), so a window's figure is good to about 0.1 core.
+pub struct OtherLoadSampler {
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<f64>,
+}
+
+impl OtherLoadSampler {
+    pub const WINDOW: Duration = Duration::from_millis(250);
+
+    pub fn start(ours: Vec<u32>) -> OtherLoadSampler {
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(async move {
+            let per_s = ticks_per_second() as f64;
+            let read = || {
+                let ours: u64 = ours.iter().filter_map(|pid| cpu_ticks(*pid)).sum();
+                (Instant::now(), machine_busy_ticks().unwrap_or(0), ours)
+            };
+            let mut last = read();
+            let mut peak = 0.0f64;
+            let mut tick = tokio::time::interval(Self::WINDOW);
+            tick.tick().await;
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = stopped.changed() => break,
+                }
+                let now = read();
+                let seconds = now.0.duration_since(last.0).as_secs_f64();
+                let other = now
+                    .1
+                    .saturating_sub(last.1)
+                    .saturating_sub(now.2.saturating_sub(last.2));
+                if seconds > 0.0 {
+                    peak = peak.max(other as f64 / per_s / seconds);
+                }
+                last = now;
+            }
+            peak
+        });
+        OtherLoadSampler { stop, task }
+    }
+
+    /// The largest load of the rest of the machine in any window, in cores.
+    pub async fn finish(self) -> f64 {
+        let _ = self.stop.send(true);
+        self.task.await.unwrap_or_default()
+    }
+}
+
 /// The machine's CPU time by kind (the `cpu` line of `/proc/stat`, all
 /// CPUs): user nice system idle iowait irq softirq steal …, in clock ticks.
 fn machine_cpu_ticks() -> Option<Vec<u64>> {
@@ -261,5 +315,35 @@ pub async fn wait_for_quiet(max_cores: f64, limit: Duration) -> f64 {
         if busy < max_cores || Instant::now() >= deadline {
             return busy;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::OtherLoadSampler;
+    use std::time::Duration;
+
+    /// A process that spins for a second is another program's load: the
+    /// sampler, told only of this one, sees at least half a core of it in
+    /// its busiest window.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_busiest_window_shows_a_short_burst_of_other_work() {
+        let sampler = OtherLoadSampler::start(vec![std::process::id()]);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let mut spinner = std::process::Command::new("sh")
+            .args([
+                "-c",
+                "end=$(($(date +%s) + 2)); while [ $(date +%s) -lt $end ]; do :; done",
+            ])
+            .spawn()
+            .expect("start a spinning shell");
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        let peak = sampler.finish().await;
+        let _ = spinner.kill();
+        let _ = spinner.wait();
+        assert!(
+            peak >= 0.5,
+            "the busiest window held {peak:.2} cores of other work"
+        );
     }
 }

@@ -24,6 +24,10 @@ pub struct Phase {
     pub driver_cores: f64,
     /// CPU everything else on the machine used meanwhile, in cores: noise.
     pub other_cores: f64,
+    /// The same in the busiest window of
+    /// [`crate::procs::OtherLoadSampler::WINDOW`]: a short burst of other
+    /// work that the phase's mean dilutes.
+    pub other_peak_cores: f64,
     /// Of the machine's time, the part its host took from it (the `steal`
     /// of `/proc/stat`), in cores.
     pub steal_cores: f64,
@@ -195,8 +199,9 @@ impl Report {
         let _ = writeln!(
             s,
             "### MCP requests (`tools/call` of `bench_ping` unless the phase names another)\n\n\
-             | phase | requests | errors | req/s | p50 ms | p90 ms | p99 ms | server CPU µs/req | other load (cores) | a 1 ms sleep woke late, p99 / worst ms (time in stalls) | a hand-off and back, p99 / worst ms |\n\
-             |---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"
+             | phase | requests | errors | req/s | p50 ms | p90 ms | p99 ms | server CPU µs/req | other load, mean / busiest {} ms (cores) | a 1 ms sleep woke late, p99 / worst ms (time in stalls) | a hand-off and back, p99 / worst ms |\n\
+             |---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+            crate::procs::OtherLoadSampler::WINDOW.as_millis()
         );
         for p in &self.phases {
             let name = match p.rate {
@@ -206,7 +211,7 @@ impl Report {
             let o = &p.outcome;
             let _ = writeln!(
                 s,
-                "| {name} | {} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {} | {:.2} | {:.2} / {:.1} ({:.1} %) | {:.2} / {:.1} |",
+                "| {name} | {} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {} | {:.2} / {:.2} | {:.2} / {:.1} ({:.1} %) | {:.2} / {:.1} |",
                 o.requests,
                 o.errors,
                 o.rps,
@@ -216,6 +221,7 @@ impl Report {
                 p.server_cpu_us_per_request
                     .map_or("–".to_owned(), |c| format!("{c:.0}")),
                 p.other_cores,
+                p.other_peak_cores,
                 p.lateness.p99_ms,
                 p.lateness.max_ms,
                 p.lateness.stalled_share * 100.0,

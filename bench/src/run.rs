@@ -6,7 +6,7 @@ use crate::appends::{self, AppendOutcome};
 use crate::driver::{self, Outcome, Quiet, Spec, Target};
 use crate::fastmcp;
 use crate::mcp;
-use crate::procs::{self, Proc, RssSampler};
+use crate::procs::{self, OtherLoadSampler, Proc, RssSampler};
 use crate::report::{Phase, ProcessMemory, Report, Startup};
 use anyhow::{Context, bail};
 use ithaca_kit::principal::InternalKey;
@@ -145,6 +145,13 @@ impl Bench {
         let me_before = procs::cpu_ticks(me).unwrap_or(0);
         let steal_before = procs::machine_steal_ticks().unwrap_or(0);
         let sampler = RssSampler::start(procs.iter().map(|m| m.proc.pid()).collect());
+        let others = OtherLoadSampler::start(
+            procs
+                .iter()
+                .map(|m| m.proc.pid())
+                .chain(std::iter::once(me))
+                .collect(),
+        );
         let wakes = crate::lateness::Sampler::start();
         let outcome = driver::load(target.clone(), spec).await?;
         let lateness = wakes.finish();
@@ -156,6 +163,7 @@ impl Bench {
             .saturating_sub(steal_before);
         let driver_ticks = procs::cpu_ticks(me).unwrap_or(0).saturating_sub(me_before);
         let peaks = sampler.finish().await;
+        let other_peak_cores = others.finish().await;
         let after: Vec<u64> = procs
             .iter()
             .map(|m| m.proc.cpu_ticks().unwrap_or(0))
@@ -188,7 +196,8 @@ impl Bench {
             outcome.rps, outcome.p50_ms, outcome.p99_ms, outcome.errors
         );
         eprintln!(
-            "ithaca-bench: {name}: driver {driver_cores:.2} cores, everything else on the machine {other_cores:.2} cores (of it stolen by the host {steal_cores:.3})"
+            "ithaca-bench: {name}: driver {driver_cores:.2} cores, everything else on the machine {other_cores:.2} cores (of it stolen by the host {steal_cores:.3}), at most {other_peak_cores:.2} in a {} ms window",
+            OtherLoadSampler::WINDOW.as_millis()
         );
         eprintln!(
             "ithaca-bench: {name}: a 1 ms sleep woke late by p50 {:.3} ms, p99 {:.2} ms, at worst {:.1} ms; {:.1} % of the time in sleeps 1 ms late or more; a hand-off to another thread and back took p50 {:.3} ms, p99 {:.2} ms, at worst {:.1} ms",
@@ -222,6 +231,7 @@ impl Bench {
             server_cpu_us_per_request_by_process: cpu_by_process.into_iter().collect(),
             driver_cores,
             other_cores,
+            other_peak_cores,
             steal_cores,
             lateness,
             servers: procs.iter().map(|m| m.proc.name.clone()).collect(),
