@@ -334,6 +334,11 @@ const GATED_EVERY: u32 = 8;
 /// is written, so an idle service wakes once a second.
 const CHECKPOINT_IDLE: Duration = Duration::from_secs(1);
 
+/// A gated pass that holds the writers longer than this is logged (a
+/// warning with the time and the log's size): on a slow disk the copy's
+/// flush is what every write waits for meanwhile.
+const SLOW_HOLD: Duration = Duration::from_millis(100);
+
 /// The size a SQLite write-ahead log is cut back to when it starts over
 /// (`journal_size_limit`): a log that a long read kept from starting over
 /// grows, and does not keep that size on disk afterwards.
@@ -442,10 +447,21 @@ async fn checkpoint_round(
         }
         return Ok(Some(found));
     }
-    let _writers_wait = gate.hold_for_checkpoint().await;
+    let writers_wait = gate.hold_for_checkpoint().await;
+    let held = std::time::Instant::now();
     let log = passive_checkpoint(pool).await?;
     if log.copied == log.frames {
         gate.log_copied();
+    }
+    drop(writers_wait);
+    let held = held.elapsed();
+    if held > SLOW_HOLD {
+        tracing::warn!(
+            held_ms = held.as_millis() as u64,
+            log_frames = log.frames,
+            copied_before = found.copied,
+            "a checkpoint of the SQLite write-ahead log held the writers"
+        );
     }
     Ok(Some(log))
 }
